@@ -20,6 +20,16 @@ writes every input column plus:
 An input row whose ``error`` is set (an earlier stage failed on it) is not judged: it is written
 back with this stage's columns empty and its error kept.
 
+``--cascade`` (with a judge): the keyword matcher decides the responses it is sure of (the
+confidence classes of :mod:`orbench.cascade`: a first-person refusal in the first sentence; an
+answer with no refusal cue anywhere and no hedge in its opening) and only the rest go to the
+judge. Two more columns: ``verdict_source`` (``keyword``, the judge's name, or ``provider`` for a
+provider block; empty when there is no verdict) and ``cascade_class`` (the row's class, or
+empty when it was not classed). A keyword-decided row has ``answer_category`` ``keyword_refusal`` or
+``keyword_answer``. ``judge_model`` names the cascade (``keyword+<judge>``), so a report never
+pools its verdicts with the judge's alone; the meta file counts the rows each source decided
+(``verdict_sources``) and ``--estimate`` prices only the rows that reach the judge.
+
 ``--check_model=keyword`` calls no model: each response is re-scored with the keyword matcher
 (family: ``--matcher`` if given, else from the row's ``model`` column, else ``default``);
 ``answer_category`` is then ``keyword_refusal`` or ``keyword_answer`` and
@@ -40,22 +50,36 @@ Example (from inside ``response_checker/``)::
 from __future__ import annotations
 
 from orbench import cli
+from orbench.cascade import CLASSES, cascade_fingerprint, confidence
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.labels import UNPARSED, judge_is_rejected, parse_judge
 from orbench.models import parse_model, slug
 from orbench.prompts import JUDGE_TEMPLATE
-from orbench.refusal import (FAMILIES, explain, family_for_model, is_refusal,
-                             rules_fingerprint)
-from orbench.stage import Stage
 from orbench.provenance import sha256_text
+from orbench.refusal import (
+    FAMILIES,
+    explain,
+    family_for_model,
+    is_refusal,
+    rules_fingerprint,
+)
+from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
 from orbench.types import Request
-from orbench.vocab import (EMPTY_RESPONSE, KEYWORD, KEYWORD_ANSWER, KEYWORD_REFUSAL,
-                           PROVIDER_REFUSAL, SOURCE_PROVIDER)
+from orbench.vocab import (
+    EMPTY_RESPONSE,
+    KEYWORD,
+    KEYWORD_ANSWER,
+    KEYWORD_REFUSAL,
+    PROVIDER_REFUSAL,
+    SOURCE_PROVIDER,
+)
+
 ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
         "keyword_is_rejected"]
+CASCADE_ADDS = ["verdict_source", "cascade_class"]
 
 EPILOG = """judge_model: the judge as resolved, or keyword.
 answer_category: direct_answer | direct_refusal | indirect_refusal | unparsed, or without a
@@ -84,6 +108,10 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--matcher", choices=FAMILIES, default=None,
                         help="keyword rule family for keyword_is_rejected and --check_model=keyword "
                              "(default: from the row's 'model' column, else 'default')")
+    parser.add_argument("--cascade", action="store_true",
+                        help="let the keyword matcher decide the responses it is sure of (a refusal "
+                             "stated in the first sentence; a plain answer with no refusal cue) and "
+                             "send only the rest to the judge; adds verdict_source and cascade_class")
     add_template_flag(parser, "{prompt} and {response}")
     cli.add_model_flags(parser, temperature_default=0.0, max_tokens_default=1000)
     return parser
@@ -95,12 +123,16 @@ def setup(args, client: Client) -> cli.Job:
     template, template_source = load_template(args.template, JUDGE_TEMPLATE, {"prompt", "response"})
     if keyword_mode and args.template:
         raise UsageError("--template has no effect with --check_model keyword (no model is asked)")
+    cascade = bool(getattr(args, "cascade", False))
+    if keyword_mode and cascade:
+        raise UsageError("--cascade needs a judge: with --check_model keyword every row is decided "
+                         "by the keyword matcher already")
     temperature, max_tokens = args.temperature, args.max_tokens
 
     def family(row: dict) -> str:
         return args.matcher or (family_for_model(row["model"]) if row.get("model") else "default")
 
-    judge_name = KEYWORD if keyword_mode else str(spec)
+    judge_name = KEYWORD if keyword_mode else (f"{KEYWORD}+{spec}" if cascade else str(spec))
 
     def keyword_verdict(row: dict) -> bool | None:
         """This stage's own keyword verdict on the response (never the input's ``is_rejected``)."""
@@ -111,16 +143,31 @@ def setup(args, client: Client) -> cli.Job:
     async def run_row(row: dict) -> dict:
         base = {"judge_model": judge_name, "keyword_is_rejected": keyword_verdict(row)}
         if str(row.get("refusal_source") or "").strip() == SOURCE_PROVIDER:
-            return {**base, "answer_category": PROVIDER_REFUSAL, "is_rejected": True,
+            extra = {"verdict_source": SOURCE_PROVIDER, "cascade_class": ""} if cascade else {}
+            return {**base, **extra, "answer_category": PROVIDER_REFUSAL, "is_rejected": True,
                     "answer_type_response": "not judged: the provider blocked the response"}
         if not row["response"].strip():
-            return {**base, "answer_category": EMPTY_RESPONSE, "is_rejected": None,
+            extra = {"verdict_source": "", "cascade_class": ""} if cascade else {}
+            return {**base, **extra, "answer_category": EMPTY_RESPONSE, "is_rejected": None,
                     "answer_type_response": "not judged: the response is empty"}
+        if cascade:
+            cls, verdict = confidence(row["response"], family(row))
+            if verdict is not None:
+                return {**base, "verdict_source": KEYWORD, "cascade_class": cls,
+                        "is_rejected": verdict,
+                        "answer_category": KEYWORD_REFUSAL if verdict else KEYWORD_ANSWER,
+                        "answer_type_response": f"not judged: keyword matcher {family(row)} is sure "
+                                                f"({cls})"}
+            judged = await ask_judge(row)
+            return {**base, **judged, "verdict_source": str(spec), "cascade_class": cls}
         if keyword_mode:
             found = explain(row["response"], family(row))
             return {**base, "is_rejected": found["refusal"],
                     "answer_category": KEYWORD_REFUSAL if found["refusal"] else KEYWORD_ANSWER,
                     "answer_type_response": f"matcher {family(row)}; cue: {found['cue'] or 'none'}"}
+        return {**base, **await ask_judge(row)}
+
+    async def ask_judge(row: dict) -> dict:
         text = template.format(prompt=row["prompt"], response=row["response"])
         completion = await client.complete(
             Request.user(spec, text, temperature=temperature, max_tokens=max_tokens))
@@ -129,25 +176,44 @@ def setup(args, client: Client) -> cli.Job:
             raw = completion.text or f"[judge request blocked by the provider: {completion.finish_reason}]"
         else:
             label, raw = parse_judge(completion.text), completion.text
-        return {**base, "answer_category": label, "answer_type_response": raw,
+        return {"answer_category": label, "answer_type_response": raw,
                 "is_rejected": judge_is_rejected(label)}
+
+    provenance = {"templates": {} if keyword_mode else {"judge": sha256_text(template)},
+                  "template_source": None if keyword_mode else template_source,
+                  "rules_fingerprint": rules_fingerprint(), "judge": judge_name}
+    if cascade:
+        provenance["cascade"] = {"classes": list(CLASSES), "fingerprint": cascade_fingerprint(),
+                                 "judge": str(spec)}
+
+    def count_sources(frame):
+        """Put the rows each source decided into the meta file (``verdict_sources``)."""
+        sources = frame["verdict_source"].astype(str).str.strip()
+        counts = {str(k): int(v) for k, v in sources[sources != ""].value_counts().items()}
+        classes = frame["cascade_class"].astype(str).str.strip()
+        provenance["verdict_sources"] = counts
+        provenance["cascade_classes"] = {c: int((classes == c).sum()) for c in CLASSES}
+        provenance["judged_share"] = (counts.get(str(spec), 0) / int((sources != "").sum())
+                                      if (sources != "").any() else None)
+        return frame
 
     stage = Stage(
         name="check response" + (" (keyword)" if keyword_mode else f" {spec}"),
         needs=["prompt", "response"],
-        adds=ADDS,
+        adds=ADDS + (CASCADE_ADDS if cascade else []),
         run_row=run_row,
         config={"stage": "check_response", "judge": judge_name,
                 "template": None if keyword_mode else sha256_text(template), "matcher": args.matcher,
                 "rules": rules_fingerprint(),  # improved keyword rules re-score, not resume
-                "temperature": temperature, "max_tokens": max_tokens},
+                "temperature": temperature, "max_tokens": max_tokens,
+                **({"cascade": cascade_fingerprint()} if cascade else {})},
         key_columns=["prompt", "response", "refusal_source", "model"],
-        provenance={"templates": {} if keyword_mode else {"judge": sha256_text(template)},
-                    "template_source": None if keyword_mode else template_source,
-                    "rules_fingerprint": rules_fingerprint(), "judge": judge_name},
+        finalise=count_sources if cascade else None,
+        provenance=provenance,
     )
     output = args.output_file or default_output_path(
-        args.input_file, f"response_check_merged_{slug(args.check_model.strip())}")
+        args.input_file, f"response_check_merged_{slug(args.check_model.strip())}"
+        + ("_cascade" if cascade else ""))
     return cli.Job(stage=stage, input=args.input_file, output=output,
                    models=[] if spec is None else [spec],
                    typed=[] if spec is None else [args.check_model.strip()])
