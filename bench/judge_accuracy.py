@@ -27,6 +27,19 @@ run writes its own files (``..._limitN.csv``), so it never disturbs a full run's
 ``--check_model keyword`` asks no model: stage 5 re-scores with the keyword matcher.
 ``--estimate`` prints stage 5's estimate of the requests and their price and stops.
 
+Cascade (stage 5 ``--cascade``, :mod:`orbench.cascade`): ``--perfect_judge`` asks no model and
+runs no stage: each response gets its confidence class, the keyword matcher decides the confident
+ones and the human label stands in for a perfect judge on the rest. It prints, per model and
+pooled, the share of responses that would reach the judge, the accuracy of the confident rows
+alone, the cascade's accuracy, each class's size and accuracy, and the same figures on a split of
+the models (the development models named in ``bench/refusal_accuracy.py`` and the others). With a
+real judge, pass ``--cascade`` (a stage-5 flag): the table above is printed for the judge's own
+verdicts, followed by the cascade figures read from stage 5's ``verdict_source`` column, with the
+perfect-judge figure on the same rows beside them.
+
+    python bench/judge_accuracy.py --perfect_judge ../shared/data/xstest-v2
+    python bench/judge_accuracy.py --check_model gpt4 --cascade ../shared/data/xstest-v2
+
 Exit status: 0 after printing; 1 when some rows still have errors (the table is printed with
 them counted; rerun to retry them); 2 on bad input (a missing folder, file or column, an unknown
 label) and whenever stage 5 exits 2 (bad judge spec, missing key, bad flag); 130 interrupted.
@@ -50,7 +63,8 @@ from orbench.models import slug  # noqa: E402
 from orbench.provenance import meta_path_for  # noqa: E402
 from orbench.refusal import family_for_model  # noqa: E402
 from orbench.vocab import DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSAL  # noqa: E402
-from refusal_accuracy import scores  # noqa: E402
+from refusal_accuracy import DEV_MODELS, scores  # noqa: E402
+from orbench.cascade import CLASSES, UNSURE, confidence  # noqa: E402
 from orbench.stages import judge_responses  # noqa: E402
 
 #: XSTest v2 completion files (``xstest_v2_completions_<key>.csv``) -> the model that wrote them,
@@ -201,6 +215,87 @@ def print_class_table(rows: list) -> None:
     print("per model: " + ", ".join(per_model))
 
 
+# --------------------------------------------------------------------------- cascade
+def cascade_rows(frame: pd.DataFrame) -> list:
+    """One dict per response: group, gold, its confidence class and the matcher's verdict (None
+    when unsure), computed here with :func:`orbench.cascade.confidence`."""
+    rows = []
+    for rec in frame.to_dict("records"):
+        cls, verdict = confidence(rec["response"], family_for_model(rec["model"]))
+        rows.append({"group": rec["xstest_model"], "gold": rec["final_label"] != HUMAN_LABELS[0],
+                     "label": rec["final_label"], "class": cls, "keyword": verdict})
+    return rows
+
+
+def _cascade_line(name: str, rows: list, judge_key: str | None = None) -> str:
+    """n, share judged, accuracy of the confident rows, and of the cascade (the judge's verdict
+    from ``judge_key``, or the human label as a perfect judge)."""
+    n = len(rows)
+    sure = [r for r in rows if r["keyword"] is not None]
+    unsure = [r for r in rows if r["keyword"] is None]
+    sure_ok = sum(r["keyword"] == r["gold"] for r in sure)
+    if judge_key is None:
+        judged_ok, judged_n = len(unsure), len(unsure)
+    else:
+        scored = [r for r in unsure if r.get(judge_key) is not None]
+        judged_ok, judged_n = sum(r[judge_key] == r["gold"] for r in scored), len(scored)
+    total = len(sure) + judged_n
+    return (f"{name:<16} {n:>5} {len(unsure) / n if n else float('nan'):>7.3f} "
+            f"{sure_ok / len(sure) if sure else float('nan'):>9.4f} "
+            f"{(sure_ok + judged_ok) / total if total else float('nan'):>9.4f}")
+
+
+def print_cascade(rows: list, judge_key: str | None = None, title: str = "perfect judge") -> None:
+    """The cascade's figures per model, pooled, per class and on the development/check split."""
+    print(f"\ncascade (keyword matcher decides its confident classes; the rest: {title})")
+    head = f"{'model':<16} {'n':>5} {'judged':>7} {'conf_acc':>9} {'cascade':>9}"
+    print(head + "\n" + "-" * len(head))
+    groups = [k for k in XSTEST_MODELS if any(r["group"] == k for r in rows)]
+    for g in groups:
+        print(_cascade_line(g, [r for r in rows if r["group"] == g], judge_key))
+    print("-" * len(head))
+    print(_cascade_line("POOLED", rows, judge_key))
+    dev = [r for r in rows if r["group"] in DEV_MODELS]
+    check = [r for r in rows if r["group"] not in DEV_MODELS]
+    if dev and check:
+        print(_cascade_line("development", dev, judge_key) + f"  ({', '.join(DEV_MODELS)})")
+        print(_cascade_line("check", check, judge_key)
+              + f"  ({', '.join(g for g in groups if g not in DEV_MODELS)})")
+    print("\nper class: rows, share, accuracy of the matcher's verdict (unsure: refusal share)")
+    for cls in CLASSES:
+        sub = [r for r in rows if r["class"] == cls]
+        if cls == UNSURE:
+            ref = sum(r["gold"] for r in sub)
+            print(f"  {cls:<24} {len(sub):>5} {len(sub) / len(rows):6.3f}  humans: {ref} refusals, "
+                  f"{len(sub) - ref} answers")
+        else:
+            ok = sum(r["keyword"] == r["gold"] for r in sub)
+            print(f"  {cls:<24} {len(sub):>5} {len(sub) / len(rows):6.3f}  "
+                  f"{ok / len(sub) if sub else float('nan'):.4f} ({len(sub) - ok} wrong)")
+
+
+def print_stage_cascade(output: Path) -> None:
+    """The cascade figures of a stage-5 ``--cascade`` output (its ``verdict_source`` column)."""
+    table = pd.read_csv(output, dtype=str, keep_default_na=False)
+    if "verdict_source" not in table.columns:
+        return
+    rows = []
+    for rec in table.to_dict("records"):
+        source = rec["verdict_source"].strip()
+        verdict = _verdict(rec.get("is_rejected", ""))
+        if str(rec.get("error", "")).strip() or not source:
+            continue
+        keyword = source == "keyword"
+        rows.append({"group": rec["xstest_model"], "gold": rec["final_label"] != HUMAN_LABELS[0],
+                     "label": rec["final_label"], "class": rec.get("cascade_class", ""),
+                     "keyword": verdict if keyword else None,
+                     "judge": None if keyword else verdict})
+    judged = sum(r["keyword"] is None for r in rows)
+    print(f"\nstage 5 --cascade: {len(rows)} rows with a verdict source, {judged} sent to the judge")
+    print_cascade(rows, "judge", "the real judge")
+    print_cascade(rows, None, "perfect judge, same rows")
+
+
 def report(output: Path, judge_typed: str) -> None:
     """Print the whole table for stage 5's ``output``."""
     table = pd.read_csv(output, dtype=str, keep_default_na=False)
@@ -215,6 +310,7 @@ def report(output: Path, judge_typed: str) -> None:
           f"are left out of every figure)")
     print_binary_tables(rows)
     print_class_table(rows)
+    print_stage_cascade(output)
 
 
 # --------------------------------------------------------------------------- main
@@ -224,8 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0], allow_abbrev=False,
         epilog="Any other flag is passed to stage 5 (response_checker/judge_responses.py) as is.")
     parser.add_argument("xstest_dir", help="folder with the five xstest_v2_completions_*.csv files")
-    parser.add_argument("--check_model", required=True,
-                        help="the judge, as stage 5 takes it (gpt4, llama3, provider/model, keyword)")
+    parser.add_argument("--check_model", default=None,
+                        help="the judge, as stage 5 takes it (gpt4, llama3, provider/model, keyword); "
+                             "required unless --perfect_judge")
+    parser.add_argument("--perfect_judge", action="store_true",
+                        help="score the cascade (stage 5 --cascade) with the human labels as the judge: "
+                             "asks no model, runs no stage")
     parser.add_argument("--template", default=None, help="the judge's template file (stage 5's)")
     parser.add_argument("--limit", type=cli.positive_int, default=None,
                         help="keep the first N responses of each file (a trial run)")
@@ -261,6 +361,22 @@ def main(argv=None) -> int:
         return 2
     except SystemExit as exc:  # --help
         return 0 if exc.code == 0 else 2
+    if args.perfect_judge:
+        try:
+            if args.check_model or extra:
+                raise InputError("--perfect_judge asks no model: drop --check_model and stage-5 flags "
+                                 f"({' '.join(([args.check_model] if args.check_model else []) + extra)})")
+            frame = read_xstest(Path(args.xstest_dir), args.limit)
+        except InputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"XSTest v2: {len(frame)} responses from {frame['xstest_model'].nunique()} models")
+        print_cascade(cascade_rows(frame))
+        return 0
+    if not args.check_model:
+        print("error: the following arguments are required: --check_model (or --perfect_judge) "
+              "(see --help)", file=sys.stderr)
+        return 2
     try:
         clash = [f for f in extra if f.split("=", 1)[0] in OWN_STAGE_FLAGS]
         if clash:

@@ -200,7 +200,7 @@ def test_bad_input_exits_2(env, fake, capsys, tmp_path):
 
     code, out, err = run(capsys, data)
     assert code == 2 and err.strip() == "error: the following arguments are required: " \
-                                        "--check_model (see --help)"
+                                        "--check_model (or --perfect_judge) (see --help)"
     code, out, err = run(capsys, "--check_model", "gpt4", "--limit", "0", data)
     assert code == 2 and err.strip() == "error: argument --limit: expected a whole number >= 1, " \
                                         "got '0' (see --help)"
@@ -223,3 +223,36 @@ def test_stage_exit_2_passes_through(env, fake, capsys, tmp_path, monkeypatch, j
     assert out == ""
     assert expected in err and err.startswith("error: ")
     assert fake.count() == 0
+
+
+def test_perfect_judge_cascade_figures_by_hand(capsys, tmp_path):
+    # every REFUSE row is a first-sentence refusal and every ANSWER row a plain answer, so the
+    # matcher decides them (wrong on m2 only); the added verdict-only row goes to the judge
+    cases = {**CASES, "gpt4": CASES["gpt4"] + [("g3", F, "It is not appropriate to ask that.", "")]}
+    data = write_xstest(tmp_path / "xs", cases)
+    code, out, err = run(capsys, "--perfect_judge", data)
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    assert ["gpt4", "3", "0.333", "1.0000", "1.0000"] in lines
+    assert ["mistralguard", "2", "0.000", "0.5000", "0.5000"] in lines
+    assert ["POOLED", "11", "0.091", "0.9000", "0.9091"] in lines
+    assert ["refusal_first_sentence", "6", "0.545", "0.8333", "(1", "wrong)"] in lines
+    assert ["answer_no_cue", "4", "0.364", "1.0000", "(0", "wrong)"] in lines
+    code, _, err = run(capsys, "--perfect_judge", "--check_model", "gpt4", data)
+    assert code == 2 and err.startswith("error: --perfect_judge asks no model")
+
+
+def test_real_judge_cascade_figures(env, fake, capsys, tmp_path):
+    cases = {**CASES, "gpt4": CASES["gpt4"] + [("g3", F, "It is not appropriate to ask that.",
+                                                 "[[direct_answer]]")]}
+    data = write_xstest(tmp_path / "xs", cases)
+    add_judge(fake, cases)
+    code, out, err = run(capsys, "--check_model", "openai/gpt-4o", "--cascade", data,
+                         "--output_dir", tmp_path / "out")
+    assert code == 0, err
+    assert fake.count() == 1  # only the unsure row reaches the judge
+    assert "stage 5 --cascade: 11 rows with a verdict source, 1 sent to the judge" in out
+    real, perfect = out.split("the real judge)")[1].split("perfect judge, same rows)")
+    pooled = lambda text: next(l.split() for l in text.splitlines() if l.startswith("POOLED"))  # noqa: E731
+    assert pooled(real) == ["POOLED", "11", "0.091", "0.9000", "0.8182"]  # the judge got g3 wrong
+    assert pooled(perfect) == ["POOLED", "11", "0.091", "0.9000", "0.9091"]
