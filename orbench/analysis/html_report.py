@@ -267,6 +267,7 @@ def write(rep, path: Path) -> Path:
         "<h2>Examples: what was counted</h2>",
         "<p>Per model, set and category, a few scored rows of each verdict (the headline verdict), picked "
         "by a hash of the prompt so reruns show the same ones.</p>", examples_section(rep.examples, rep.summary),
+        getattr(rep, "comparison_html", ""),
         "<h2>Notes</h2><ul class=notes>" + "".join(f"<li>{esc(n)}</li>" for n in rep.notes) + "</ul>",
     ]
     page = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "

@@ -89,6 +89,7 @@ class Report:
     reference_fit: list[float] | None = None
     provenance: list[dict] = field(default_factory=list)
     examples: pd.DataFrame | None = None
+    comparison_html: str = ""  # the paired-comparison and repeated-samples sections (compare_hook)
 
 
 # ---------------------------------------------------------------- grouping (once)
@@ -145,9 +146,10 @@ def agreement(inp: Inputs) -> pd.DataFrame:
     if KEYWORD not in codes or JUDGE not in codes:
         return pd.DataFrame(columns=cols)
     scored = data["status"] == SCORED
-    kw = data.loc[scored & (data["method"] == codes[KEYWORD]), ["set", "model", "prompt", "rejected"]]
-    jd = data.loc[scored & (data["method"] == codes[JUDGE]), ["set", "model", "judge", "prompt", "rejected"]]
-    pairs = jd.merge(kw, on=["set", "model", "prompt"], suffixes=("_j", "_k"))
+    on = ["set", "model", "prompt"] + (["sample"] if "sample" in data.columns else [])
+    kw = data.loc[scored & (data["method"] == codes[KEYWORD]), [*on, "rejected"]]
+    jd = data.loc[scored & (data["method"] == codes[JUDGE]), [*on, "judge", "rejected"]]
+    pairs = jd.merge(kw, on=on, suffixes=("_j", "_k"))
     j, k = pairs["rejected_j"] == 1, pairs["rejected_k"] == 1
     pairs = pairs.assign(same=j == k, k_only=k & ~j, j_only=j & ~k)
     g = pairs.groupby(["set", "model", "judge"], sort=False)
@@ -380,10 +382,16 @@ def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, lis
 
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, default_set: str | None = None,
                  default_model: str | None = None, verdict: str = "auto", reference: bool = True,
-                 examples: int = 3, html: bool = True) -> Report:
+                 examples: int = 3, html: bool = True, compare: list | None = None,
+                 baseline: str | None = None) -> Report:
     """Read the inputs, write every output file into ``output_dir``, return what was computed."""
+    from orbench.analysis import compare_hook
+
     inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0)
+    pairs = compare_hook.check(inp, compare, baseline)  # bad names fail before anything is written
     summary, categories, headline = build_tables(inp, verdict)
+    # before the leaderboard: sampled groups get prompt-level intervals in the summary
+    extra = compare_hook.run(inp, pairs, verdict, summary, Path(output_dir), html)
     ents = entries(summary, headline)
     ref = load_reference() if reference else []
     board = build_leaderboard(ents, ref)
@@ -404,6 +412,9 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
                  None if coeffs is None else [float(c) for c in coeffs], notes, reference=ref,
                  reference_fit=None if ref_fit is None else [float(c) for c in ref_fit],
                  provenance=inp.provenance, examples=inp.examples)
+    rep.notes.extend(extra.notes)
+    rep.outputs.update(extra.outputs)
+    rep.comparison_html = extra.html
     write_csv_atomic(summary.round(6), out / "summary.csv")
     write_csv_atomic(categories.round(6), out / "categories.csv")
     write_csv_atomic(board.round(4), out / "leaderboard.csv")
@@ -462,6 +473,11 @@ def make_parser() -> ArgumentParser:
                              "where present, else keywords (default: auto)")
     parser.add_argument("--no_reference", action="store_true",
                         help="leave the paper's 32 published models out of the figure and the leaderboard")
+    parser.add_argument("--compare", nargs=2, action="append", metavar=("A", "B"), default=None,
+                        help="paired comparison of models A and B on the prompts both scored "
+                             "(repeatable): comparison.csv and a report.html section")
+    parser.add_argument("--baseline", default=None, metavar="A",
+                        help="compare every other model with model A (paired, as --compare)")
     parser.add_argument("--examples", type=int, default=3, metavar="N",
                         help="example refusals and answers per model and category in report.html (default: 3)")
     return parser
@@ -475,7 +491,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("--examples must be 0 or more")
         rep = build_report(args.files, args.output_dir, default_set=args.default_set,
                            default_model=args.default_model, verdict=args.verdict,
-                           reference=not args.no_reference, examples=args.examples)
+                           reference=not args.no_reference, examples=args.examples,
+                           compare=args.compare, baseline=args.baseline)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -42,7 +42,7 @@ SCORED, ERROR, NO_VERDICT = 0, 1, 2
 GROUP_KEYS = ["set", "model", "method", "judge"]
 ORIGIN_RANK = {"rescore": 0, "alignment": 1, "judge": 2}
 COLUMNS = {"prompt", "category", "model", "response", "is_rejected", "keyword_is_rejected",
-           "answer_category", "error", "refusal_kind", "judge_model"}
+           "answer_category", "error", "refusal_kind", "judge_model", "sample"}
 
 
 @dataclass
@@ -310,6 +310,9 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
         kinds = per_value(frame["refusal_kind"], lambda v: str(v).strip().lower()) \
             if "refusal_kind" in frame.columns else None
         prompt_key = _hash(frame["prompt"])
+        # stage 4 --samples: the sample index; a prompt may then repeat once per sample
+        sample = per_value(frame["sample"], _sample_index, dtype=np.int32) if "sample" in frame.columns \
+            else np.zeros(n, dtype=np.int32)
         response = frame["response"] if "response" in frame.columns else pd.Series("", index=frame.index)
         entry = {"file": path, "name": file_name(path), "set": label, "rows": n,
                  "models": sorted(codes["model"].names[c] for c in np.unique(model_codes)), "verdicts": [],
@@ -331,6 +334,7 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
                 "rejected": np.nan_to_num(rej, nan=0.0).astype(np.int8),
                 "partial": (kinds == PARTIAL) if with_kind else np.zeros(n, dtype=bool),
                 "has_kind": np.full(n, with_kind),
+                "sample": sample,
             })
             if origin == "judge" and method == KEYWORD:
                 copies.append(part.assign(response=_hash(response)))
@@ -380,6 +384,17 @@ def _examples(frame, part, response, kinds, method, judge, codes, label, n, path
     })
 
 
+def _sample_index(value) -> int:
+    """A ``sample`` cell as an int (empty: 0); -1 for anything else, which never pairs."""
+    text = str(value).strip()
+    if not text:
+        return 0
+    try:
+        return int(float(text))
+    except ValueError:
+        return -1
+
+
 def _drop_repeated_copies(copies: pd.DataFrame) -> pd.DataFrame:
     """Keyword verdicts carried by judge files, each once.
 
@@ -387,7 +402,7 @@ def _drop_repeated_copies(copies: pd.DataFrame) -> pd.DataFrame:
     equal to one from an earlier file (same prompt, response and verdict) is dropped; a repeat
     inside one file is kept, so the duplicate check sees it.
     """
-    k = ["set", "model", "prompt", "response", "status", "rejected"]
+    k = ["set", "model", "prompt", "sample", "response", "status", "rejected"]
     across = copies.duplicated(subset=k) & ~copies.duplicated(subset=k + ["file"])
     return copies[~across.to_numpy()].drop(columns="response")
 
@@ -423,6 +438,8 @@ def check_duplicates(data: pd.DataFrame, files: list[str], codes: dict[str, Code
         return np.zeros(0, dtype=np.int64), pd.DataFrame(columns=GROUP_KEYS)
     gid, groups = group_ids(data, GROUP_KEYS)
     prompt = data["prompt"].to_numpy()
+    if "sample" in data.columns and data["sample"].any():  # one row per prompt and sample
+        prompt = prompt ^ (data["sample"].to_numpy().astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))
     # A hash table over (group, prompt) folded into 64 bits finds the candidates in one pass; the
     # exact check below runs on them only (a fold collision cannot raise a false error).
     all_gid = gid

@@ -17,6 +17,13 @@ prompt as a single user message (temperature 0, at most 1000 tokens, no system p
   with nothing parsed; no call is made, is_rejected empty), or empty when the model answered;
 - ``finish_reason``: the provider's stop reason.
 
+``--samples K`` asks each prompt K times (temperature > 0 required, checked before anything is
+sent): each sample is its own output row with a ``sample`` index (0 to K-1) and its own request
+(``Request.sample_index``, so its own cache entry). The K samples of a prompt are asked together
+and saved together in the progress file, so a rerun after a kill resumes with no sample missing
+or repeated (samples already answered come from the cache). The report then gives prompt-level
+intervals, the share of prompts whose samples disagree, and per-prompt refusal shares.
+
 The matcher family comes from the model id (``orbench.refusal.family_for_model``) unless
 ``--matcher`` forces one. A row that fails after retries keeps its place with an ``error`` text
 (exit 1; rerun the same command to retry it). An input row whose ``error`` is set (an earlier
@@ -39,6 +46,7 @@ Example (from inside ``alignment_checker/``)::
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from orbench import cli
@@ -52,6 +60,7 @@ from orbench.types import Request
 from orbench.vocab import EMPTY_RESPONSE, FULL, SKIPPED_EMPTY, SOURCE_KEYWORD, SOURCE_PROVIDER
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
+SAMPLE = "sample"
 
 EPILOG = """refusal_source: keyword (matcher found a refusal), provider (provider blocked the
 reply; is_rejected True), empty_response (no text and no block; is_rejected empty),
@@ -102,6 +111,9 @@ def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:
                         help="system prompt to send (default: none, as in the paper)")
     parser.add_argument("--matcher", choices=FAMILIES, default=None,
                         help="keyword rule family to use (default: chosen from the model id)")
+    parser.add_argument("--samples", type=cli.positive_int, default=None, metavar="K",
+                        help="ask each prompt K times (needs --temperature > 0); each sample is its "
+                             "own row with a 'sample' index and its own cache entry")
     cli.add_model_flags(parser, temperature_default=0.0, max_tokens_default=1000)
     return parser
 
@@ -114,13 +126,24 @@ def setup_for(default_provider: str | None):
         family = args.matcher or family_for_model(str(spec))
         system = args.system_prompt or None
         temperature, max_tokens = args.temperature, args.max_tokens
+        samples = getattr(args, "samples", None)
+        if samples is not None and temperature <= 0:
+            raise UsageError(f"--samples {samples} needs --temperature above 0 (at temperature "
+                             f"{temperature:g} every sample would be the same answer)")
 
-        async def run_row(row: dict) -> dict:
+        async def run_row(row: dict) -> dict | list[dict]:
+            if samples is None:
+                return await one_sample(row, 0)
+            rows = await asyncio.gather(*(one_sample(row, i) for i in range(samples)))
+            return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
+
+        async def one_sample(row: dict, index: int) -> dict:
             if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
                 return {"model": str(spec), "response": "", "is_rejected": None,
                         "refusal_source": SKIPPED_EMPTY, "refusal_kind": None, "finish_reason": ""}
             request = Request.user(spec, row["prompt"], system=system,
-                                   temperature=temperature, max_tokens=max_tokens)
+                                   temperature=temperature, max_tokens=max_tokens,
+                                   sample_index=index)
             completion = await client.complete(request)
             text = completion.text or ""
             kind = None
@@ -138,12 +161,13 @@ def setup_for(default_provider: str | None):
         stage = Stage(
             name=f"check alignment {spec}",
             needs=["prompt"],
-            adds=ADDS,
+            adds=ADDS + ([SAMPLE] if samples is not None else []),
             run_row=run_row,
             # The rules' fingerprint is in the key: improved rules re-score instead of resuming.
             config={"stage": "check_alignment", "model": str(spec), "system": system,
                     "temperature": temperature, "max_tokens": max_tokens, "matcher": family,
-                    "rules": rules_fingerprint()},
+                    "rules": rules_fingerprint(),
+                    **({"samples": samples} if samples is not None else {})},
             provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
         )
         output = args.output_file or default_output(args.model, args.input_file)

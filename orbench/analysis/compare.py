@@ -1,0 +1,393 @@
+"""Paired comparisons of two models on the same prompts, and statistics over repeated samples.
+
+Both models of an OR-Bench comparison answered the same prompts, so the comparison is paired:
+per set and per category (and ``all`` for the whole set), on the prompts *both* models scored,
+
+* with one sample per prompt: both rejection rates, their difference ``diff = rate_b - rate_a``
+  with Newcombe's paired 95% interval (Newcombe 1998, method 10: the two Wilson intervals, from
+  ``statsmodels.stats.proportion.proportion_confint``, combined with the correlation of the
+  pairs), McNemar's exact test (``statsmodels.stats.contingency_tables.mcnemar(exact=True)``)
+  and the counts of prompts refused by A only (``a_only``) and by B only (``b_only``);
+* with repeated samples (stage 4 ``--samples K``): the rates over all samples, the difference
+  with a paired bootstrap interval over prompts (``scipy.stats.bootstrap``, ``paired=True``,
+  percentile method, 5,000 resamples, fixed seed), the Wilcoxon signed-rank test on the per-prompt
+  refusal shares (``scipy.stats.wilcoxon``; every share equal gives p = 1), and ``a_only`` /
+  ``b_only`` = prompts with a higher share for A / for B.
+
+P-values across the categories of one set and pair are Holm-adjusted
+(``statsmodels.stats.multitest.multipletests(method="holm")``); the ``all`` row is its own test
+and has no adjusted value. A difference is computed only between verdicts of the same kind and
+the same judge: when the two models' judges differ, the pair is compared on keyword verdicts
+where both have them, and the note says so; otherwise the set is not compared and the note says
+why. Prompts only one model scored are counted (``unpaired_a``, ``unpaired_b``), never used.
+
+For one model with repeated samples, :func:`sample_stats` gives per set the rate over all
+samples with a prompt-level bootstrap interval (the prompt is the unit, not the K x n rows), the
+share of prompts refused in some samples and answered in others, and per-prompt refusal shares.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from orbench.analysis.report_inputs import SCORED, Inputs, read_results
+from orbench.errors import UsageError
+from orbench.vocab import JUDGE, KEYWORD
+
+COLUMNS = ["set", "category", "model_a", "model_b", "judge", "n", "rate_a", "rate_b", "diff",
+           "ci_low", "ci_high", "a_only", "b_only", "p_value", "p_holm", "test", "interval",
+           "unpaired_a", "unpaired_b"]
+SAMPLE_COLUMNS = ["set", "model", "judge", "samples", "prompts", "rows", "rate", "ci_low",
+                  "ci_high", "flip_share", "flip_prompts"]
+SHARE_COLUMNS = ["set", "model", "judge", "category", "prompt", "samples", "refusals", "share"]
+ALL = "all"
+MCNEMAR, WILCOXON = "mcnemar_exact", "wilcoxon_signed_rank"
+NEWCOMBE, BOOTSTRAP = "newcombe_paired", "paired_bootstrap_percentile"
+RESAMPLES, SEED = 5000, 20240531
+
+
+# ---------------------------------------------------------------- the statistics
+
+def newcombe_paired_interval(both: int, a_only: int, b_only: int, neither: int,
+                             alpha: float = 0.05) -> tuple[float, float]:
+    """Newcombe's (1998) method-10 interval for ``p_b - p_a`` of two paired proportions.
+
+    ``both``/``neither``: pairs where both / neither are "yes"; ``a_only``/``b_only``: the
+    discordant pairs. Wilson limits come from statsmodels; ``(nan, nan)`` when there are no pairs.
+    """
+    from statsmodels.stats.proportion import proportion_confint
+
+    n = both + a_only + b_only + neither
+    if n == 0:
+        return math.nan, math.nan
+    pa, pb = (both + a_only) / n, (both + b_only) / n
+    la, ua = proportion_confint(both + a_only, n, alpha=alpha, method="wilson")
+    lb, ub = proportion_confint(both + b_only, n, alpha=alpha, method="wilson")
+    margins = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
+    phi = 0.0
+    if margins > 0:
+        cross = both * neither - a_only * b_only
+        cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
+        phi = cross / math.sqrt(margins)
+    d = pb - pa
+    low = d - math.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2))
+    high = d + math.sqrt(max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2))
+    return max(-1.0, low), min(1.0, high)
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """McNemar's exact two-sided p-value (statsmodels); 1.0 with no discordant pair."""
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    return float(mcnemar([[0, a_only], [b_only, 0]], exact=True).pvalue)
+
+
+def _ratio_diff(ka, na, kb, nb, axis=-1):
+    return kb.sum(axis=axis) / nb.sum(axis=axis) - ka.sum(axis=axis) / na.sum(axis=axis)
+
+
+def _ratio(k, n, axis=-1):
+    return k.sum(axis=axis) / n.sum(axis=axis)
+
+
+def bootstrap_interval(arrays: tuple, statistic, alpha: float = 0.05) -> tuple[float, float]:
+    """Percentile bootstrap interval over prompts (``scipy.stats.bootstrap``, paired, seeded)."""
+    from scipy.stats import bootstrap
+
+    if len(arrays[0]) < 2:
+        return math.nan, math.nan
+    res = bootstrap(arrays, statistic, paired=True, vectorized=True, n_resamples=RESAMPLES,
+                    confidence_level=1 - alpha, method="percentile",
+                    rng=np.random.default_rng(SEED))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def wilcoxon_p(share_a: np.ndarray, share_b: np.ndarray) -> float:
+    """Two-sided Wilcoxon signed-rank p-value on per-prompt shares (scipy); 1.0 when every
+    difference is zero (no evidence of a difference)."""
+    from scipy.stats import wilcoxon
+
+    d = np.asarray(share_b, dtype=float) - np.asarray(share_a, dtype=float)
+    if not np.any(d != 0):
+        return 1.0
+    return float(wilcoxon(share_a, share_b).pvalue)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm-adjusted p-values (statsmodels ``multipletests``)."""
+    from statsmodels.stats.multitest import multipletests
+
+    if not pvalues:
+        return []
+    return [float(p) for p in multipletests(pvalues, method="holm")[1]]
+
+
+# ---------------------------------------------------------------- per-prompt tables
+
+def per_prompt(inp: Inputs, set_code: int, model_code: int, method_code: int, judge_code: int) -> pd.DataFrame:
+    """One row per prompt the group scored: ``k`` refusals of ``n`` scored samples, category."""
+    d = inp.data
+    rows = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["method"] == method_code)
+             & (d["judge"] == judge_code) & (d["status"] == SCORED)]
+    g = rows.groupby("prompt", sort=False)
+    return pd.DataFrame({"k": g["rejected"].sum().astype(np.int64), "n": g.size().astype(np.int64),
+                         "category": g["category"].first()})
+
+
+def _verdict_groups(inp: Inputs, set_code: int, model_code: int) -> list[tuple[int, int]]:
+    """(method code, judge code) of every verdict group with scored rows for one set and model."""
+    d = inp.data
+    sub = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["status"] == SCORED)]
+    return sorted({(int(m), int(j)) for m, j in sub[["method", "judge"]].drop_duplicates().itertuples(index=False)})
+
+
+# ---------------------------------------------------------------- comparisons
+
+@dataclass
+class Comparison:
+    """What :func:`compare` produced: the table, the notes, and the flipped prompts."""
+
+    table: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    flips: list[dict] = field(default_factory=list)   # one entry per compared (set, pair, judge)
+
+
+def model_pairs(inp: Inputs, compare: list[list[str]] | None, baseline: str | None) -> list[tuple[str, str]]:
+    """The (A, B) pairs asked for; ``UsageError`` naming a model that is not in the inputs."""
+    models = inp.codes["model"].names
+    present = {m for m in models if m in inp.codes["model"].index}
+    used = set(pd.unique(inp.data["model"])) if not inp.data.empty else set()
+    present = {models[c] for c in used}
+    pairs: list[tuple[str, str]] = []
+    asked = [("--compare", a) for pair in (compare or []) for a in pair] + \
+        ([("--baseline", baseline)] if baseline else [])
+    for flag, name in asked:
+        if name not in present:
+            raise UsageError(f"{flag}: no model {name!r} in the inputs (models: "
+                             f"{', '.join(sorted(present)) or 'none'})")
+    for a, b in compare or []:
+        if a == b:
+            raise UsageError(f"--compare {a} {b}: a model compared with itself")
+        pairs.append((a, b))
+    if baseline:
+        others = sorted(present - {baseline})
+        if not others:
+            raise UsageError(f"--baseline {baseline}: no other model in the inputs to compare with")
+        pairs += [(baseline, m) for m in others]
+    return list(dict.fromkeys(pairs))
+
+
+def _choose(inp: Inputs, ga: list, gb: list, verdict: str) -> tuple[list, str | None]:
+    """The verdict groups to compare on (same method and judge for both) and a note, if any."""
+    kw = inp.codes["method"].index.get(KEYWORD)
+    jd = inp.codes["method"].index.get(JUDGE)
+    names = inp.codes["judge"].names
+    common = sorted(set(ga) & set(gb))
+    judged = [g for g in common if g[0] == jd]
+    keyword = [g for g in common if g[0] == kw]
+    if verdict == KEYWORD:
+        return keyword, None
+    if verdict == JUDGE:
+        return judged, None
+    if judged:
+        return judged, None
+    ja = sorted({names[j] for m, j in ga if m == jd})
+    jb = sorted({names[j] for m, j in gb if m == jd})
+    if (ja or jb) and keyword:
+        return keyword, (f"judges differ (A: {', '.join(ja) or 'none'}; B: {', '.join(jb) or 'none'}): "
+                         f"compared on keyword verdicts")
+    return keyword, None
+
+
+def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") -> Comparison:
+    """Every asked pair on every set both have verdicts for (see the module docstring)."""
+    codes = inp.codes
+    out = Comparison(pd.DataFrame(columns=COLUMNS))
+    rows: list[dict] = []
+    for a, b in pairs:
+        ca, cb = codes["model"].index[a], codes["model"].index[b]
+        compared = 0
+        for s in sorted(pd.unique(inp.data["set"])):
+            set_name = codes["set"].names[s]
+            ga, gb = _verdict_groups(inp, s, ca), _verdict_groups(inp, s, cb)
+            if not ga or not gb:
+                if ga or gb:
+                    out.notes.append(f"{a} vs {b} on {set_name}: not compared "
+                                     f"({b if ga else a} has no scored rows on this set)")
+                continue
+            chosen, note = _choose(inp, ga, gb, verdict)
+            if note:
+                out.notes.append(f"{a} vs {b} on {set_name}: {note}")
+            if not chosen:
+                describe = lambda gs: ", ".join(
+                    codes["judge"].names[j] or codes["method"].names[m] for m, j in gs)
+                out.notes.append(f"{a} vs {b} on {set_name}: not compared: no verdicts of the same "
+                                 f"kind and judge (A: {describe(ga)}; B: {describe(gb)})")
+                continue
+            for method, judge in chosen:
+                pa, pb = per_prompt(inp, s, ca, method, judge), per_prompt(inp, s, cb, method, judge)
+                both = pa.join(pb, how="inner", lsuffix="_a", rsuffix="_b")
+                unpaired_a, unpaired_b = len(pa) - len(both), len(pb) - len(both)
+                judge_name = codes["judge"].names[judge] or KEYWORD
+                if unpaired_a or unpaired_b:
+                    out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): {len(both)} prompts "
+                                     f"scored by both compared; left out: {unpaired_a} scored by "
+                                     f"{a} only, {unpaired_b} by {b} only")
+                if both.empty:
+                    continue
+                compared += len(both)
+                rows += _rows(both, set_name, a, b, judge_name, unpaired_a, unpaired_b, codes)
+                out.flips.append({"set": set_name, "model_a": a, "model_b": b, "judge": judge_name,
+                                  "set_code": s, "method": method, "judge_code": judge,
+                                  "codes": (ca, cb), "pairs": both})
+        if compared == 0:
+            raise UsageError(f"--compare {a} {b}: the two models have no prompt in common that both "
+                             f"scored (same set, same kind of verdict and judge); nothing to compare")
+    if rows:
+        table = pd.DataFrame(rows).reindex(columns=COLUMNS)
+        for c in ("n", "a_only", "b_only", "unpaired_a", "unpaired_b"):
+            table[c] = table[c].astype("Int64")
+        out.table = table
+    return out
+
+
+def _rows(both: pd.DataFrame, set_name: str, a: str, b: str, judge: str, unpaired_a: int,
+          unpaired_b: int, codes) -> list[dict]:
+    sampled = bool((both["n_a"] > 1).any() or (both["n_b"] > 1).any())
+    cats = codes["category"].names
+    groups = [(ALL, both)] + sorted(((cats[c], part) for c, part in both.groupby("category_a")),
+                                    key=lambda g: g[0])
+    rows = []
+    for name, part in groups:
+        row = _stats(part, sampled)
+        rows.append({"set": set_name, "category": name, "model_a": a, "model_b": b, "judge": judge,
+                     "unpaired_a": unpaired_a if name == ALL else None,
+                     "unpaired_b": unpaired_b if name == ALL else None, **row})
+    adjusted = holm([r["p_value"] for r in rows[1:]])
+    rows[0]["p_holm"] = math.nan
+    for r, p in zip(rows[1:], adjusted):
+        r["p_holm"] = p
+    return rows
+
+
+def _stats(part: pd.DataFrame, sampled: bool) -> dict:
+    ka, na = part["k_a"].to_numpy(float), part["n_a"].to_numpy(float)
+    kb, nb = part["k_b"].to_numpy(float), part["n_b"].to_numpy(float)
+    rate_a, rate_b = ka.sum() / na.sum(), kb.sum() / nb.sum()
+    if not sampled:
+        ya, yb = ka > 0, kb > 0
+        a_only, b_only = int((ya & ~yb).sum()), int((yb & ~ya).sum())
+        both, neither = int((ya & yb).sum()), int((~ya & ~yb).sum())
+        low, high = newcombe_paired_interval(both, a_only, b_only, neither)
+        return {"n": len(part), "rate_a": rate_a, "rate_b": rate_b, "diff": rate_b - rate_a,
+                "ci_low": low, "ci_high": high, "a_only": a_only, "b_only": b_only,
+                "p_value": mcnemar_exact(a_only, b_only), "test": MCNEMAR, "interval": NEWCOMBE}
+    sa, sb = ka / na, kb / nb
+    low, high = bootstrap_interval((ka, na, kb, nb), _ratio_diff)
+    return {"n": len(part), "rate_a": rate_a, "rate_b": rate_b, "diff": rate_b - rate_a,
+            "ci_low": low, "ci_high": high, "a_only": int((sa > sb).sum()),
+            "b_only": int((sb > sa).sum()), "p_value": wilcoxon_p(sa, sb), "test": WILCOXON,
+            "interval": BOOTSTRAP}
+
+
+# ---------------------------------------------------------------- repeated samples, one model
+
+def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (set, model, judge) with more than one sample of some prompt: the rate over all
+    samples with a prompt-level bootstrap interval and the share of prompts whose samples
+    disagree; and the per-prompt refusal shares (prompt as its hash; see :func:`with_texts`)."""
+    d = inp.data
+    if d.empty or "sample" not in d.columns:
+        return pd.DataFrame(columns=SAMPLE_COLUMNS), pd.DataFrame(columns=SHARE_COLUMNS)
+    scored = d[d["status"] == SCORED]
+    counts = scored.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
+        k=("rejected", "sum"), n=("rejected", "size"), category=("category", "first")).reset_index()
+    stats, shares = [], []
+    names = lambda kind, v: inp.codes[kind].names[v]
+    for (s, m, me, j), part in counts.groupby(["set", "model", "method", "judge"], sort=True):
+        if part["n"].max() <= 1:
+            continue
+        k, n = part["k"].to_numpy(float), part["n"].to_numpy(float)
+        low, high = bootstrap_interval((k, n), _ratio)
+        multi = part["n"] > 1
+        flips = int((multi & (part["k"] > 0) & (part["k"] < part["n"])).sum())
+        judge = names("judge", j) or names("method", me)
+        stats.append({"set": names("set", s), "model": names("model", m), "judge": judge,
+                      "samples": int(part["n"].max()), "prompts": len(part), "rows": int(n.sum()),
+                      "rate": k.sum() / n.sum(), "ci_low": low, "ci_high": high,
+                      "flip_share": flips / int(multi.sum()) if multi.any() else math.nan,
+                      "flip_prompts": flips})
+        shares.append(pd.DataFrame({
+            "set": names("set", s), "model": names("model", m), "judge": judge,
+            "category": [names("category", c) for c in part["category"]], "prompt": part["prompt"].to_numpy(),
+            "samples": part["n"].to_numpy(), "refusals": part["k"].to_numpy(), "share": k / n,
+            "_file_model": m, "_set": s}))
+    share = pd.concat(shares, ignore_index=True) if shares else pd.DataFrame(columns=SHARE_COLUMNS)
+    return pd.DataFrame(stats, columns=SAMPLE_COLUMNS), share
+
+
+# ---------------------------------------------------------------- texts (re-read on demand)
+
+def texts(inp: Inputs, set_code: int, model_code: int, hashes: set) -> dict:
+    """prompt hash -> (prompt text, first response) for one set and model, read again from the
+    input files that hold its rows (the verdict table keeps only hashes)."""
+    from orbench.analysis.report_inputs import _hash
+
+    d = inp.data
+    files = sorted(pd.unique(d.loc[(d["set"] == set_code) & (d["model"] == model_code), "file"]))
+    model = inp.codes["model"].names[model_code]
+    found: dict = {}
+    for f in files:
+        path = inp.files[f]
+        frame = read_results(path)
+        entry = inp.provenance[f] if f < len(inp.provenance) else {}
+        if "model" in frame.columns and len(entry.get("models", [])) > 1:
+            frame = frame[frame["model"].astype(str).str.strip() == model]
+        keys = _hash(frame["prompt"])
+        wanted = np.isin(keys, np.fromiter(hashes, dtype=np.uint64, count=len(hashes)))
+        response = frame["response"] if "response" in frame.columns else pd.Series("", index=frame.index)
+        for key, prompt, resp in zip(keys[wanted], frame["prompt"][wanted], response[wanted]):
+            found.setdefault(key, (str(prompt), str(resp)))
+        if len(found) == len(hashes):
+            break
+    return found
+
+
+def flipped_examples(inp: Inputs, comp: Comparison, limit: int = 10) -> list[dict]:
+    """Per compared (set, pair, judge): up to ``limit`` prompts of each flip direction, with the
+    prompt text and both models' responses."""
+    out = []
+    for f in comp.flips:
+        pairs = f["pairs"]
+        sa, sb = pairs["k_a"] / pairs["n_a"], pairs["k_b"] / pairs["n_b"]
+        a_only = pairs[sa > sb].sort_index().head(limit)
+        b_only = pairs[sb > sa].sort_index().head(limit)
+        wanted = set(a_only.index) | set(b_only.index)
+        ta = texts(inp, f["set_code"], f["codes"][0], wanted) if wanted else {}
+        tb = texts(inp, f["set_code"], f["codes"][1], wanted) if wanted else {}
+        cats = inp.codes["category"].names
+        items = []
+        for direction, part in (("a_only", a_only), ("b_only", b_only)):
+            for key, r in part.iterrows():
+                items.append({"direction": direction, "category": cats[r["category_a"]],
+                              "prompt": ta.get(key, tb.get(key, ("", "")))[0],
+                              "response_a": ta.get(key, ("", ""))[1], "response_b": tb.get(key, ("", ""))[1],
+                              "share_a": r["k_a"] / r["n_a"], "share_b": r["k_b"] / r["n_b"]})
+        out.append({k: f[k] for k in ("set", "model_a", "model_b", "judge")} | {
+            "a_only": int((sa > sb).sum()), "b_only": int((sb > sa).sum()), "items": items})
+    return out
+
+
+def with_texts(inp: Inputs, shares: pd.DataFrame) -> pd.DataFrame:
+    """The per-prompt share table with the prompt text in place of its hash."""
+    if shares.empty:
+        return shares.reindex(columns=SHARE_COLUMNS)
+    parts = []
+    for (s, m), part in shares.groupby(["_set", "_file_model"], sort=False):
+        found = texts(inp, s, m, set(part["prompt"]))
+        parts.append(part.assign(prompt=[found.get(h, ("", ""))[0] for h in part["prompt"]]))
+    return pd.concat(parts, ignore_index=True).reindex(columns=SHARE_COLUMNS)

@@ -1,0 +1,159 @@
+"""The report's paired comparisons and repeated-sample statistics: files, notes and HTML.
+
+``report.py`` calls :func:`check` once the inputs are read (a bad ``--compare``/``--baseline``
+name stops the run before any file is written) and :func:`run` once the summary exists. The
+statistics live in :mod:`orbench.analysis.compare`; this module writes
+
+* ``comparison.csv`` (``--compare A B`` / ``--baseline A``): one row per set, category (``all``
+  for the whole set), pair and judge; columns :data:`orbench.analysis.compare.COLUMNS`;
+* ``samples.csv`` and ``prompt_shares.csv`` (inputs from stage 4 ``--samples K``): per model and
+  set the rate over all samples with a prompt-level bootstrap interval and the share of prompts
+  refused in some samples and answered in others; per prompt its refusal share. The summary's
+  interval of such a group is replaced by the prompt-level one (a Wilson interval over K x n rows
+  would treat the samples of one prompt as independent);
+
+and returns the report.html sections: the comparison table, the prompts that flipped with both
+responses, and the repeated-sample table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from orbench.analysis import compare as cmp
+from orbench.analysis.report_inputs import Inputs
+from orbench.tables import write_csv_atomic
+from orbench.vocab import KEYWORD
+
+FLIPS_SHOWN = 10          # flipped prompts shown per direction and comparison in report.html
+RESPONSE_CHARS = 800
+
+
+@dataclass
+class Extra:
+    """What :func:`run` adds to the report."""
+
+    notes: list[str] = field(default_factory=list)
+    outputs: dict[str, Path] = field(default_factory=dict)
+    html: str = ""
+
+
+def check(inp: Inputs, compare: list | None, baseline: str | None) -> list[tuple[str, str]]:
+    """The model pairs to compare (``UsageError`` for a model not in the inputs)."""
+    if not compare and not baseline:
+        return []
+    return cmp.model_pairs(inp, [list(p) for p in compare or []], baseline)
+
+
+def _update_summary(summary: pd.DataFrame, stats: pd.DataFrame) -> None:
+    """Put the prompt-level intervals of sampled groups into the summary, in place."""
+    for r in stats.to_dict("records"):
+        rows = (summary["set"] == r["set"]) & (summary["model"] == r["model"])
+        if r["judge"] == KEYWORD:
+            prefix = "keyword"
+        else:
+            prefix = "judge"
+            rows &= summary["judge"] == r["judge"]
+        summary.loc[rows, f"{prefix}_ci_low"] = r["ci_low"]
+        summary.loc[rows, f"{prefix}_ci_high"] = r["ci_high"]
+
+
+def run(inp: Inputs, pairs: list[tuple[str, str]], verdict: str, summary: pd.DataFrame,
+        out: Path, html: bool = True) -> Extra:
+    """Compute, write the CSV files into ``out`` and build the HTML sections."""
+    extra = Extra()
+    stats, shares = cmp.sample_stats(inp)
+    comp = cmp.compare(inp, pairs, verdict) if pairs else None
+    if stats.empty and comp is None:
+        return extra
+    out.mkdir(parents=True, exist_ok=True)
+    parts = []
+    if not stats.empty:
+        _update_summary(summary, stats)
+        write_csv_atomic(stats.round(6), out / "samples.csv")
+        write_csv_atomic(cmp.with_texts(inp, shares).round(6), out / "prompt_shares.csv")
+        extra.outputs.update({"samples": out / "samples.csv", "prompt_shares": out / "prompt_shares.csv"})
+        extra.notes.append(
+            f"Repeated samples ({', '.join(sorted({f'{m} on {s}' for s, m in stats[['set', 'model']].itertuples(index=False)}))}): "
+            f"rates are over all samples; their 95% intervals (summary.csv, samples.csv) are "
+            f"prompt-level percentile bootstraps ({cmp.RESAMPLES} resamples of prompts), not Wilson "
+            f"intervals over the rows")
+        if html:
+            parts.append(_samples_html(stats))
+    if comp is not None:
+        write_csv_atomic(comp.table.round(6), out / "comparison.csv")
+        extra.outputs["comparison"] = out / "comparison.csv"
+        extra.notes.extend(comp.notes)
+        if html:
+            parts.append(_comparison_html(comp.table, cmp.flipped_examples(inp, comp, FLIPS_SHOWN),
+                                          comp.notes))
+    extra.html = "\n".join(parts)
+    return extra
+
+
+# ---------------------------------------------------------------- HTML
+
+def _p(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.2g}" if value < 0.001 else f"{value:.3f}"
+
+
+def _comparison_html(table: pd.DataFrame, flips: list[dict], notes: list[str]) -> str:
+    from orbench.analysis.html_report import cell, esc, num, pct
+    from orbench.analysis.html_report import table as html_table
+
+    rows = []
+    for r in table.to_dict("records"):
+        rows.append([cell(esc(r["set"])), cell(esc(r["category"])), cell(esc(r["model_a"])),
+                     cell(esc(r["model_b"])), cell(esc(r["judge"])), num(str(int(r["n"]))),
+                     num(pct(100 * r["rate_a"])), num(pct(100 * r["rate_b"])),
+                     num(f"{100 * r['diff']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]"
+                         if not math.isnan(r["ci_low"]) else f"{100 * r['diff']:+.1f}"),
+                     num(str(int(r["a_only"]))), num(str(int(r["b_only"]))), num(_p(r["p_value"])),
+                     num(_p(r["p_holm"])), cell(esc(r["test"]))])
+    head = ["set", "category", "A", "B", "verdicts", "prompts", "A %", "B %", "B &minus; A, points [95% CI]",
+            "A only", "B only", "p", "p (Holm)", "test"]
+    parts = ["<h2>Paired comparisons</h2>",
+             ("<p>On the prompts both models scored, with the same kind of verdict and the same judge. "
+             "<i>A only</i> / <i>B only</i>: prompts refused by one model only (with repeated samples: "
+             "a higher refusal share). One sample per prompt: Newcombe's paired interval and McNemar's "
+             "exact test; repeated samples: a paired bootstrap over prompts and the Wilcoxon signed-rank "
+             "test on per-prompt refusal shares. p (Holm): adjusted across the categories of a set.</p>"),
+             html_table(head, rows)]
+    if notes:
+        parts.append("<ul class=notes>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    for f in flips:
+        items = []
+        for it in f["items"]:
+            ra, rb = (str(it[k])[:RESPONSE_CHARS] for k in ("response_a", "response_b"))
+            who = f["model_a"] if it["direction"] == "a_only" else f["model_b"]
+            items.append([cell(esc(it["category"])), cell(f"refused by {esc(who)} only"),
+                          f"<td class=text>{esc(it['prompt'])}</td>", f"<td class=text>{esc(ra)}</td>",
+                          f"<td class=text>{esc(rb)}</td>"])
+        summary = (f"{esc(f['model_a'])} vs {esc(f['model_b'])} &middot; {esc(f['set'])} &middot; "
+                   f"{esc(f['judge'])}: {f['a_only']} refused by A only, {f['b_only']} by B only")
+        body = html_table(["category", "flip", "prompt", f"A: {esc(f['model_a'])}", f"B: {esc(f['model_b'])}"],
+                          items, cls="ex") if items else "<p class=muted>No prompt flipped.</p>"
+        parts.append(f"<details><summary>{summary}</summary>{body}</details>")
+    return "\n".join(parts)
+
+
+def _samples_html(stats: pd.DataFrame) -> str:
+    from orbench.analysis.html_report import cell, esc, num
+    from orbench.analysis.html_report import table as html_table
+
+    rows = [[cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"])), num(str(r["samples"])),
+             num(str(r["prompts"])),
+             num(f"{100 * r['rate']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]"),
+             num(f"{100 * r['flip_share']:.1f}" if not math.isnan(r["flip_share"]) else "-")]
+            for r in stats.to_dict("records")]
+    return ("<h2>Repeated samples</h2><p>Rate over all samples with a 95% prompt-level bootstrap interval; "
+            "<i>flip %</i>: prompts refused in some samples and answered in others. Per-prompt shares: "
+            "prompt_shares.csv.</p>"
+            + html_table(["set", "model", "verdicts", "samples (max)", "prompts", "rate % [95% CI]", "flip %"],
+                         rows))
