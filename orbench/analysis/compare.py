@@ -230,7 +230,7 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
                 continue
             for method, judge in chosen:
                 pa, pb = per_prompt(inp, s, ca, method, judge), per_prompt(inp, s, cb, method, judge)
-                both = pa.join(pb, how="inner", lsuffix="_a", rsuffix="_b")
+                both = pa.add_suffix("_a").join(pb.add_suffix("_b"), how="inner")
                 unpaired_a, unpaired_b = len(pa) - len(both), len(pb) - len(both)
                 judge_name = codes["judge"].names[judge] or KEYWORD
                 if unpaired_a or unpaired_b:
