@@ -104,3 +104,20 @@ def test_cascade_needs_a_judge(env, fake, script, tmp_path):
                     env=env, cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("error: --cascade needs a judge")
+
+
+def test_report_says_how_many_rows_each_source_decided(env, fake, script, tmp_path):
+    from orbench.analysis import report
+
+    stage4_output(tmp_path / "in.csv")
+    fake.add_rule(match="RESP-", text="[[direct_refusal]]")
+    result = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade",
+                    "--output_file=out.csv", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False)
+    note = next(n for n in rep.notes if "cascade verdicts" in n)
+    assert note.startswith("out.csv: cascade verdicts (5 rows): ")
+    assert "2 by keyword" in note and "2 by openai/gpt-4o" in note and "1 by provider" in note
+    assert note.endswith("40.0% reached the judge openai/gpt-4o")
+    assert set(rep.summary.judge) == {"keyword+openai/gpt-4o"}  # never pooled with the judge alone
+    assert "cascade verdicts (5 rows)" in rep.outputs["html"].read_text()

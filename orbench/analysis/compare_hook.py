@@ -49,6 +49,25 @@ def check(inp: Inputs, compare: list | None, baseline: str | None) -> list[tuple
     return cmp.model_pairs(inp, [list(p) for p in compare or []], baseline)
 
 
+def cascade_notes(inp: Inputs) -> list[str]:
+    """One note per input judged with stage 5 ``--cascade``: how many rows each source decided
+    (from the input's meta file)."""
+    notes = []
+    for p in inp.provenance:
+        meta = p.get("meta") or {}
+        sources = meta.get("verdict_sources")
+        if not isinstance(sources, dict) or not sources:
+            continue
+        judge = (meta.get("cascade") or {}).get("judge", "the judge")
+        total = sum(int(v) for v in sources.values())
+        by = ", ".join(f"{int(v)} by {k}" for k, v in sorted(sources.items(), key=lambda kv: -int(kv[1])))
+        judged = int(sources.get(judge, 0))
+        notes.append(f"{p['name']}: cascade verdicts ({total} rows): {by}; "
+                     f"{judged / total:.1%} reached the judge {judge}" if total else
+                     f"{p['name']}: cascade verdicts: none")
+    return notes
+
+
 def _update_summary(summary: pd.DataFrame, stats: pd.DataFrame) -> None:
     """Put the prompt-level intervals of sampled groups into the summary, in place."""
     for r in stats.to_dict("records"):
@@ -65,11 +84,11 @@ def _update_summary(summary: pd.DataFrame, stats: pd.DataFrame) -> None:
 def run(inp: Inputs, pairs: list[tuple[str, str]], verdict: str, summary: pd.DataFrame,
         out: Path, html: bool = True) -> Extra:
     """Compute, write the CSV files into ``out`` and build the HTML sections."""
-    extra = Extra()
+    extra = Extra(notes=cascade_notes(inp))
     stats, shares = cmp.sample_stats(inp)
     comp = cmp.compare(inp, pairs, verdict) if pairs else None
     if stats.empty and comp is None:
-        return extra
+        return extra  # the cascade notes only
     out.mkdir(parents=True, exist_ok=True)
     parts = []
     if not stats.empty:
