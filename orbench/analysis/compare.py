@@ -52,6 +52,16 @@ RESAMPLES, SEED = 5000, 20240531
 
 # ---------------------------------------------------------------- the statistics
 
+def require_libraries(what: str) -> None:
+    """``UsageError`` naming the extra to install when scipy or statsmodels is missing."""
+    try:
+        import scipy.stats  # noqa: F401
+        import statsmodels.stats.contingency_tables  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"{what} needs scipy and statsmodels ({exc.name} is not installed): "
+                         f"pip install 'orbench[stats]'") from None
+
+
 def newcombe_paired_interval(both: int, a_only: int, b_only: int, neither: int,
                              alpha: float = 0.05) -> tuple[float, float]:
     """Newcombe's (1998) method-10 interval for ``p_b - p_a`` of two paired proportions.
@@ -100,9 +110,12 @@ def bootstrap_interval(arrays: tuple, statistic, alpha: float = 0.05) -> tuple[f
 
     if len(arrays[0]) < 2:
         return math.nan, math.nan
-    res = bootstrap(arrays, statistic, paired=True, vectorized=True, n_resamples=RESAMPLES,
-                    confidence_level=1 - alpha, method="percentile",
-                    rng=np.random.default_rng(SEED))
+    options = {"paired": True, "vectorized": True, "n_resamples": RESAMPLES,
+               "confidence_level": 1 - alpha, "method": "percentile"}
+    try:
+        res = bootstrap(arrays, statistic, rng=np.random.default_rng(SEED), **options)
+    except TypeError:  # scipy < 1.15 names the generator random_state
+        res = bootstrap(arrays, statistic, random_state=np.random.default_rng(SEED), **options)
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 

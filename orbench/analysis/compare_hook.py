@@ -46,6 +46,7 @@ def check(inp: Inputs, compare: list | None, baseline: str | None) -> list[tuple
     """The model pairs to compare (``UsageError`` for a model not in the inputs)."""
     if not compare and not baseline:
         return []
+    cmp.require_libraries("--baseline" if baseline and not compare else "--compare")
     return cmp.model_pairs(inp, [list(p) for p in compare or []], baseline)
 
 
@@ -85,6 +86,8 @@ def run(inp: Inputs, pairs: list[tuple[str, str]], verdict: str, summary: pd.Dat
         out: Path, html: bool = True) -> Extra:
     """Compute, write the CSV files into ``out`` and build the HTML sections."""
     extra = Extra(notes=cascade_notes(inp))
+    if not inp.data.empty and "sample" in inp.data.columns and inp.data["sample"].any():
+        cmp.require_libraries("repeated samples (a 'sample' column)")
     stats, shares = cmp.sample_stats(inp)
     comp = cmp.compare(inp, pairs, verdict) if pairs else None
     if stats.empty and comp is None:
