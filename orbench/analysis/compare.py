@@ -172,9 +172,7 @@ class Comparison:
 def model_pairs(inp: Inputs, compare: list[list[str]] | None, baseline: str | None) -> list[tuple[str, str]]:
     """The (A, B) pairs asked for; ``UsageError`` naming a model that is not in the inputs."""
     models = inp.codes["model"].names
-    present = {m for m in models if m in inp.codes["model"].index}
-    used = set(pd.unique(inp.data["model"])) if not inp.data.empty else set()
-    present = {models[c] for c in used}
+    present = {models[c] for c in pd.unique(inp.data["model"])} if not inp.data.empty else set()
     pairs: list[tuple[str, str]] = []
     asked = [("--compare", a) for pair in (compare or []) for a in pair] + \
         ([("--baseline", baseline)] if baseline else [])
