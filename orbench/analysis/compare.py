@@ -67,13 +67,21 @@ def newcombe_paired_interval(both: int, a_only: int, b_only: int, neither: int,
     """Newcombe's (1998) method-10 interval for ``p_b - p_a`` of two paired proportions.
 
     ``both``/``neither``: pairs where both / neither are "yes"; ``a_only``/``b_only``: the
-    discordant pairs. Wilson limits come from statsmodels; ``(nan, nan)`` when there are no pairs.
+    discordant pairs; ``(nan, nan)`` when there are no pairs. statsmodels' own
+    ``confint_proportions_paired`` is used where the installed version has it; otherwise the
+    method is computed here from statsmodels' Wilson limits, with Newcombe's corrected
+    correlation (``ad - bc`` less ``n/2`` when above it, 0 between 0 and ``n/2``).
     """
-    from statsmodels.stats.proportion import proportion_confint
+    from statsmodels.stats import proportion
 
     n = both + a_only + b_only + neither
     if n == 0:
         return math.nan, math.nan
+    paired = getattr(proportion, "confint_proportions_paired", None)
+    if paired is not None:  # rows: A, columns: B; it gives p_a - p_b
+        low, high = paired(np.array([[both, a_only], [b_only, neither]]), method="newcomb", alpha=alpha)
+        return -float(high), -float(low)
+    proportion_confint = proportion.proportion_confint
     pa, pb = (both + a_only) / n, (both + b_only) / n
     la, ua = proportion_confint(both + a_only, n, alpha=alpha, method="wilson")
     lb, ub = proportion_confint(both + b_only, n, alpha=alpha, method="wilson")
