@@ -99,3 +99,12 @@ def test_killed_sampling_run_resumes_without_duplicate_samples(env, fake, script
     assert all(sorted(part) == ["0", "1", "2"] for _, part in table.groupby("prompt")["sample"])
     # paid: every sample once, plus at most the ones in flight at the kill
     assert n * k <= fake.count() <= n * k + 2 * k
+
+
+def test_estimate_counts_every_sample(env, fake, script, tmp_path):
+    write_prompts(tmp_path / "in.csv", 4)
+    result = script(SCRIPT, "--model=openai/gpt-4o", "--input_file=in.csv", "--output_file=out.csv",
+                    "--samples=3", "--temperature=0.7", "--estimate", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "4 rows to do, 12 requests to send" in result.stdout
+    assert fake.count() == 0
