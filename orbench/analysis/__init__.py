@@ -2,7 +2,9 @@
 
 ``report`` (rates, Wilson intervals, plots, leaderboard, ``report.html``) reads its inputs with
 ``report_inputs`` and draws with ``plots`` (the only module here that loads matplotlib) and
-``html_report``; ``stats`` holds the statistics. ``build_release`` (the safe, hard and toxic
+``html_report``; ``stats`` holds the statistics. ``compare`` holds the paired comparisons
+(``--compare``/``--baseline``) and the repeated-sample statistics (scipy/statsmodels), and
+``compare_hook`` writes their files and report sections. ``build_release`` (the safe, hard and toxic
 subsets) uses ``near_dup`` and ``report_inputs.expand``, never the report itself.
 ``analysis/report.py`` and ``analysis/build_release.py`` are thin entry points to ``main`` here.
 """
