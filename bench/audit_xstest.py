@@ -1,0 +1,149 @@
+"""Run the whole audit on XSTest v2's real human labels and print the figures beside the libraries'.
+
+Reads the XSTest v2 completions (``xstest_v2_completions_<model>.csv``: prompt, completion and
+two annotators' labels, ``annotation_1`` and ``annotation_2``), writes them as stage-4 outputs
+(the keyword matcher's ``is_rejected`` and ``refusal_kind``), draws a verdict audit that takes
+every row (``--per_stratum`` larger than any stratum, so every weight is 1), writes the two
+annotators' labels as two ``labels_<name>.csv`` files (the page's export format), runs
+``orbench-audit score`` on them, and prints our figures next to scikit-learn's, statsmodels'
+and krippendorff's on the same labels, and the keyword matcher's audited accuracy next to the
+one computed directly. Also prints how long sampling and scoring took.
+
+Usage::
+
+    python bench/audit_xstest.py [XSTEST_DIR] [--models gpt4,llama2new] [--work DIR]
+
+Exit status: 0 after printing (1 when a figure differs from the library's); 2 on a missing input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orbench.analysis import audit  # noqa: E402
+from orbench.refusal import family_for_model, refusal_kind  # noqa: E402
+
+MODELS = {"gpt4": "openai/gpt-4", "llama2new": "meta-llama/Llama-2-70b-chat-hf",
+          "llama2orig": "meta-llama/Llama-2-70b-chat-hf-orig-sysprompt",
+          "mistralguard": "mistralai/Mistral-7B-Instruct-v0.1-guard",
+          "mistralinstruct": "mistralai/Mistral-7B-Instruct-v0.1"}
+LABEL = {"1_full_compliance": "full_compliance", "2_full_refusal": "full_refusal",
+         "3_partial_refusal": "partial_refusal"}
+
+
+def stage4_files(xstest: Path, models: list[str], work: Path) -> tuple[list[str], pd.DataFrame]:
+    """One stage-4-like CSV per model; and the annotations, keyed by (model, prompt, response)."""
+    specs, notes = [], []
+    for short in models:
+        frame = pd.read_csv(xstest / f"xstest_v2_completions_{short}.csv", dtype=str, keep_default_na=False)
+        model = MODELS[short]
+        family = family_for_model(model)
+        kinds = [refusal_kind(t, family) for t in frame["completion"]]
+        out = pd.DataFrame({"prompt": frame["prompt"], "category": frame["type"], "model": model,
+                            "response": frame["completion"], "is_rejected": [k is not None for k in kinds],
+                            "refusal_kind": [k or "" for k in kinds]})
+        path = work / f"xstest_{short}.csv"
+        out.to_csv(path, index=False)
+        specs.append(f"xstest:={path}")
+        notes.append(frame.assign(model=model, response=frame["completion"])[
+            ["model", "prompt", "response", "annotation_1", "annotation_2"]])
+    return specs, pd.concat(notes, ignore_index=True)
+
+
+def annotator_files(folder: Path, annotations: pd.DataFrame) -> tuple[list[str], pd.DataFrame]:
+    """``labels_annotator_1.csv`` and ``labels_annotator_2.csv`` for the sample in ``folder``."""
+    sample = audit.read_sample(folder)
+    items = sample.key[["item_id", "model"]].merge(sample.items, on="item_id")
+    joined = items.merge(annotations, on=["model", "prompt", "response"], how="left", validate="one_to_one")
+    assert joined["annotation_1"].notna().all(), "an item has no XSTest annotation"
+    paths = []
+    for n in (1, 2):
+        path = folder / f"labels_annotator_{n}.csv"
+        pd.DataFrame({"sample_id": sample.sample_id, "item_id": joined["item_id"], "annotator": f"annotator_{n}",
+                      "label": joined[f"annotation_{n}"].map(LABEL), "note": ""}).to_csv(path, index=False)
+        paths.append(str(path))
+    return paths, joined
+
+
+def library_figures(joined: pd.DataFrame, key: pd.DataFrame) -> dict:
+    """The same figures computed straight from the labels with the libraries (no orbench code)."""
+    import krippendorff
+    import numpy as np
+    from sklearn.metrics import accuracy_score, cohen_kappa_score
+    from statsmodels.stats.inter_rater import aggregate_raters, fleiss_kappa
+
+    a, b = joined["annotation_1"].map(LABEL), joined["annotation_2"].map(LABEL)
+    codes = {lab: i for i, lab in enumerate(("full_compliance", "partial_refusal", "full_refusal"))}
+    counts, _ = aggregate_raters(np.stack([a.map(codes), b.map(codes)], axis=1), n_cat=3)
+    ra, rb = a != "full_compliance", b != "full_compliance"
+    agree = ra == rb
+    keyed = joined.merge(key[["item_id", "verdict:keyword", "stratum", "population"]], on="item_id")
+    kw = keyed["verdict:keyword"] == "refusal"
+    used = keyed[agree.to_numpy()].groupby("stratum")["item_id"].transform("size")
+    weight = keyed.loc[agree.to_numpy(), "population"].astype(float) / used
+    return {"raw": float((a == b).mean()), "cohen": float(cohen_kappa_score(a, b)),
+            "fleiss": float(fleiss_kappa(counts)),
+            "alpha": float(krippendorff.alpha(reliability_data=np.stack([a.map(codes), b.map(codes)]),
+                                              level_of_measurement="nominal")),
+            "cohen_refusal": float(cohen_kappa_score(ra, rb)),
+            "keyword_accuracy": float(accuracy_score(ra[agree], kw[agree])), "keyword_n": int(agree.sum()),
+            "keyword_weighted": float(accuracy_score(ra[agree], kw[agree], sample_weight=weight))}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("xstest", nargs="?", default=str(ROOT.parent / "shared" / "data" / "xstest-v2"))
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--work", default=None)
+    args = parser.parse_args(argv)
+    xstest = Path(args.xstest)
+    if not xstest.is_dir():
+        print(f"error: no XSTest folder at {xstest}", file=sys.stderr)
+        return 2
+    work = Path(args.work or tempfile.mkdtemp(prefix="audit_xstest_"))
+    work.mkdir(parents=True, exist_ok=True)
+    specs, annotations = stage4_files(xstest, args.models.split(","), work)
+    t0 = time.perf_counter()
+    audit.main(["sample", "--kind", "verdict", *specs, "--output_dir", str(work / "audit"),
+                "--per_stratum", "100000"])
+    t1 = time.perf_counter()
+    files, joined = annotator_files(work / "audit", annotations)
+    t2 = time.perf_counter()
+    result = audit.load_and_score(work / "audit", files)
+    t3 = time.perf_counter()
+    lib = library_figures(joined, audit.read_sample(work / "audit").key)
+    ag, agr = result["agreement"], result["agreement_refusal"]
+    kw = next(m for m in result["machine"] if m["verdict"] == "keyword" and m["set"] == "(all)")
+    rows = [("raw agreement (3 classes)", ag["raw"], lib["raw"]),
+            ("Cohen's kappa (3 classes)", ag["cohen_kappa"], lib["cohen"]),
+            ("Fleiss' kappa (3 classes)", ag["fleiss_kappa"], lib["fleiss"]),
+            ("Krippendorff's alpha (3 classes)", ag["krippendorff_alpha"], lib["alpha"]),
+            ("Cohen's kappa (refusal yes/no)", agr["cohen_kappa"], lib["cohen_refusal"]),
+            ("keyword accuracy vs humans", kw["sample"]["accuracy"]["value"], lib["keyword_accuracy"]),
+            ("keyword accuracy, weighted", kw["weighted"]["accuracy"]["value"], lib["keyword_weighted"])]
+    print(f"XSTest v2, models {args.models}: {result['items_total']} items, 2 annotators")
+    print(f"{'figure':36s} {'orbench-audit':>14s} {'library':>10s}")
+    bad = 0
+    for name, ours, theirs in rows:
+        same = abs(ours - theirs) < 1e-12
+        bad += not same
+        print(f"{name:36s} {ours:14.6f} {theirs:10.6f} {'equal' if same else 'DIFFERENT'}")
+    print(f"keyword n (annotators agree on refusal): {kw['n']} (direct: {lib['keyword_n']}); "
+          f"accuracy 95% CI {kw['sample']['accuracy']['ci']}; kappa {kw['sample']['kappa']['value']:.4f} "
+          f"{kw['sample']['kappa']['ci']}")
+    for line in audit.summary_lines(result):
+        print("  " + line)
+    print(f"time: sample {t1 - t0:.2f} s, write labels {t2 - t1:.2f} s, score {t3 - t2:.2f} s")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
