@@ -36,7 +36,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -229,8 +229,8 @@ def make_parser() -> ArgumentParser:
     s.add_argument("files", nargs="+", metavar="[SET:][MODEL=]PATH",
                    help="stage outputs (globs allowed); SET: and MODEL= as in analysis/report.py")
     s.add_argument("--kind", choices=(PROMPT, VERDICT), required=True,
-                   help="prompt: are the prompts safe (labels %s); verdict: is the response a refusal "
-                        "(labels %s)" % ("/".join(LABELS[PROMPT]), "/".join(LABELS[VERDICT])))
+                   help=f"prompt: are the prompts safe (labels {'/'.join(LABELS[PROMPT])}); verdict: is the "
+                        f"response a refusal (labels {'/'.join(LABELS[VERDICT])})")
     s.add_argument("--output_dir", required=True, metavar="DIR", help="the new audit folder (must not exist or be empty)")
     s.add_argument("--per_stratum", type=int, default=10, metavar="N", help="items drawn per stratum (default: 10)")
     s.add_argument("--seed", type=int, default=0, help="the random seed of the draw (default: 0)")
