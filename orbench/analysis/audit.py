@@ -145,11 +145,12 @@ def confusion(sample: Sample, items: pd.DataFrame) -> list[dict]:
     return out
 
 
-def _clean(value):
+def json_ready(value):
+    """A result as plain JSON values: no numpy types, NaN as null, bootstrap draws left out."""
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if k != "draws"}
+        return {k: json_ready(v) for k, v in value.items() if k != "draws"}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_ready(v) for v in value]
     if isinstance(value, (np.floating, float)):
         return None if not math.isfinite(float(value)) else round(float(value), 6)
     if isinstance(value, np.integer):
@@ -191,7 +192,7 @@ def write_score(result: dict, out: Path) -> dict[str, Path]:
     body = {k: v for k, v in result.items() if k != "items"}
     write_csv_atomic(items, paths["items"])
     write_csv_atomic(machine_table(result).round(6), paths["machine"])
-    write_text_atomic(json.dumps(_clean(body), indent=2) + "\n", paths["json"])
+    write_text_atomic(json.dumps(json_ready(body), indent=2) + "\n", paths["json"])
     return paths
 
 

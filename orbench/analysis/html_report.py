@@ -236,6 +236,15 @@ def examples_section(examples: pd.DataFrame | None, summary: pd.DataFrame) -> st
     return "".join(parts)
 
 
+def audit_section(rep) -> str:
+    """The audit section (with --audit), else nothing."""
+    if getattr(rep, "audit", None) is None:
+        return ""
+    from orbench.analysis import audit_report
+
+    return audit_report.section(rep.audit)
+
+
 def write(rep, path: Path) -> Path:
     """Write the report as one HTML file at ``path`` and return the path."""
     from orbench.sets import CITATION  # the one citation text
@@ -268,6 +277,7 @@ def write(rep, path: Path) -> Path:
         "<p>Per model, set and category, a few scored rows of each verdict (the headline verdict), picked "
         "by a hash of the prompt so reruns show the same ones.</p>", examples_section(rep.examples, rep.summary),
         getattr(rep, "comparison_html", ""),
+        audit_section(rep),
         "<h2>Notes</h2><ul class=notes>" + "".join(f"<li>{esc(n)}</li>" for n in rep.notes) + "</ul>",
     ]
     page = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "

@@ -90,6 +90,7 @@ class Report:
     provenance: list[dict] = field(default_factory=list)
     examples: pd.DataFrame | None = None
     comparison_html: str = ""  # the paired-comparison and repeated-samples sections (compare_hook)
+    audit: dict | None = None  # with --audit: orbench.analysis.audit_report.apply's result
 
 
 # ---------------------------------------------------------------- grouping (once)
@@ -383,7 +384,7 @@ def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, lis
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, default_set: str | None = None,
                  default_model: str | None = None, verdict: str = "auto", reference: bool = True,
                  examples: int = 3, html: bool = True, compare: list | None = None,
-                 baseline: str | None = None) -> Report:
+                 baseline: str | None = None, audit: Sequence[str] = ()) -> Report:
     """Read the inputs, write every output file into ``output_dir``, return what was computed."""
     from orbench.analysis import compare_hook
 
@@ -445,6 +446,11 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
         "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in board.to_dict("records")]},
         indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     rep.outputs["json"] = js
+    if audit:  # human audits carried into the rates (orbench.analysis.audit_report)
+        from orbench.analysis import audit_report
+        rep.audit = audit_report.apply(audit, inp, summary, headline, out)
+        notes.extend(rep.audit["notes"])
+        rep.outputs.update(rep.audit["outputs"])
     if html:
         from orbench.analysis import html_report
         rep.outputs["html"] = html_report.write(rep, out / "report.html")
@@ -480,6 +486,10 @@ def make_parser() -> ArgumentParser:
                         help="compare every other model with model A (paired, as --compare)")
     parser.add_argument("--examples", type=int, default=3, metavar="N",
                         help="example refusals and answers per model and category in report.html (default: 3)")
+    parser.add_argument("--audit", action="append", default=[], metavar="DIR",
+                        help="an audit folder (orbench-audit sample/score; repeat for a prompt and a verdict "
+                             "audit): adds the rate over human-confirmed safe prompts and the verdict-corrected "
+                             "rate (audit_rates.csv, an audit section in report.html)")
     return parser
 
 
@@ -492,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rep = build_report(args.files, args.output_dir, default_set=args.default_set,
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
-                           compare=args.compare, baseline=args.baseline)
+                           compare=args.compare, baseline=args.baseline, audit=args.audit)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
