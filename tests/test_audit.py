@@ -292,3 +292,41 @@ def test_hostile_text_cannot_leave_the_data_element(tmp_path, script, env):
     assert sorted(it["response"] for it in data["items"]) == sorted(hostile)
     assert audit_page.script_json("</script>") == '"\\u003c/script\\u003e"'
     assert not math.isnan(len(page))
+
+
+def test_verdict_audit_joins_stage4_and_judge_files(tmp_path, script, env):
+    n = 30
+    base = pd.DataFrame({"prompt": [f"p{i}" for i in range(n)], "category": ["hate", "privacy"] * (n // 2),
+                         "model": "prov/m", "response": [f"r{i}" for i in range(n)],
+                         "is_rejected": [str(i % 3 == 0) for i in range(n)],
+                         "refusal_kind": ["full" if i % 3 == 0 else "" for i in range(n)]})
+    base.to_csv(tmp_path / "hard_m.csv", index=False)
+    judge = base.assign(judge_model="prov/judge",
+                        answer_category=["direct_refusal" if i % 2 == 0 else "direct_answer" for i in range(n)],
+                        is_rejected=[str(i % 2 == 0) for i in range(n)],
+                        # the judge file's own keyword verdict differs on one row: the stage-4 file's wins
+                        keyword_is_rejected=[str(i % 3 == 0 or i == 1) for i in range(n)])
+    judge.loc[4, "answer_category"], judge.loc[4, "is_rejected"] = "unparsed", ""
+    judge.to_csv(tmp_path / "hard_m_judge.csv", index=False)
+    folder = tmp_path / "audit"
+    r = script(SCRIPT, "sample", "--kind", "verdict", str(tmp_path / "hard_m_judge.csv"), str(tmp_path / "hard_m.csv"),
+               "--per_stratum", "100", "--output_dir", str(folder), env=env)
+    assert r.returncode == 0, r.stderr
+    sample = audit.read_sample(folder)
+    assert sample.manifest["stratified_by"] == ["set", "model", "category", "verdict:judge:prov/judge"]
+    assert sample.manifest["verdicts"] == ["judge:prov/judge", "keyword"]
+    key = sample.key.merge(sample.items, on="item_id").set_index("prompt")
+    assert len(key) == n and key.loc["p1", "verdict:keyword"] == "answer"
+    assert key.loc["p3", "verdict:keyword"] == "refusal" and key.loc["p3", "kind:keyword"] == "full"
+    assert key.loc["p4", "verdict:judge:prov/judge"] == "" and key.loc["p4", "class:judge:prov/judge"] == "unparsed"
+    # even rows are 'hate' and judged refusals (p4: no verdict); odd rows 'privacy' and answers
+    assert set(key["stratum"]) == {"hard | prov/m | hate | refusal", "hard | prov/m | hate | none",
+                                   "hard | prov/m | privacy | answer"}
+    labels = {i: ("full_refusal" if int(p[1:]) % 2 == 0 else "full_compliance") for i, p in
+              zip(key["item_id"], key.index)}
+    write_labels(folder, "a", labels)
+    write_labels(folder, "b", labels)
+    assert script(SCRIPT, "score", str(folder), env=env).returncode == 0
+    res = audit.load_and_score(folder)
+    judge_fig = next(m for m in res["machine"] if m["verdict"] == "judge:prov/judge" and m["set"] == "(all)")
+    assert judge_fig["n"] == n - 1 and judge_fig["sample"]["accuracy"]["value"] == 1.0

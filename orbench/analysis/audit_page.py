@@ -6,6 +6,8 @@ and the two JavaScript line separators written as ``\\u`` escapes, so no text of
 response (``</script>``, ``<img onerror=...>``) can end the element; the script puts every text
 on the page with ``textContent``, never as markup.
 
+A Content-Security-Policy allows only that one script (by its hash) and no network at all.
+
 The page asks the annotator's name once, shows one item at a time, labels with the keys 1/2/3
 (then moves on), moves with the arrow keys, keeps a note per item, shows progress, keeps every
 label in ``localStorage`` (per sample id, so a reload or a closed tab loses nothing) and exports
@@ -15,13 +17,15 @@ label in ``localStorage`` (per sample id, so a reload or a closed tab loses noth
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from xml.sax.saxutils import quoteattr
 
 PAGE = r"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src __SCRIPT_HASH__">
 <title>OR-Bench audit</title>
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;background:#f4f5f8;color:#1d2330}
@@ -41,7 +45,7 @@ h1{font-size:1.25em;margin:0;flex:1}
 .labels button.on{border-color:#3b6fe0;background:#eaf0ff;font-weight:600}
 textarea{width:100%;box-sizing:border-box;min-height:48px;font:inherit;padding:6px;border:1px solid #c9cfdb;border-radius:6px}
 nav{display:flex;gap:8px;align-items:center;margin-top:10px}
-nav button,#export{padding:6px 12px;border-radius:6px;border:1px solid #c9cfdb;background:#fff;cursor:pointer}
+nav button,#export{white-space:nowrap;padding:6px 12px;border-radius:6px;border:1px solid #c9cfdb;background:#fff;cursor:pointer}
 #export{background:#3b6fe0;color:#fff;border-color:#3b6fe0}
 #who{position:fixed;inset:0;background:rgba(20,25,35,.55);display:flex;align-items:center;justify-content:center}
 #who form{background:#fff;padding:22px;border-radius:10px;min-width:300px}
@@ -180,6 +184,14 @@ kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0
 </script>
 </body></html>
 """
+
+def _script_hash(page: str) -> str:
+    """The CSP source of the page's one script (its SHA-256): inline handlers and injected scripts never run."""
+    body = page.split("<script>", 1)[1].split("</script>", 1)[0]
+    return "'sha256-" + base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+PAGE = PAGE.replace("__SCRIPT_HASH__", _script_hash(PAGE))
 
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 

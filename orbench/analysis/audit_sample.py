@@ -125,7 +125,7 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
         if not responses[i].strip():
             empty += 1  # a provider block or an empty reply: nothing for a human to read
             continue
-        verdicts, kinds_of = {}, {}
+        verdicts, kinds_of, copies = {}, {}, set()
         if judge_file:
             judge = judges[i].strip() or "judge"
             cls = classes[i].strip().lower()
@@ -137,8 +137,9 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
                 verdicts[KEYWORD] = flag
             else:
                 verdicts[f"judge:{judge}"], kinds_of[f"judge:{judge}"] = flag, cls
-            if "keyword_is_rejected" in cols:
+            if "keyword_is_rejected" in cols and KEYWORD not in verdicts:
                 verdicts[KEYWORD] = _verdict(kw_rej[i])
+                copies.add(KEYWORD)
         else:
             verdicts[KEYWORD] = _verdict(rejected[i])
             if sources[i].strip() == SOURCE_PROVIDER:
@@ -147,7 +148,7 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
             kinds_of[KEYWORD] = kinds[i].strip().lower() or (NONE if verdicts[KEYWORD] == ANSWER else "")
         rows.append({"set": set_name, "model": model or models[i].strip() or input_stem(path),
                      "category": cats[i] or "(blank)", "prompt": prompts[i], "response": responses[i],
-                     "source": path, "row": i + 2, "verdicts": verdicts, "kinds": kinds_of})
+                     "source": path, "row": i + 2, "verdicts": verdicts, "kinds": kinds_of, "copies": copies})
     if empty:
         notes.append(f"{path}: {empty} rows with an empty response (provider blocks, empty replies) are not audited")
     return rows, notes
@@ -168,6 +169,14 @@ def collect(specs: Sequence[str], kind: str, default_set: str | None = None) -> 
                 key = (r["set"], r["model"], r["prompt"], r["response"])
                 if key in merged:
                     old = merged[key]
+                    new, olds = r.get("copies", set()), old.get("copies", set())
+                    # the keyword verdict a judge file carries yields to the stage-4 file's (as in the report)
+                    for k in list(r["verdicts"]):
+                        if k in old["verdicts"] and k in new and k not in olds:
+                            del r["verdicts"][k]
+                        elif k in old["verdicts"] and k in olds and k not in new:
+                            old["verdicts"].pop(k)
+                            olds.discard(k)
                     clash = [k for k, v in r["verdicts"].items() if old["verdicts"].get(k, v) != v]
                     if clash:
                         raise UsageError(f"{path} row {r['row']}: its {clash[0]} verdict differs from the one "
