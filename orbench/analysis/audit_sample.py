@@ -263,8 +263,8 @@ def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_str
     manifest = {
         "sample_id": sid, "kind": kind, "labels": list(LABELS[kind]), "question": QUESTIONS[kind],
         "label_help": {lab: HELP[lab] for lab in LABELS[kind]}, "seed": seed, "per_stratum": per_stratum,
-        "stratified_by": ["set", "category", f"verdict:{by}"] if kind == PROMPT else
-        ["set", "model", "category", f"verdict:{by}"],
+        "stratified_by": (["set", "category"] if kind == PROMPT else ["set", "model", "category"])
+        + ([f"verdict:{by}"] if f"verdict:{by}" in verdict_cols else []),
         "verdicts": [c[len("verdict:"):] for c in verdict_cols if c.startswith("verdict:")],
         "items": len(sample), "strata": len(strata), "population": int(strata["population"].sum()),
         "inputs": list(specs), "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
