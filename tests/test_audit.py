@@ -330,3 +330,24 @@ def test_verdict_audit_joins_stage4_and_judge_files(tmp_path, script, env):
     res = audit.load_and_score(folder)
     judge_fig = next(m for m in res["machine"] if m["verdict"] == "judge:prov/judge" and m["set"] == "(all)")
     assert judge_fig["n"] == n - 1 and judge_fig["sample"]["accuracy"]["value"] == 1.0
+
+
+def test_prompt_audit_of_a_bundled_set(tmp_path, script, env):
+    folder = tmp_path / "audit"
+    r = script(SCRIPT, "sample", "--kind", "prompt", "or-bench-hard-1k", "--per_stratum", "2", "--output_dir",
+               str(folder), env=env)
+    assert r.returncode == 0, r.stderr
+    assert "20 items from 10 strata (1319 rows); stratified by set, category" in r.stdout
+    sample = audit.read_sample(folder)
+    assert sample.manifest["verdicts"] == [] and set(sample.key["set"]) == {"hard"}
+    ids = sample.items["item_id"].tolist()
+    write_labels(folder, "alice", {i: ("safe" if k % 4 else "borderline") for k, i in enumerate(ids)})
+    r = script(SCRIPT, "score", str(folder), env=env)
+    assert r.returncode == 0, r.stderr
+    res = json.loads((folder / "score" / "score.json").read_text())
+    shares = {s["label"]: s for s in res["shares"]}
+    assert shares["safe"]["count"] == 15 and shares["toxic"]["share"] == 0
+    w = sample.key["population"].astype(float) / 2
+    safe = np.array([k % 4 != 0 for k in range(len(ids))])
+    assert shares["safe"]["share"] == pytest.approx(float(w[safe].sum() / w.sum()), abs=1e-6)
+    assert res["machine"] == []

@@ -110,7 +110,8 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
             flag = parse_bool(tox[i]) if "is_toxic" in cols else None
             rows.append({"set": set_name, "model": "", "category": cats[i] or "(blank)", "prompt": prompts[i],
                          "response": "", "source": path, "row": i + 2,
-                         "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}})
+                         "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}
+                         if "is_toxic" in cols else {}})
         skipped = n - len(rows)
         if skipped:
             notes.append(f"{path}: {skipped} rows with an error or an empty prompt are not audited")
