@@ -103,6 +103,7 @@ def main(argv=None) -> int:
     parser.add_argument("xstest", nargs="?", default=str(ROOT.parent / "shared" / "data" / "xstest-v2"))
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--work", default=None)
+    parser.add_argument("--audit_size", type=int, default=5, help="items per stratum of the small audit")
     args = parser.parse_args(argv)
     xstest = Path(args.xstest)
     if not xstest.is_dir():
@@ -142,7 +143,35 @@ def main(argv=None) -> int:
     for line in audit.summary_lines(result):
         print("  " + line)
     print(f"time: sample {t1 - t0:.2f} s, write labels {t2 - t1:.2f} s, score {t3 - t2:.2f} s")
+    corrected_rates(xstest, specs, annotations, work, args.models.split(","), args.audit_size)
     return 1 if bad else 0
+
+
+def corrected_rates(xstest: Path, specs: list[str], annotations: pd.DataFrame, work: Path, models: list[str],
+                    size: int) -> None:
+    """A small audit (``size`` per stratum) carried into the report: measured vs corrected vs the humans' rate."""
+    from orbench.analysis.report import build_report
+
+    folder = work / f"audit_small_{size}"
+    audit.main(["sample", "--kind", "verdict", *specs, "--output_dir", str(folder), "--per_stratum", str(size)])
+    annotator_files(folder, annotations)
+    t0 = time.perf_counter()
+    rep = build_report(specs, work / f"report_{size}", reference=False, html=True, audit=[str(folder)])
+    t1 = time.perf_counter()
+    rates = rep.audit["rates"]
+    items = len(audit.read_sample(folder).items)
+    print(f"\nA {items}-item audit ({size} per stratum) carried into the report (keyword verdicts; humans' rate ="
+          f" final_label full or partial refusal on all rows):")
+    print(f"{'model':48s} {'measured %':>10s} {'corrected % [95% CI]':>26s} {'humans %':>9s} {'covered':>8s}")
+    for short in models:
+        frame = pd.read_csv(xstest / f"xstest_v2_completions_{short}.csv", dtype=str, keep_default_na=False)
+        truth = float((frame["final_label"] != "1_full_compliance").mean())
+        r = rates[rates["model"] == MODELS[short]].iloc[0]
+        lo, hi = r["corrected_ci_low"], r["corrected_ci_high"]
+        print(f"{MODELS[short]:48s} {100 * r['measured_rate']:10.1f} "
+              f"{100 * r['corrected_rate']:8.1f} [{100 * lo:5.1f}, {100 * hi:5.1f}]{' clamped' if r['corrected_clamped'] else ''}"
+              f" {100 * truth:9.1f} {'yes' if lo <= truth <= hi else 'NO':>8s}")
+    print(f"time: report with --audit {t1 - t0:.2f} s")
 
 
 if __name__ == "__main__":
