@@ -6,5 +6,10 @@
 (``--compare``/``--baseline``) and the repeated-sample statistics (scipy/statsmodels), and
 ``compare_hook`` writes their files and report sections. ``build_release`` (the safe, hard and toxic
 subsets) uses ``near_dup`` and ``report_inputs.expand``, never the report itself.
-``analysis/report.py`` and ``analysis/build_release.py`` are thin entry points to ``main`` here.
+``audit`` (``orbench-audit``: sample, page, score) draws blind stratified samples with
+``audit_sample``, writes the labelling page with ``audit_page``, reads labels with
+``audit_labels`` and scores them with ``audit_stats`` (scikit-learn, statsmodels, krippendorff);
+``audit_report`` carries an audit into the report (``--audit``).
+``analysis/report.py``, ``analysis/audit.py`` and ``analysis/build_release.py`` are thin entry
+points to ``main`` here.
 """
