@@ -146,6 +146,7 @@ kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0
 
   function start() {
     $("who").classList.add("hidden");
+    if (document.activeElement && document.activeElement.blur) document.activeElement.blur();  // keys label at once
     $("annotator").textContent = "annotator: " + state.annotator;
     $("question").textContent = D.question;
     show();
