@@ -89,8 +89,8 @@ def _audited(verdict_audit: dict | None, name: str, set_name: str, model: str) -
     return None, ""
 
 
-def apply(folders: Sequence[str], inp, summary: pd.DataFrame, headline: dict, out: Path) -> dict:
-    """Score the audits, compute the three rates per model, set and headline verdict, write them."""
+def load(folders: Sequence[str]) -> dict[str, dict]:
+    """Read and score each audit folder (before the report writes anything): kind -> score result."""
     by_kind: dict[str, dict] = {}
     for folder in folders:
         result = audit.load_and_score(folder)
@@ -99,6 +99,11 @@ def apply(folders: Sequence[str], inp, summary: pd.DataFrame, headline: dict, ou
                              f"{folder}); give one of each kind")
         result["folder"] = str(folder)
         by_kind[result["kind"]] = result
+    return by_kind
+
+
+def apply(by_kind: dict[str, dict], inp, summary: pd.DataFrame, headline: dict, out: Path) -> dict:
+    """The three rates per model, set and headline verdict from the loaded audits; written beside the report."""
     prompt_audit, verdict_audit = by_kind.get(PROMPT), by_kind.get(VERDICT)
     rows, notes = [], []
     for r in summary.to_dict("records"):

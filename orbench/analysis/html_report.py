@@ -237,9 +237,7 @@ def examples_section(examples: pd.DataFrame | None, summary: pd.DataFrame) -> st
 
 
 def audit_section(rep) -> str:
-    """The audit section (with --audit), else nothing."""
-    if getattr(rep, "audit", None) is None:
-        return ""
+    """The audit section of a report run with --audit."""
     from orbench.analysis import audit_report
 
     return audit_report.section(rep.audit)
@@ -277,7 +275,7 @@ def write(rep, path: Path) -> Path:
         "<p>Per model, set and category, a few scored rows of each verdict (the headline verdict), picked "
         "by a hash of the prompt so reruns show the same ones.</p>", examples_section(rep.examples, rep.summary),
         getattr(rep, "comparison_html", ""),
-        audit_section(rep),
+        *([audit_section(rep)] if getattr(rep, "audit", None) else []),  # only with --audit
         "<h2>Notes</h2><ul class=notes>" + "".join(f"<li>{esc(n)}</li>" for n in rep.notes) + "</ul>",
     ]
     page = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "

@@ -390,6 +390,9 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
 
     inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0)
     pairs = compare_hook.check(inp, compare, baseline)  # bad names fail before anything is written
+    if audit:  # human audits (orbench.analysis.audit_report): read and scored before anything is written
+        from orbench.analysis import audit_report
+        audits = audit_report.load(audit)
     summary, categories, headline = build_tables(inp, verdict)
     # before the leaderboard: sampled groups get prompt-level intervals in the summary
     extra = compare_hook.run(inp, pairs, verdict, summary, Path(output_dir), html)
@@ -446,9 +449,8 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
         "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in board.to_dict("records")]},
         indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     rep.outputs["json"] = js
-    if audit:  # human audits carried into the rates (orbench.analysis.audit_report)
-        from orbench.analysis import audit_report
-        rep.audit = audit_report.apply(audit, inp, summary, headline, out)
+    if audit:
+        rep.audit = audit_report.apply(audits, inp, summary, headline, out)
         notes.extend(rep.audit["notes"])
         rep.outputs.update(rep.audit["outputs"])
     if html:
