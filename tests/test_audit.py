@@ -351,3 +351,23 @@ def test_prompt_audit_of_a_bundled_set(tmp_path, script, env):
     safe = np.array([k % 4 != 0 for k in range(len(ids))])
     assert shares["safe"]["share"] == pytest.approx(float(w[safe].sum() / w.sum()), abs=1e-6)
     assert res["machine"] == []
+
+
+def test_page_command_rewrites_the_page_and_label_studio_config_parses(prompt_audit, script, env):
+    import xml.etree.ElementTree as ET
+
+    page = (prompt_audit / "audit.html").read_text()
+    (prompt_audit / "audit.html").unlink()
+    r = script(SCRIPT, "page", str(prompt_audit), env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("audit.html")
+    assert (prompt_audit / "audit.html").read_text() == page
+    root = ET.fromstring((prompt_audit / "labelstudio" / "config.xml").read_text())
+    choices = root.find("Choices")
+    assert [c.get("value") for c in choices.findall("Choice")] == ["safe", "borderline", "toxic"]
+    assert choices.get("toName") == "prompt" and root.find("Text").get("value") == "$prompt"
+    # score --output_dir writes elsewhere and leaves the folder's own score alone
+    ids = audit.read_sample(prompt_audit).items["item_id"].tolist()
+    write_labels(prompt_audit, "alice", {i: "safe" for i in ids})
+    r = script(SCRIPT, "score", str(prompt_audit), "--output_dir", str(prompt_audit.parent / "elsewhere"), env=env)
+    assert r.returncode == 0 and (prompt_audit.parent / "elsewhere" / "machine.csv").exists()
+    assert not (prompt_audit / "score").exists()
