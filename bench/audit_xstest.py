@@ -7,11 +7,13 @@ every row (``--per_stratum`` larger than any stratum, so every weight is 1), wri
 annotators' labels as two ``labels_<name>.csv`` files (the page's export format), runs
 ``orbench-audit score`` on them, and prints our figures next to scikit-learn's, statsmodels'
 and krippendorff's on the same labels, and the keyword matcher's audited accuracy next to the
-one computed directly. Also prints how long sampling and scoring took.
+one computed directly. Then a small audit (``--audit_size`` per stratum) is carried into the
+report: measured, corrected and the humans' rate per model; with ``--repeat K``, K such audits
+give the corrected interval's coverage. Also prints how long each step took.
 
 Usage::
 
-    python bench/audit_xstest.py [XSTEST_DIR] [--models gpt4,llama2new] [--work DIR]
+    python bench/audit_xstest.py [XSTEST_DIR] [--models gpt4,llama2new] [--work DIR] [--audit_size 5] [--repeat 20]
 
 Exit status: 0 after printing (1 when a figure differs from the library's); 2 on a missing input.
 """
@@ -104,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--work", default=None)
     parser.add_argument("--audit_size", type=int, default=5, help="items per stratum of the small audit")
+    parser.add_argument("--repeat", type=int, default=0, metavar="K",
+                        help="also draw K small audits (seeds 1..K) and print the corrected rate's coverage")
     args = parser.parse_args(argv)
     xstest = Path(args.xstest)
     if not xstest.is_dir():
@@ -144,7 +148,40 @@ def main(argv=None) -> int:
         print("  " + line)
     print(f"time: sample {t1 - t0:.2f} s, write labels {t2 - t1:.2f} s, score {t3 - t2:.2f} s")
     corrected_rates(xstest, specs, annotations, work, args.models.split(","), args.audit_size)
+    if args.repeat:
+        coverage(xstest, specs, annotations, work, args.models.split(","), args.audit_size, args.repeat)
     return 1 if bad else 0
+
+
+def coverage(xstest: Path, specs: list[str], annotations: pd.DataFrame, work: Path, models: list[str],
+             size: int, repeat: int) -> None:
+    """Draw ``repeat`` small audits (seeds 1..repeat): how often the corrected rate's interval holds the humans' rate."""
+    from orbench.analysis.report import build_report
+
+    truth = {}
+    for short in models:
+        frame = pd.read_csv(xstest / f"xstest_v2_completions_{short}.csv", dtype=str, keep_default_na=False)
+        truth[MODELS[short]] = float((frame["final_label"] != "1_full_compliance").mean())
+    hits = err_measured = err_corrected = width = 0.0
+    cells = 0
+    for seed in range(1, repeat + 1):
+        folder = work / f"audit_seed_{seed}"
+        audit.main(["sample", "--kind", "verdict", *specs, "--output_dir", str(folder), "--per_stratum", str(size),
+                    "--seed", str(seed)])
+        annotator_files(folder, annotations)
+        rates = build_report(specs, work / f"report_seed_{seed}", reference=False, html=False,
+                             audit=[str(folder)]).audit["rates"]
+        for r in rates.to_dict("records"):
+            t = truth[r["model"]]
+            hits += r["corrected_ci_low"] <= t <= r["corrected_ci_high"]
+            err_measured += abs(r["measured_rate"] - t)
+            err_corrected += abs(r["corrected_rate"] - t)
+            width += r["corrected_ci_high"] - r["corrected_ci_low"]
+            cells += 1
+    print(f"\n{repeat} audits of {size} per stratum (seeds 1..{repeat}) x {len(models)} models = {cells} corrected rates:")
+    print(f"  95% interval holds the humans' rate: {hits / cells:.1%}; mean interval width {100 * width / cells:.1f} points")
+    print(f"  mean |measured - humans| {100 * err_measured / cells:.2f} points; "
+          f"mean |corrected - humans| {100 * err_corrected / cells:.2f} points")
 
 
 def corrected_rates(xstest: Path, specs: list[str], annotations: pd.DataFrame, work: Path, models: list[str],
