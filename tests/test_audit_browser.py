@@ -82,12 +82,15 @@ def text(browser, element_id: str) -> str:
 
 
 def label_items(browser, folder: Path, name: str, labels: list[str]) -> str:
-    """Label the items in page order with keys 1/2/3; return the CSV the page exports."""
+    """As annotator ``name`` (switched to on the open page), label the items from the first with
+    keys 1/2/3; return the CSV the page exports."""
+    from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     sample = audit.read_sample(folder)
-    browser.execute_script("localStorage.clear()")
-    open_page(browser, folder, name)
+    browser.get((folder / "audit.html").as_uri())
+    browser.find_element(By.ID, "switch").click()
+    browser.find_element(By.ID, "whoname").send_keys(name, Keys.ENTER)
     keys(browser, *[str(sample.labels.index(lab) + 1) for lab in labels])
     keys(browser, Keys.ARROW_LEFT)
     return browser.execute_script("return window.auditCSV()")
@@ -142,8 +145,13 @@ def test_label_reload_export_and_score(browser, verdict_audit, tmp_path):
     assert list(got["item_id"]) == ids and set(got["sample_id"]) == {sample.sample_id}
     assert list(got["label"]) == ["full_compliance", "full_refusal", "partial_refusal"] + ["full_compliance"] * (n - 3)
     assert got["note"].iat[2] == "unclear, \"quoted\""
-    # a second annotator in the same browser (fresh storage), then score both files
+    # a second annotator in the same browser ("switch annotator"), then score both files
     bob = label_items(browser, folder, "bob", ["full_compliance", "full_refusal"] + ["full_compliance"] * (n - 2))
+    assert text(browser, "annotator") == "annotator: bob"
+    # switching back to alice finds her labels untouched
+    browser.find_element(By.ID, "switch").click()
+    browser.find_element(By.ID, "whoname").send_keys("alice", Keys.ENTER)
+    assert browser.execute_script("return window.auditCSV()") == shown
     (folder / "labels_bob.csv").write_text(bob, encoding="utf-8")
     shutil.copy(target, folder / "labels_alice.csv")
     assert audit.main(["score", str(folder)]) == 0

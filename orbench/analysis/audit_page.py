@@ -8,7 +8,8 @@ on the page with ``textContent``, never as markup.
 
 A Content-Security-Policy allows only that one script (by its hash) and no network at all.
 
-The page asks the annotator's name once, shows one item at a time, labels with the keys 1/2/3
+The page asks the annotator's name once (annotators sharing a browser switch names; each keeps
+their own labels), shows one item at a time, labels with the keys 1/2/3
 (then moves on), moves with the arrow keys, keeps a note per item, shows progress, keeps every
 label in ``localStorage`` (per sample id, so a reload or a closed tab loses nothing) and exports
 ``labels_<name>.csv`` (``sample_id, item_id, annotator, label, note``) as a download.
@@ -45,7 +46,7 @@ h1{font-size:1.25em;margin:0;flex:1}
 .labels button.on{border-color:#3b6fe0;background:#eaf0ff;font-weight:600}
 textarea{width:100%;box-sizing:border-box;min-height:48px;font:inherit;padding:6px;border:1px solid #c9cfdb;border-radius:6px}
 nav{display:flex;gap:8px;align-items:center;margin-top:10px}
-nav button,#export{white-space:nowrap;padding:6px 12px;border-radius:6px;border:1px solid #c9cfdb;background:#fff;cursor:pointer}
+nav button,#export,#switch{white-space:nowrap;padding:6px 12px;border-radius:6px;border:1px solid #c9cfdb;background:#fff;cursor:pointer}
 #export{background:#3b6fe0;color:#fff;border-color:#3b6fe0}
 #who{position:fixed;inset:0;background:rgba(20,25,35,.55);display:flex;align-items:center;justify-content:center}
 #who form{background:#fff;padding:22px;border-radius:10px;min-width:300px}
@@ -55,11 +56,13 @@ kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0
 </style></head>
 <body>
 <div id="who"><form id="whoform"><b>Your name</b>
-<div class="muted">Asked once; your labels are saved in this browser under it.</div>
+<div class="muted">Asked once; your labels are saved in this browser under it (several annotators
+can share a browser: "switch annotator" keeps each one's labels apart).</div>
 <input id="whoname" autocomplete="off" required maxlength="60" placeholder="e.g. alice">
 <button type="submit">Start</button></form></div>
 <main>
 <header><h1>OR-Bench audit</h1><span id="annotator" class="muted"></span>
+<button id="switch" type="button">switch annotator</button>
 <button id="export" type="button">Export my labels (CSV)</button></header>
 <div class="bar"><div id="progress"></div></div>
 <div class="muted"><span id="count"></span> &middot; item <span id="pos"></span> &middot; <span id="question"></span></div>
@@ -78,17 +81,23 @@ kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0
 (function () {
   "use strict";
   var D = JSON.parse(document.getElementById("data").textContent);
-  var KEY = "orbench-audit:" + D.sample_id;
-  var state = load();
-  var pos = Math.min(state.pos || 0, D.items.length - 1);
+  // who is labelling (per sample), and each annotator's labels under their own key
+  var WHO = "orbench-audit:" + D.sample_id + ":annotator";
+  var KEY = "";
+  var state = {labels: {}};
+  var pos = 0;
   var $ = function (id) { return document.getElementById(id); };
 
-  function load() {
-    try { var s = JSON.parse(localStorage.getItem(KEY) || "{}"); if (s && typeof s === "object") { s.labels = s.labels || {}; return s; } }
-    catch (e) {}
-    return {labels: {}};
+  function load(name) {
+    KEY = "orbench-audit:" + D.sample_id + ":labels:" + name;
+    var s = null;
+    try { s = JSON.parse(localStorage.getItem(KEY) || "null"); } catch (e) {}
+    state = (s && typeof s === "object") ? s : {};
+    state.labels = state.labels || {};
+    state.annotator = name;
+    pos = Math.max(0, Math.min(state.pos || 0, D.items.length - 1));
   }
-  function save() { state.pos = pos; localStorage.setItem(KEY, JSON.stringify(state)); }
+  function save() { if (!KEY) return; state.pos = pos; localStorage.setItem(KEY, JSON.stringify(state)); }
   function entry(id) { return state.labels[id] || (state.labels[id] = {label: "", note: ""}); }
   function done() { var n = 0; D.items.forEach(function (it) { var e = state.labels[it.item_id]; if (e && e.label) n++; }); return n; }
 
@@ -155,7 +164,10 @@ kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0
     ev.preventDefault();
     var name = $("whoname").value.trim();
     if (!name) return;
-    state.annotator = name; save(); start();
+    localStorage.setItem(WHO, name); load(name); save(); start();
+  });
+  $("switch").addEventListener("click", function () {
+    keepNote(); save(); $("whoname").value = ""; $("who").classList.remove("hidden"); $("whoname").focus();
   });
   $("note").addEventListener("input", function () { keepNote(); save(); });
   $("prev").addEventListener("click", function () { move(-1); });
@@ -170,7 +182,7 @@ kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0
   });
   $("export").addEventListener("click", exportCSV);
   document.addEventListener("keydown", function (ev) {
-    if (!state.annotator || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    if (!$("who").classList.contains("hidden") || ev.ctrlKey || ev.metaKey || ev.altKey) return;
     var t = ev.target && ev.target.tagName;
     if (t === "TEXTAREA" || t === "INPUT") { if (ev.key === "Escape") ev.target.blur(); return; }
     var k = parseInt(ev.key, 10);
@@ -180,7 +192,8 @@ kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0
     else if (ev.key === "n") { ev.preventDefault(); $("note").focus(); }
   });
   buildButtons();
-  if (state.annotator) start(); else $("whoname").focus();
+  var known = localStorage.getItem(WHO);
+  if (known) { load(known); start(); } else $("whoname").focus();
 })();
 </script>
 </body></html>
