@@ -33,6 +33,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,6 +88,12 @@ class Sample:
     @property
     def sample_id(self) -> str:
         return self.manifest["sample_id"]
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _verdict(value) -> str:
@@ -251,7 +260,9 @@ def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_str
     if per_stratum < 1:
         raise UsageError("--per_stratum must be 1 or more")
     out = Path(folder)
-    if (out / "audit.json").exists() or (out.exists() and any(out.iterdir())):
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output_dir {out} is a file, not a folder")
+    if out.exists() and any(out.iterdir()):
         raise UsageError(f"{out} already exists and is not empty: an audit folder is never overwritten "
                          "(annotators' labels belong to its sample); choose a new --output_dir")
     rows, notes = collect(specs, kind, default_set)
@@ -271,16 +282,27 @@ def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_str
         "inputs": list(specs), "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "notes": notes,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv_atomic(items, out / "items.csv")
-    write_csv_atomic(key, out / "key.csv")
-    write_csv_atomic(strata, out / "strata.csv")
-    result = Sample(out, manifest, items.reset_index(drop=True), key.reset_index(drop=True), strata)
-    write_text_atomic(audit_page.render(result), out / "audit.html")
-    tasks, config = audit_page.label_studio(result)
-    write_text_atomic(tasks, out / "labelstudio" / "tasks.json")
-    write_text_atomic(config, out / "labelstudio" / "config.xml")
-    write_text_atomic(json.dumps(manifest, indent=2) + "\n", out / "audit.json")
+    # written into a temporary folder beside the target, then renamed: never a half-written audit folder
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        write_csv_atomic(items, tmp / "items.csv")
+        write_csv_atomic(key, tmp / "key.csv")
+        write_csv_atomic(strata, tmp / "strata.csv")
+        result = Sample(tmp, manifest, items.reset_index(drop=True), key.reset_index(drop=True), strata)
+        write_text_atomic(audit_page.render(result), tmp / "audit.html")
+        tasks, config = audit_page.label_studio(result)
+        write_text_atomic(tasks, tmp / "labelstudio" / "tasks.json")
+        write_text_atomic(config, tmp / "labelstudio" / "config.xml")
+        write_text_atomic(json.dumps(manifest, indent=2) + "\n", tmp / "audit.json")
+        os.chmod(tmp, 0o777 & ~_umask())
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    result.folder = out
     return result
 
 
