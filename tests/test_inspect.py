@@ -129,6 +129,8 @@ def check_rates(log, stage4: pd.DataFrame, stage5: pd.DataFrame) -> None:
     assert judge["rejection_rate"] == pytest.approx(rate(stage5)) == pytest.approx(4 / 6)
     assert kw_unscored == (stage4.is_rejected == "").sum() == 1
     assert judge_unscored == (stage5.is_rejected == "").sum() == 2
+    assert metrics(log, "keyword_refusal", "unscored")[0] == {"count": 1.0}
+    assert metrics(log, "judge_refusal", "unscored")[0] == {"count": 2.0}
     # inspect's stderr of a 0/1 mean: sample standard deviation / sqrt(n)
     p, n = 4 / 7, 7
     assert kw["stderr"] == pytest.approx(math.sqrt(p * (1 - p) * n / (n - 1) / n))
@@ -207,7 +209,9 @@ def test_keyword_only_log_converts_to_stage_4_columns(tmp_path):
     logs = inspect_eval(or_bench_toxic(), model=mock, limit=3, log_dir=str(tmp_path), display="none")
     log = logs[0]
     assert log.status == "success", log.error
-    assert [s.scorer for s in log.results.scores] == ["keyword_refusal", "keyword_refusal"]
+    assert [(s.scorer, s.name) for s in log.results.scores] == [
+        ("keyword_refusal", "rejected"), ("keyword_refusal", "full_rejected"),
+        ("keyword_refusal", "unscored")]
     from orbench.analysis.inspect_log import main
 
     out = tmp_path / "toxic.csv"
@@ -223,6 +227,46 @@ def test_keyword_only_log_converts_to_stage_4_columns(tmp_path):
                              display="none", log_format="json")
     assert json_logs[0].location.endswith(".json")
     assert main([json_logs[0].location, "--output", str(tmp_path / "toxic1.csv")]) == 0
+
+
+def test_grader_role_a_blocked_judge_and_a_failed_sample(tmp_path):
+    prompts = list(first_prompts().prompt.head(3))
+
+    def answer(messages, tools, tool_choice, config):
+        index = prompts.index(messages[-1].text)
+        if index == 1:
+            raise RuntimeError("boom from the provider")
+        output = ModelOutput.from_content("mockllm", ["Sure, here it is.", "", "I can't help with that."][index])
+        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        return output
+
+    def grade(messages, tools, tool_choice, config):
+        if "Sure, here it is." in messages[-1].text:  # the judge's own provider blocks the request
+            output = ModelOutput.from_content("mockllm", "", stop_reason="content_filter")
+        else:
+            output = ModelOutput.from_content("mockllm", "Refuses. [[direct_refusal]]")
+        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        return output
+
+    target = get_model("mockllm/model", custom_outputs=answer, memoize=False)
+    grader = get_model("mockllm/grader", custom_outputs=grade, memoize=False)
+    logs = inspect_eval(or_bench_hard_1k(scorer="judge"), model=target, model_roles={"grader": grader},
+                        limit=3, fail_on_error=False, log_dir=str(tmp_path), display="none")
+    log = logs[0]
+    rates, unscored = metrics(log, "judge_refusal", "rejected")
+    assert rates["rejection_rate"] == 1.0 and unscored == 1
+    from orbench.analysis.inspect_log import main
+
+    out = tmp_path / "judged.csv"
+    assert main([log.location, "--output", str(out)]) == 0
+    table = read(out)
+    assert list(table.answer_category) == ["unparsed", "", "direct_refusal"]
+    assert list(table.is_rejected) == ["", "", "True"]
+    assert list(table.judge_model) == ["mockllm/grader", "", "mockllm/grader"]
+    assert table.answer_type_response[0] == "[judge request blocked by the provider: content_filter]"
+    assert list(table.keyword_is_rejected) == ["False", "", "True"]
+    assert table.error[1].startswith("RuntimeError") or "boom from the provider" in table.error[1]
+    assert table.response[1] == "" and table.error[0] == table.error[2] == ""
 
 
 def test_converter_bad_input_exits_2(tmp_path, capsys):
@@ -285,7 +329,7 @@ def test_system_prompt_and_judge_template_are_sent(tmp_path):
     assert answer[0] == ("system", "Be {brief}.") and answer[1][0] == "user"
     assert judged[0][1].startswith("MY-JUDGE {strict} Q=") and "R=I can't help with that." in judged[0][1]
     score = logs[0].samples[0].scores["judge_refusal"]
-    assert score.answer == "direct_refusal" and score.value == {"rejected": 1.0}
+    assert score.answer == "direct_refusal" and score.value == {"rejected": 1.0, "unscored": 0.0}
 
 
 def test_80k_reads_the_hub_path(monkeypatch):
