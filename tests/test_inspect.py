@@ -201,6 +201,14 @@ def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp
     same = ["prompt", "category", "response", "is_rejected", "refusal_source", "refusal_kind", "error"]
     pd.testing.assert_frame_equal(mocked[same], stage4[same])
     assert set(mocked.model) == {"mockllm/model"}
+    # an inspect run and a CLI run of another model, paired on the same prompts (--compare)
+    result = script("analysis/report.py", str(stage4_path), "mock_hard.csv", "--compare", TARGET,
+                    "mockllm/model", "--output_dir", "report_pair", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    pair = read(tmp_path / "report_pair" / "comparison.csv")
+    overall = pair[pair.category == "all"].iloc[0]
+    assert (overall.model_a, overall.model_b, overall.n) == (TARGET, "mockllm/model", "7")
+    assert float(overall.rate_a) == float(overall.rate_b) == pytest.approx(4 / 7)
 
 
 def test_keyword_only_log_converts_to_stage_4_columns(tmp_path):
