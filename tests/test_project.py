@@ -43,7 +43,7 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
 
 def test_every_script_entry_point_imports_and_has_main():
     scripts = _pyproject()["project"]["scripts"]
-    assert len(scripts) == 8  # the five stages, the report, the release builder and the audit
+    assert len(scripts) == 9  # the seven stage/report/release commands, orbench-audit and orbench-inspect-to-csv
     for target in scripts.values():
         module, func = target.split(":")
         assert module.split(".")[0] == "orbench", target  # console scripts point into the package
