@@ -10,9 +10,8 @@ runner's provenance file) is read when present.
 from __future__ import annotations
 
 import glob
-import json
-from concurrent.futures import ThreadPoolExecutor
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -20,11 +19,21 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from orbench.analysis import lineage
+from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
 from orbench.tables import file_name, input_stem, read_table
-from orbench.vocab import (JUDGE, JUDGE_CLASSES, KEYWORD, KEYWORD_CLASSES, PARTIAL,
-                           REJECTED_BY_CLASS, SKIPPED_ERROR, UNPARSED)
+from orbench.vocab import (
+    JUDGE,
+    JUDGE_CLASSES,
+    KEYWORD,
+    KEYWORD_CLASSES,
+    PARTIAL,
+    REJECTED_BY_CLASS,
+    SKIPPED_ERROR,
+    UNPARSED,
+)
 
 HARD, TOX, K80 = "hard", "toxic", "80k"
 # A set is named in a file name by one of these whole tokens (the bundled names or short names).
@@ -42,7 +51,7 @@ SCORED, ERROR, NO_VERDICT = 0, 1, 2
 GROUP_KEYS = ["set", "model", "method", "judge"]
 ORIGIN_RANK = {"rescore": 0, "alignment": 1, "judge": 2}
 COLUMNS = {"prompt", "category", "model", "response", "is_rejected", "keyword_is_rejected",
-           "answer_category", "error", "refusal_kind", "judge_model", "sample"}
+           "answer_category", "error", "refusal_kind", "judge_model", "sample", "finish_reason"}
 
 
 @dataclass
@@ -137,18 +146,6 @@ def infer_set(path: str) -> str | None:
 def identity(path: str) -> str:
     """What makes two namings the same file: the resolved local path, or the URL as written."""
     return path if "://" in path else str(Path(path).resolve())
-
-
-def read_meta(path: str) -> dict | None:
-    """The provenance file ``<path>.meta.json`` as a dict, or None when absent or unreadable."""
-    if "://" in path:
-        return None
-    meta = Path(f"{path}.meta.json")
-    try:
-        value = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def meta_judge(meta: dict | None) -> str:
@@ -309,6 +306,9 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
         cat_codes = codes["category"].encode(category, blank="(blank)")
         kinds = per_value(frame["refusal_kind"], lambda v: str(v).strip().lower()) \
             if "refusal_kind" in frame.columns else None
+        has_finish = "finish_reason" in frame.columns
+        truncated = per_value(frame["finish_reason"], lineage.is_truncated, dtype=bool) if has_finish \
+            else np.zeros(n, dtype=bool)
         prompt_key = _hash(frame["prompt"])
         # stage 4 --samples: the sample index; a prompt may then repeat once per sample
         sample = per_value(frame["sample"], _sample_index, dtype=np.int32) if "sample" in frame.columns \
@@ -316,7 +316,8 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
         response = frame["response"] if "response" in frame.columns else pd.Series("", index=frame.index)
         entry = {"file": path, "name": file_name(path), "set": label, "rows": n,
                  "models": sorted(codes["model"].names[c] for c in np.unique(model_codes)), "verdicts": [],
-                 "meta": meta, "refusal_kind": kinds is not None}
+                 "meta": meta, "refusal_kind": kinds is not None, "finish_reason": has_finish,
+                 "lineage": lineage.summarise(path)}
         for method, origin, judge, status, rej in verdict_columns(frame, path, meta_judge(meta)):
             # refusal_kind belongs to the keyword matcher's verdict
             with_kind = kinds is not None and method == KEYWORD
@@ -335,6 +336,8 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
                 "partial": (kinds == PARTIAL) if with_kind else np.zeros(n, dtype=bool),
                 "has_kind": np.full(n, with_kind),
                 "sample": sample,
+                "truncated": truncated,
+                "has_finish": np.full(n, has_finish),
             })
             if origin == "judge" and method == KEYWORD:
                 copies.append(part.assign(response=_hash(response)))
