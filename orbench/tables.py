@@ -9,6 +9,7 @@ a crash never leaves a half-written output.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import tempfile
@@ -20,6 +21,14 @@ import pandas as pd
 from orbench.sets import resolve_set
 from orbench.errors import UsageError
 from orbench.models import slug
+
+
+def did_you_mean(name: str, choices: Sequence[str], cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``name`` (``difflib``, case
+    ignored), or ``''`` when none is close."""
+    lowered = {str(c).lower(): str(c) for c in choices}
+    found = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=cutoff)
+    return f" (did you mean {lowered[found[0]]!r}?)" if found else ""
 
 
 def _is_url(path: str) -> bool:

@@ -13,6 +13,10 @@ Naming the inputs (positional; globs allowed, e.g. ``'results/*.csv'``)::
     SET:=PATH               set named here, model from the file
     :MODEL=PATH             model named here, set from the file name (use when MODEL contains ':')
 
+SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``);
+any other label stops the report (exit 2, naming the known sets and the closest one) unless it
+is declared as a set of your own with ``--custom_set LABEL``, so a typo never becomes a new set.
+
 The set is read from the file name when not given: a set name that is a whole token of the name
 (split at every character but letters, digits and '-'): ``or-bench-hard-1k`` or ``hard``,
 ``or-bench-toxic`` or ``toxic``, ``or-bench-80k`` or ``80k``; "seemingly toxic" names no set.
@@ -498,11 +502,15 @@ def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, lis
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, default_set: str | None = None,
                  default_model: str | None = None, verdict: str = "auto", reference: bool = True,
                  examples: int = 3, html: bool = True, compare: list | None = None,
-                 baseline: str | None = None) -> Report:
-    """Read the inputs, write every output file into ``output_dir``, return what was computed."""
+                 baseline: str | None = None, custom_sets: Sequence[str] = ()) -> Report:
+    """Read the inputs, write every output file into ``output_dir``, return what was computed.
+
+    ``custom_sets`` declares set labels of the user's own (any other unknown label is an error).
+    """
     from orbench.analysis import compare_hook
 
-    inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0)
+    inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0,
+               custom_sets=custom_sets)
     pairs = compare_hook.check(inp, compare, baseline)  # bad names fail before anything is written
     published = published_sets()
     mark_set_prompts(inp, published)
@@ -586,6 +594,9 @@ def make_parser() -> ArgumentParser:
                         help="prompt set for files whose name names no set (a name naming "
                              "or-bench-hard-1k/hard, or-bench-toxic/toxic or or-bench-80k/80k as a "
                              "whole token takes that set)")
+    parser.add_argument("--custom_set", dest="custom_sets", action="append", default=[], metavar="LABEL",
+                        help="declare a prompt set of your own (repeatable): without it a set label that is "
+                             "not hard, toxic or 80k stops the report, so a typo (hrad:=...) is not a new set")
     parser.add_argument("--model", dest="default_model", default=None, metavar="NAME",
                         help="model for files without a 'model' column and without MODEL= "
                              "(default: the file name)")
@@ -613,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rep = build_report(args.files, args.output_dir, default_set=args.default_set,
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
-                           compare=args.compare, baseline=args.baseline)
+                           compare=args.compare, baseline=args.baseline, custom_sets=args.custom_sets)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

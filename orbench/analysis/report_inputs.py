@@ -23,7 +23,7 @@ from orbench.analysis import lineage
 from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
-from orbench.tables import file_name, input_stem, read_table
+from orbench.tables import did_you_mean, file_name, input_stem, read_table
 from orbench.vocab import (
     JUDGE,
     JUDGE_CLASSES,
@@ -249,14 +249,36 @@ def _hash(series: pd.Series) -> np.ndarray:
     return pd.util.hash_pandas_object(series, index=False, categorize=False).to_numpy()
 
 
-def resolve(specs: Sequence[str], default_set: str | None) -> tuple[list[tuple[str, str, str | None]], list[str]]:
+KNOWN_SETS = {HARD: HARD_1K, TOX: TOXIC, K80: EIGHTY_K}
+
+
+def check_set_label(label: str, custom: Sequence[str], where: str) -> str:
+    """``label`` as a set name (``hard-1k``-style names mapped to the short ones); ``UsageError`` for
+    a label that is neither a known set nor declared with ``--custom_set``."""
+    mapped = SET_TOKENS.get(label.strip().lower(), label.strip())
+    if mapped in KNOWN_SETS or mapped in custom:
+        return mapped
+    known = ", ".join(f"{short} ({name})" for short, name in KNOWN_SETS.items())
+    hint = did_you_mean(mapped, [*KNOWN_SETS, *KNOWN_SETS.values(), *custom])
+    raise UsageError(f"unknown set {mapped!r} in {where}{hint}; the known sets are {known}; to report a "
+                     f"set of your own on purpose, declare it with --custom_set {mapped}")
+
+
+def resolve(specs: Sequence[str], default_set: str | None,
+            custom_sets: Sequence[str] = ()) -> tuple[list[tuple[str, str, str | None]], list[str]]:
     """(path, set, model or None) for every file the specs name, each file once; notes on repeats.
 
-    Every set is settled here, before any file is read, so a bad name fails at once.
+    Every set is settled here, before any file is read, so a bad name fails at once: a set label
+    must be a known set or one declared in ``custom_sets``.
     """
     jobs, notes, seen = [], [], {}
+    custom = [c.strip() for c in custom_sets if c.strip()]
+    if default_set:
+        default_set = check_set_label(default_set, custom, "--set")
     for spec in specs:
         set_name, model, pattern = parse_spec(spec)
+        if set_name:
+            set_name = check_set_label(set_name, custom, repr(spec))
         for path in expand(pattern):
             key = identity(path)
             label = set_name or infer_set(path) or default_set
@@ -286,11 +308,11 @@ def _prefetched(paths: list[str]):
 
 
 def load(specs: Sequence[str], default_set: str | None, default_model: str | None,
-         examples_per_cell: int = 3) -> Inputs:
+         examples_per_cell: int = 3, custom_sets: Sequence[str] = ()) -> Inputs:
     """Read every input once into the compact verdict table (see the module docstring)."""
     codes = {k: Codes() for k in ("set", "model", "method", "judge", "category", "origin")}
     parts, copies, examples, provenance, files = [], [], [], [], []
-    jobs, notes = resolve(specs, default_set)
+    jobs, notes = resolve(specs, default_set, custom_sets)
     for (path, label, model), frame in zip(jobs, _prefetched([j[0] for j in jobs])):
         meta = read_meta(path)
         file_id = len(files)
