@@ -18,9 +18,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from orbench.sets import resolve_set
 from orbench.errors import UsageError
 from orbench.models import slug
+from orbench.sets import resolve_set
 
 
 def did_you_mean(name: str, choices: Sequence[str], cutoff: float = 0.6) -> str:
