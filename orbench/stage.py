@@ -47,7 +47,7 @@ from tqdm import tqdm
 from orbench.clients import Client
 from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
-from orbench.tables import apply_umask, write_csv_atomic
+from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
 
 RowResult = dict | list[dict]
 
@@ -374,8 +374,7 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
     output = Path(output)
     missing = [c for c in stage.needs if c not in table.columns]
     if missing:
-        raise UsageError(f"{input_name} has no column {', '.join(map(repr, missing))} "
-                         f"(it has: {', '.join(table.columns)})")
+        raise UsageError(missing_columns_text("input", input_name, missing, list(table.columns)))
     check_writable(output)
     records = table.to_dict("records")
     keys = _row_keys(stage, records)
