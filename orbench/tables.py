@@ -255,9 +255,14 @@ def input_stem(path: str | os.PathLike) -> str:
 
 
 def default_output_path(input_path: str | os.PathLike, suffix: str, model: str | None = None) -> Path:
-    """The original tool's rule: ``<input stem>[_<model>]_<suffix>.csv`` in the current directory.
+    """The one default-output rule of every stage: ``./<input stem>[_<model>]_<suffix>.csv``.
 
-    ``model`` is made file-name-safe, so ids with ``/`` stay one file name.
+    Always in the current directory, never in a sub-folder, named from the input's stem, the
+    model(s) where one input is typically run through several (moderators, models under test,
+    judges), and the stage: ``harmful_prompts.csv`` (generate, stem = the category),
+    ``harmful_prompts_rewrite.csv``, ``x_gpt4_moderated_prompt.csv``, ``x_openai_gpt-4o_alignment.csv``,
+    ``x_openai_gpt-4o_alignment_gpt4_judged.csv``. ``model`` is made file-name-safe, so ids with
+    ``/`` stay one file name. ``--output_file`` overrides it.
     """
     parts = [input_stem(input_path)]
     if model:
