@@ -44,6 +44,8 @@ def test_provenance_follows_the_chain_and_cut_off_replies_are_counted(env, fake,
     chain = lineage.read_chain(str(rescored))
     assert [link["meta"]["stage"] for link in chain] == ["check_response", "check_alignment"]
     assert [link["changed"] for link in chain] == [False, False]
+    # the keyword re-score calls no model: it records no sampling settings of its own
+    assert (chain[0]["meta"]["settings"]["max_tokens"], chain[0]["meta"]["settings"]["temperature"]) == (None, None)
     info = lineage.summarise(str(rescored))
     resp = info["responses"]
     assert (resp["model_resolved"], resp["max_tokens"], resp["temperature"], resp["system_prompt"]) == (

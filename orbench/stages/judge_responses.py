@@ -206,7 +206,9 @@ def setup(args, client: Client) -> cli.Job:
         config={"stage": "check_response", "judge": judge_name,
                 "template": None if keyword_mode else sha256_text(template), "matcher": args.matcher,
                 "rules": rules_fingerprint(),  # improved keyword rules re-score, not resume
-                "temperature": temperature, "max_tokens": max_tokens,
+                # a keyword re-score calls no model: no sampling settings to record
+                "temperature": None if keyword_mode else temperature,
+                "max_tokens": None if keyword_mode else max_tokens,
                 **({"cascade": cascade_fingerprint()} if cascade else {})},
         key_columns=["prompt", "response", "refusal_source", "model"],
         finalise=count_sources if cascade else None,
