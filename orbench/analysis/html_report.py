@@ -18,6 +18,7 @@ import pandas as pd
 
 from orbench.analysis.lineage import TRUNCATION_WARN
 from orbench.analysis.stats import MIN_CELL_N
+from orbench.sets import PUBLISHED_ABOUT
 from orbench.vocab import JUDGE, KEYWORD
 
 RESPONSE_CHARS = 1200  # longer responses are cut in the examples (the CSV has them whole)
@@ -379,8 +380,6 @@ def _warnings_box(warnings: list[str]) -> str:
 
 
 def _published_about(rep) -> str:
-    from orbench.analysis.report import PUBLISHED_ABOUT
-
     sizes = getattr(rep, "set_sizes", {}) or {}
     return PUBLISHED_ABOUT.format(hard=f"{sizes.get('hard', 1319):,}", toxic=f"{sizes.get('toxic', 655):,}")
 

@@ -87,17 +87,13 @@ from orbench.analysis.stats import (
 )
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
-from orbench.sets import CITATION, HARD_1K, published_results_path, resolve_set
+from orbench.sets import CITATION, HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
 from orbench.sets import TOXIC as TOXIC_SET
 from orbench.tables import write_csv_atomic
 from orbench.vocab import JUDGE, KEYWORD
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "rejections", "rate", "ci_low", "ci_high",
                 "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated", "covered"]
-#: What a published leaderboard row is (the paper's figures, not a run of this suite).
-PUBLISHED_ABOUT = ("the paper's figure: all {hard} Hard-1K and {toxic} Toxic prompts, temperature 0, "
-                   "no system prompt, verdicts by the paper's LLM judge (direct_answer / direct_refusal / "
-                   "indirect_refusal; both refusals count)")
 
 
 @dataclass
