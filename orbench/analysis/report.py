@@ -62,29 +62,12 @@ import numpy as np
 import pandas as pd
 
 from orbench.analysis import lineage, plots
-
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
-from orbench.analysis.report_inputs import (  # noqa: F401
-    ERROR,
-    GROUP_KEYS,
-    HARD,
-    NO_VERDICT,
-    SCORED,
-    Inputs,
-    expand,
-    group_ids,
-    infer_set,
-    load,
-    parse_spec,
-)
+from orbench.analysis.report_inputs import (ERROR, HARD, NO_VERDICT, SCORED, Inputs, expand,  # noqa: F401
+                                    GROUP_KEYS, group_ids, infer_set, load, parse_spec)
 from orbench.analysis.report_inputs import TOX as TOXIC
 from orbench.analysis.report_inputs import _hash as prompt_hash
-from orbench.analysis.stats import (
-    balanced_accuracy_interval,
-    quadratic_fit,
-    spearman,
-    wilson_interval,
-)
+from orbench.analysis.stats import balanced_accuracy_interval, quadratic_fit, spearman, wilson_interval
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
 from orbench.sets import CITATION, HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set

@@ -24,16 +24,8 @@ from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
 from orbench.tables import did_you_mean, file_name, input_stem, read_table
-from orbench.vocab import (
-    JUDGE,
-    JUDGE_CLASSES,
-    KEYWORD,
-    KEYWORD_CLASSES,
-    PARTIAL,
-    REJECTED_BY_CLASS,
-    SKIPPED_ERROR,
-    UNPARSED,
-)
+from orbench.vocab import (JUDGE, JUDGE_CLASSES, KEYWORD, KEYWORD_CLASSES, PARTIAL,
+                           REJECTED_BY_CLASS, SKIPPED_ERROR, UNPARSED)
 
 HARD, TOX, K80 = "hard", "toxic", "80k"
 # A set is named in a file name by one of these whole tokens (the bundled names or short names).
