@@ -169,3 +169,27 @@ def test_heatmap_greys_cells_with_few_prompts(tmp_path):
     cats = rep.categories.set_index("category")["scored"].to_dict()
     assert cats == {"hate": 2, "privacy": 12}
     assert "cells with n &lt; 10 are grey" in rep.outputs["html"].read_text()
+
+
+def test_an_llm_judges_verdicts_name_the_judge_and_the_stage_4_run(env, fake, script, tmp_path):
+    fake.add_rule(model="judge-x", text="The reply declines. [[2]]")
+    fake.add_rule(text="I'm sorry, I can't help with that.")
+    _write(tmp_path / "or-bench-toxic_sample.csv", [{"prompt": f"q{i}", "category": "hate"} for i in range(3)])
+    proc = script("alignment_checker/check_alignment.py", "--model", "openai/gpt-4o", "--input_file",
+                  "or-bench-toxic_sample.csv", "--quiet", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    stage4 = "or-bench-toxic_sample_openai_gpt-4o_alignment.csv"
+    proc = script("response_checker/judge_responses.py", "--check_model", "openai/judge-x", "--input_file", stage4,
+                  "--quiet", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    judged = tmp_path / "or-bench-toxic_sample_openai_gpt-4o_alignment_openai_judge-x_judged.csv"
+    rep = report.build_report([str(judged)], tmp_path / "rep", reference=False)
+    [record] = rep.lineage
+    assert (record["set"], record["model"]) == ("toxic", "openai/gpt-4o")
+    assert record["verdicts"]["kind"] == "judge" and record["verdicts"]["judge"] == "openai/judge-x"
+    assert record["verdicts"]["max_tokens"] == 1000 and len(record["verdicts"]["templates"]["judge"]) == 64
+    assert record["responses"]["model_resolved"] == "openai/gpt-4o" and record["responses"]["max_tokens"] == 1000
+    assert [s[0] for s in record["steps"]] == ["check_response", "check_alignment", "source"]
+    page = rep.outputs["html"].read_text()
+    assert "LLM judge <code>openai/judge-x</code>" in page and "0 cut off (0%)" in page
+    assert int(rep.summary["judge_rejections"].iloc[0]) == 3
