@@ -169,6 +169,12 @@ def test_heatmap_greys_cells_with_few_prompts(tmp_path):
     cats = rep.categories.set_index("category")["scored"].to_dict()
     assert cats == {"hate": 2, "privacy": 12}
     assert "cells with n &lt; 10 are grey" in rep.outputs["html"].read_text()
+    from orbench.analysis.plots import heatmap_grid
+
+    cells = rep.categories.assign(_m=rep.categories["model"])
+    grid, counts, few = heatmap_grid(cells, ["hard"])
+    assert list(grid.columns) == ["hate", "privacy"] and counts.to_numpy().tolist() == [[2, 12]]
+    assert few.tolist() == [[True, False]] and grid.to_numpy().tolist() == [[50.0, 50.0]]
 
 
 def test_an_llm_judges_verdicts_name_the_judge_and_the_stage_4_run(env, fake, script, tmp_path):

@@ -105,12 +105,9 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
     return out
 
 
-def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
-    """Rows = model (set), columns = categories, colour = rejection rate %, each cell with its n.
-
-    A cell with fewer than ``MIN_CELL_N`` scored prompts is grey (its rate and n still written),
-    so a 50% from 1 of 2 prompts is not painted like a 50% from 500; empty cells are blank grey.
-    """
+def heatmap_grid(cells: pd.DataFrame, sets: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """What the heatmap draws: rates in % and n per "model (set)" row and category column, and
+    the mask of cells greyed for having fewer than ``MIN_CELL_N`` scored prompts."""
     cells = cells.assign(row=cells["model"] + " (" + cells["set"] + ")",
                          order=cells["set"].map({s: i for i, s in enumerate(sets)}))
     rows = list(dict.fromkeys(cells.sort_values(["order", "model"])["row"]))
@@ -119,8 +116,18 @@ def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
     grid = grid.reindex(index=rows, columns=cols) * 100
     counts = cells.pivot_table(index="row", columns="category", values="scored", aggfunc="first")
     counts = counts.reindex(index=rows, columns=cols)
+    return grid, counts, counts.to_numpy(dtype=float) < MIN_CELL_N
+
+
+def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
+    """Rows = model (set), columns = categories, colour = rejection rate %, each cell with its n.
+
+    A cell with fewer than ``MIN_CELL_N`` scored prompts is grey (its rate and n still written),
+    so a 50% from 1 of 2 prompts is not painted like a 50% from 500; empty cells are blank grey.
+    """
+    grid, counts, few = heatmap_grid(cells, sets)
+    rows, cols = list(grid.index), list(grid.columns)
     values = grid.to_numpy(dtype=float)
-    few = counts.to_numpy(dtype=float) < MIN_CELL_N
     fig, ax = plt.subplots(figsize=(max(6, 1.0 * len(cols) + 3), max(2.5, 0.55 * len(rows) + 1.8)))
     cmap = matplotlib.colormaps["Reds"].with_extremes(bad="lightgrey")
     im = ax.imshow(np.ma.masked_where(np.isnan(values) | few, values), cmap=cmap, vmin=0, vmax=100,
