@@ -21,14 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orbench.providers.local import _plain_weights, bundled_model_path  # noqa: E402
+from orbench.providers.local import _plain_weights, bundled_model_path
 
 
 def main() -> None:
     """Start the server in this process (it runs until interrupted)."""
     try:
         import llama_cpp
-        import llama_cpp.server  # noqa: F401 - fails here when the server extra is missing
+        import llama_cpp.server
     except ImportError as exc:
         sys.exit(f"error: the server needs the 'server' extra ({exc.name} is not installed): "
                  f"pip install -e '.[server]'")
