@@ -199,3 +199,19 @@ def test_an_llm_judges_verdicts_name_the_judge_and_the_stage_4_run(env, fake, sc
     page = rep.outputs["html"].read_text()
     assert "LLM judge <code>openai/judge-x</code>" in page and "0 cut off (0%)" in page
     assert int(rep.summary["judge_rejections"].iloc[0]) == 3
+
+
+def test_repeated_samples_count_each_prompt_of_the_set_once(tmp_path):
+    from orbench.sets import data_path
+
+    files = []
+    for label, name in (("hard", "or-bench-hard-1k"), ("toxic", "or-bench-toxic")):
+        prompts = pd.read_csv(data_path(f"{name}.csv"), dtype=str, keep_default_na=False).head(700)
+        twice = pd.concat([prompts.assign(sample="0"), prompts.assign(sample="1")], ignore_index=True)
+        twice = twice.assign(model="prov/s", response="r", finish_reason="stop", is_rejected="False", error="")
+        files.append(_write(tmp_path / f"s_{label}.csv", twice))
+    rep = report.build_report([str(f) for f in files], tmp_path / "out")
+    mine = rep.leaderboard[rep.leaderboard["source"] == "yours"].iloc[0]
+    # 2 x 700 rows cover 700 of the 1,319 hard prompts, not 1,400: not ranked
+    assert (mine["hard_covered"], mine["toxic_covered"]) == (700, 655)
+    assert pd.isna(mine["rank"]) and mine["rank_note"] == "hard: 700 of the 1,319 Hard-1K prompts"
