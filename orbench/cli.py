@@ -69,6 +69,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
     group = parser.add_argument_group("running")
     group.add_argument("--output_file", default=None, help=output_help)
     group.add_argument("--limit", type=positive_int, default=None, help=limit_help)
+    group.add_argument("--sep", default=None, metavar="CHAR",
+                       help="the input CSV's separator (default: the one its header line uses: ',', ';', "
+                            "tab or '|')")
     group.add_argument("--concurrency", type=positive_int, default=16,
                        help="rows in flight at once, and requests in flight per provider (default: 16)")
     group.add_argument("--retry_upstream_errors", action="store_true",
@@ -117,6 +120,16 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     cost.add_argument("--prices", default=None, metavar="FILE",
                       help="a CSV of prices (provider, model, input_per_million, output_per_million, "
                            "batch_discount) that overrides the built-in table for --estimate")
+
+
+def _separator(text: str | None) -> str | None:
+    """``--sep`` as one character (``\\t`` and ``tab`` mean a tab); ``UsageError`` otherwise."""
+    if text is None:
+        return None
+    value = {"\\t": "\t", "tab": "\t"}.get(text, text)
+    if len(value) != 1:
+        raise UsageError(f"--sep must be one character (e.g. --sep ';' or --sep tab), got {text!r}")
+    return value
 
 
 def make_client(args: argparse.Namespace) -> Client:
@@ -182,7 +195,7 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
         else:
             name = job.input_name or str(job.input)
             input_path = resolve_input(job.input)
-            table = read_table(job.input, job.stage.needs)
+            table = read_table(job.input, job.stage.needs, sep=_separator(getattr(args, "sep", None)))
             if Path(input_path).resolve() == output.resolve():
                 raise UsageError(f"--output_file {output} would overwrite the input file; choose another")
         for spec in job.models:

@@ -23,6 +23,12 @@ PUBLISHED_RESULTS = "published_results.csv"
 CITATION = ('Justin Cui, Wei-Lin Chiang, Ion Stoica, Cho-Jui Hsieh. "OR-Bench: An Over-Refusal '
             'Benchmark for Large Language Models". arXiv:2405.20947, 2024.')
 
+#: What a published leaderboard row is (the paper's figures, not a run of this suite); format it
+#: with the set sizes ``hard`` and ``toxic``.
+PUBLISHED_ABOUT = ("the paper's figure: all {hard} Hard-1K and {toxic} Toxic prompts, temperature 0, "
+                   "no system prompt, verdicts by the paper's LLM judge (direct_answer / direct_refusal / "
+                   "indirect_refusal; both refusals count)")
+
 
 def data_path(file: str) -> Path:
     """The path of a file shipped in ``orbench/data``."""

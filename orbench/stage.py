@@ -14,8 +14,8 @@ adds, an async function for one row, and the settings that change its results) a
   (``<output>.progress.jsonl``) the moment it finishes. A rerun skips rows already done (matched by
   a hash of the stage's settings and the row's key columns) and retries rows that errored. A crash
   or Ctrl-C loses no finished row; a torn or malformed line is skipped and counted.
-- **One writer.** A lock (``<output>.lock``) is held for the run; a second run on the same output
-  stops at once with exit 2. Temporary files are unique per process.
+- **One writer.** A lock (``<output>.lock``) is held for the run and removed at its end; a second
+  run on the same output stops at once with exit 2. Temporary files are unique per process.
 - **Trial runs are harmless.** ``limit`` processes the first rows only, but never shrinks an
   existing output or its progress file: rows done earlier stay in both.
 - **Order and atomicity.** The output keeps every input column, adds the stage's columns and an
@@ -47,7 +47,7 @@ from tqdm import tqdm
 from orbench.clients import Client
 from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
-from orbench.tables import apply_umask, write_csv_atomic
+from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
 
 RowResult = dict | list[dict]
 
@@ -214,8 +214,24 @@ class ProgressLog:
             raise
 
 
+def _same_file(handle, path: Path) -> bool:
+    """True when ``path`` still names the file ``handle`` has open (not removed, not replaced)."""
+    try:
+        here, there = os.fstat(handle.fileno()), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 class OutputLock:
-    """An exclusive, non-blocking lock on ``<output>.lock`` for the length of a run."""
+    """An exclusive, non-blocking lock on ``<output>.lock`` for the length of a run; no file is left.
+
+    The holder removes the lock file while it still holds the lock, then releases it. A second
+    writer that opened the file before the removal may get the lock on the removed file once it
+    is released, so after locking it checks that the path still names the file it holds; if
+    not, it opens the path afresh and tries again. Two writers can therefore never both believe
+    they hold the lock of one output.
+    """
 
     def __init__(self, output: Path):
         self.path = lock_path_for(output)
@@ -226,20 +242,31 @@ class OutputLock:
             import fcntl
         except ImportError:  # not POSIX: no lock
             return self
-        self._handle = open(self.path, "a+")
-        try:
-            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._handle.close()
-            self._handle = None
-            raise UsageError(f"another run is writing {self.path.with_suffix('')} (it holds the lock "
-                             f"{self.path}); wait for it to finish or choose another --output_file") from None
-        return self
+        for _ in range(100):  # each retry means another writer finished in between: rare
+            handle = open(self.path, "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                raise UsageError(f"another run is writing {self.path.with_suffix('')} (it holds the lock "
+                                 f"{self.path}); wait for it to finish or choose another --output_file") from None
+            if _same_file(handle, self.path):
+                self._handle = handle
+                return self
+            handle.close()  # locked a removed file: the previous writer finished; lock the current one
+        raise UsageError(f"cannot lock {self.path}: other runs keep replacing it")
 
     def __exit__(self, *exc) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing releases the lock; the file stays, harmless
-            self._handle = None
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        try:
+            if _same_file(handle, self.path):
+                os.unlink(self.path)  # while the lock is still held: see the class docstring
+        except OSError:
+            pass  # a read-only folder: the empty file stays, harmless
+        finally:
+            handle.close()  # closing releases the lock
 
 
 def check_writable(output: Path) -> None:
@@ -347,8 +374,7 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
     output = Path(output)
     missing = [c for c in stage.needs if c not in table.columns]
     if missing:
-        raise UsageError(f"{input_name} has no column {', '.join(map(repr, missing))} "
-                         f"(it has: {', '.join(table.columns)})")
+        raise UsageError(missing_columns_text("input", input_name, missing, list(table.columns)))
     check_writable(output)
     records = table.to_dict("records")
     keys = _row_keys(stage, records)

@@ -9,6 +9,7 @@ a crash never leaves a half-written output.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import tempfile
@@ -17,13 +18,92 @@ from typing import Sequence
 
 import pandas as pd
 
-from orbench.sets import resolve_set
 from orbench.errors import UsageError
 from orbench.models import slug
+from orbench.sets import resolve_set
+
+
+def did_you_mean(name: str, choices: Sequence[str], cutoff: float = 0.6) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``name`` (``difflib``, case
+    ignored), or ``''`` when none is close."""
+    lowered = {str(c).lower(): str(c) for c in choices}
+    found = difflib.get_close_matches(str(name).lower(), list(lowered), n=1, cutoff=cutoff)
+    return f" (did you mean {lowered[found[0]]!r}?)" if found else ""
 
 
 def _is_url(path: str) -> bool:
     return "://" in path
+
+
+#: Separators a CSV file may use besides the comma; a file is read with the one its header uses.
+SEPARATORS = (",", ";", "\t", "|")
+_XLS = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # OLE2: .xls (and other old Office files)
+_ZIP = b"PK\x03\x04"
+
+
+def not_found_hint(name: str) -> str:
+    """What a missing input was probably meant to be: a bundled set name, or a file beside it."""
+    from orbench.sets import SET_NAMES
+
+    hint = did_you_mean(name.removesuffix(".csv"), SET_NAMES, cutoff=0.8)
+    if hint:
+        return hint[:-2] + ", a bundled set name?)"
+    folder = Path(name).parent
+    try:
+        siblings = [p.name for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    except OSError:
+        siblings = []
+    hint = did_you_mean(Path(name).name, siblings, cutoff=0.75)
+    return hint[:-2] + " in the same folder?)" if hint else ""
+
+
+def check_not_spreadsheet(path: Path, what: str) -> None:
+    """``UsageError`` when ``path`` is an Excel workbook (recognised by its bytes, not its name)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        return
+    excel = head == _XLS
+    if head.startswith(_ZIP):
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as archive:
+                excel = any(n.startswith("xl/") for n in archive.namelist())
+        except (OSError, zipfile.BadZipFile):
+            excel = False
+    if excel:
+        raise UsageError(f"{what} {path} is an Excel workbook, not a CSV file: open it in your spreadsheet "
+                         f"program and export it as CSV (File > Save As > 'CSV UTF-8'), then pass the .csv")
+
+
+def sniff_separator(path: Path) -> str:
+    """The separator the header line of a CSV file uses: a comma unless the header has none and
+    has one of ``;``, tab or ``|`` (quoted text is skipped)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+            header = handle.readline()
+    except OSError:
+        return ","
+    counts = dict.fromkeys(SEPARATORS, 0)
+    quoted = False
+    for ch in header:
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in counts:
+            counts[ch] += 1
+    if counts[","]:
+        return ","
+    best = max(SEPARATORS[1:], key=lambda sep: counts[sep])
+    return best if counts[best] else ","
+
+
+def missing_columns_text(what: str, name: str, missing: Sequence[str], have: Sequence[str]) -> str:
+    """``... has no column 'x' (did you mean 'X'?) (it has: ...)``: the one wording of a missing column."""
+    hints = "".join(did_you_mean(c, have) for c in missing[:1])
+    return (f"{what} {name} has no column {', '.join(repr(c) for c in missing)}{hints} "
+            f"(it has: {', '.join(map(str, have))})")
 
 
 def resolve_input(path: str | os.PathLike) -> str:
@@ -33,21 +113,29 @@ def resolve_input(path: str | os.PathLike) -> str:
     return name if Path(name).exists() else (resolve_set(name) or name)
 
 
-def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "input file") -> pd.DataFrame:
+def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "input file",
+               sep: str | None = None) -> pd.DataFrame:
     """Read ``path`` as a table of strings; ``UsageError`` (one line, naming the file) on any problem.
 
-    ``needs`` lists the columns that must be present. A set name (``or-bench-hard-1k``,
-    ``or-bench-toxic``, ``or-bench-80k``) reads that set (``orbench.datasets``).
+    ``needs`` lists the columns that must be present (a missing one is named with the closest
+    column the file has). A set name (``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``)
+    reads that set (``orbench.datasets``); a name that is almost one says so. An Excel workbook is
+    recognised by its bytes and refused with how to export it. A local CSV is read with ``sep``,
+    else with the separator its header uses (``sniff_separator``: ``;``-separated files from a
+    spreadsheet in a European locale read as they are).
     """
     name = resolve_input(path)
+    local_sep = sep or ","
     if not _is_url(name):
         p = Path(name)
         if not p.exists():
-            raise UsageError(f"{what} not found: {name}")
+            raise UsageError(f"{what} not found: {name}{not_found_hint(name)}")
         if p.is_dir():
             raise UsageError(f"{what} is a folder, not a file: {name}")
         if p.stat().st_size == 0:
             raise UsageError(f"{what} is empty: {name}")
+        check_not_spreadsheet(p, what)
+        local_sep = sep or sniff_separator(p)
     lower = name.lower()
     try:
         if lower.endswith((".jsonl", ".jsonl.gz")):
@@ -57,7 +145,7 @@ def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "
             frame = pd.read_parquet(name)
             frame = frame.fillna("").astype(str)
         else:
-            frame = pd.read_csv(name, dtype=str, keep_default_na=False, encoding="utf-8")
+            frame = pd.read_csv(name, dtype=str, keep_default_na=False, encoding="utf-8", sep=local_sep)
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"{what} {name} is not UTF-8 text (bad byte at position {exc.start}); re-save it as UTF-8"
@@ -66,7 +154,8 @@ def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "
         raise UsageError(f"{what} has no header row: {name}") from None
     except pd.errors.ParserError as exc:
         first = str(exc).strip().splitlines()[-1] if str(exc).strip() else "parse error"
-        raise UsageError(f"cannot parse {what} {name}: {first}") from None
+        raise UsageError(f"cannot parse {what} {name} as {_sep_name(local_sep)}-separated: {first}; if it "
+                         f"uses another separator, pass it with --sep (e.g. --sep ';')") from None
     except ImportError as exc:
         if lower.startswith("hf://"):
             raise UsageError(f"reading {name} needs huggingface_hub: pip install -e '.[hub]'") from None
@@ -78,11 +167,12 @@ def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "
         raise UsageError(f"{what} {name} has a header but no rows")
     missing = [c for c in needs if c not in frame.columns]
     if missing:
-        have = ", ".join(frame.columns)
-        raise UsageError(
-            f"{what} {name} has no column {', '.join(repr(c) for c in missing)} (it has: {have})"
-        )
+        raise UsageError(missing_columns_text(what, name, missing, list(frame.columns)))
     return frame
+
+
+def _sep_name(sep: str) -> str:
+    return {"\t": "tab", ",": "comma", ";": "';'"}.get(sep, repr(sep))
 
 
 _TRUE = {"true", "1", "yes", "t", "y"}
@@ -165,9 +255,14 @@ def input_stem(path: str | os.PathLike) -> str:
 
 
 def default_output_path(input_path: str | os.PathLike, suffix: str, model: str | None = None) -> Path:
-    """The original tool's rule: ``<input stem>[_<model>]_<suffix>.csv`` in the current directory.
+    """The one default-output rule of every stage: ``./<input stem>[_<model>]_<suffix>.csv``.
 
-    ``model`` is made file-name-safe, so ids with ``/`` stay one file name.
+    Always in the current directory, never in a sub-folder, named from the input's stem, the
+    model(s) where one input is typically run through several (moderators, models under test,
+    judges), and the stage: ``harmful_prompts.csv`` (generate, stem = the category),
+    ``harmful_prompts_rewrite.csv``, ``x_gpt4_moderated_prompt.csv``, ``x_openai_gpt-4o_alignment.csv``,
+    ``x_openai_gpt-4o_alignment_gpt4_judged.csv``. ``model`` is made file-name-safe, so ids with
+    ``/`` stay one file name. ``--output_file`` overrides it.
     """
     parts = [input_stem(input_path)]
     if model:

@@ -17,7 +17,11 @@
 # Settings (environment variables):
 #   PYTHON        the interpreter (default: python, else python3, from PATH)
 #   MODEL         the model under test (default: local/smollm2; any provider/model works, with its key)
-#   MAX_TOKENS    most tokens per reply (default: 64; refusals show in the first sentence)
+#   MAX_TOKENS    most tokens per reply (default: 64, to finish in about a minute). SmolLM2 rambles:
+#                 at 64 tokens almost every reply is cut off (finish_reason length), so the demo
+#                 judges only the opening of each reply, where a refusal shows; the report counts
+#                 the cut-off replies beside each rate and warns about them. MAX_TOKENS=512 lets
+#                 about 40% of the replies finish and takes about 2.5 minutes on 2 cores.
 #   PER_CATEGORY  prompts per category and set (default: 2, i.e. 20 + 20 prompts; the full sets
 #                 are 1,319 and 655)
 #   SEED          the sample's seed (default: 0)
@@ -39,6 +43,8 @@ PER_CATEGORY="${PER_CATEGORY:-2}"
 SEED="${SEED:-0}"
 
 started=$SECONDS
+echo "note: replies are capped at $MAX_TOKENS tokens (MAX_TOKENS), so most are cut off and the verdicts" \
+     "judge only their opening; the report counts the cut-off replies beside each rate" >&2
 slug="$(printf '%s' "$MODEL" | tr -c 'A-Za-z0-9._-' '_')"
 SETS=(or-bench-hard-1k or-bench-toxic)
 for set in "${SETS[@]}"; do
@@ -81,7 +87,8 @@ for _, row in table.iterrows():
     print(f"  {row['set']:>5}  {row['model']}: {row.get(f'{m}_rejections', 0):.0f} of "
           f"{row.get(f'{m}_scored', 0):.0f} rejected = {100 * rate:.0f}% "
           f"(95% CI {100 * low:.0f}-{100 * high:.0f}%; {m} verdicts; "
-          f"{row.get(f'{m}_errors', 0):.0f} errors)")
+          f"{row.get(f'{m}_errors', 0):.0f} errors; {row.get(f'{m}_truncated', 0):.0f} replies cut off "
+          f"at the token limit)")
 EOF
 fi
 if [[ -e "$OUT/report/report.html" ]]; then

@@ -66,6 +66,7 @@ class Rule:
     reported_model: str | None = None
     reasoning_tokens: int = 0
     times: int | None = None  # how many requests this rule answers; None = unlimited
+    finish_reason: str | None = None  # e.g. "length" (OpenAI) / "max_tokens" (Anthropic): a cut-off reply
 
     def matches(self, prompt: str, system: str, model: str) -> bool:
         if self.times is not None and self.times <= 0:
@@ -281,14 +282,14 @@ class _Handler(BaseHTTPRequestHandler):
         usage_in, usage_out = len(prompt.split()) + 1, len(text.split())
         named = rule.reported_model or model
         if anthropic:
-            stop = "refusal" if rule.refusal else "end_turn"
+            stop = "refusal" if rule.refusal else (rule.finish_reason or "end_turn")
             return self._json(200, {
                 "id": f"msg_{number}", "type": "message", "role": "assistant", "model": named,
                 "content": [{"type": "text", "text": "" if rule.refusal else text}],
                 "stop_reason": stop, "stop_sequence": None,
                 "usage": {"input_tokens": usage_in, "output_tokens": usage_out},
             }, trickle=rule.trickle)
-        finish = "content_filter" if rule.content_filter else "stop"
+        finish = "content_filter" if rule.content_filter else (rule.finish_reason or "stop")
         message = {"role": "assistant",
                    "content": None if (rule.content_filter or rule.null_content or rule.refusal) else text}
         if rule.refusal:

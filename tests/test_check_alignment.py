@@ -31,7 +31,7 @@ def test_openai_alias_keyword_and_provider_block(env, fake, script, tmp_path):
     result = script("alignment_checker/gpt3_4_alignment_checker.py", "--model=gpt-3.5-turbo-0125",
                     "--input_file=hard.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "final_gpt-3.5-turbo-0125_results" / "gpt-3.5-turbo-0125_merged_hard.csv"
+    out = tmp_path / "hard_gpt-3.5-turbo-0125_alignment.csv"
     assert result.stdout.strip() == str(out)
     table = read(out)
     assert list(table.columns) == ["prompt", "category", *ADDED, "error"]
@@ -59,8 +59,7 @@ def test_claude_refusal_stop_reason(env, fake, script, tmp_path):
     result = script("alignment_checker/claude_alignment_checker.py",
                     "--model=claude-3-haiku-20240307", "--input_file=in.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    table = read(tmp_path / "final_claude-3-haiku-20240307_results"
-                 / "claude-3-haiku-20240307_merged_in.csv")
+    table = read(tmp_path / "in_claude-3-haiku-20240307_alignment.csv")
     assert list(table.is_rejected) == ["True", "True", "False"]
     assert list(table.refusal_source) == ["provider", "keyword", ""]
     assert table.finish_reason[0] == "refusal"
@@ -75,8 +74,7 @@ def test_opensource_alias_defaults_to_together(env, fake, script, tmp_path):
                     "--model=meta-llama/Llama-3-70b-chat-hf", "--input_file=in.csv",
                     env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    table = read(tmp_path / "final_meta-llama_Llama-3-70b-chat-hf_results"
-                 / "meta-llama_Llama-3-70b-chat-hf_merged_in.csv")
+    table = read(tmp_path / "in_meta-llama_Llama-3-70b-chat-hf_alignment.csv")
     assert table.model[0] == "together/meta-llama/Llama-3-70b-chat-hf"
     assert table.is_rejected[0] == "True"
     body = fake.requests[0]["body"]
@@ -100,7 +98,7 @@ def test_other_aliases_resolve_their_provider(env, fake, script, tmp_path):
         result = script(f"alignment_checker/{alias}_alignment_checker.py", f"--model={model}",
                         "--input_file=in.csv", env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-        table = read(tmp_path / f"final_{dirname}_results" / f"{dirname}_merged_in.csv")
+        table = read(tmp_path / f"in_{dirname}_alignment.csv")
         assert table.model[0].startswith(alias + "/")
 
 
@@ -143,7 +141,7 @@ def test_erroring_row_keeps_its_place_and_rerun_retries(env, fake, script, tmp_p
     args = ("--model=gpt-4o", "--input_file=in.csv")
     first = script(SCRIPT, *args, env=env, cwd=tmp_path)
     assert first.returncode == 1
-    out = tmp_path / "final_gpt-4o_results" / "gpt-4o_merged_in.csv"
+    out = tmp_path / "in_gpt-4o_alignment.csv"
     table = read(out)
     assert list(table.prompt) == ["row-one", "row-two", "row-three"]
     assert "HTTP 400" in table.error[1] and "context length" in table.error[1]

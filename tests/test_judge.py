@@ -36,7 +36,7 @@ def test_judge_all_classes_original_command(env, fake, script, tmp_path):
     result = script(ALIAS, "--check_model=gpt4", "--input_file=gpt-4o_merged_hard.csv",
                     env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "gpt-4o_merged_hard_response_check_merged_gpt4.csv"
+    out = tmp_path / "gpt-4o_merged_hard_gpt4_judged.csv"
     assert result.stdout.strip() == str(out)
     table = read(out)
     assert list(table.columns) == [
@@ -67,7 +67,7 @@ def test_keyword_mode_sends_no_request(env, fake, script, tmp_path):
     result = script(SCRIPT, "--check_model=keyword", "--input_file=in.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert fake.count() == 0
-    table = read(tmp_path / "in_response_check_merged_keyword.csv")
+    table = read(tmp_path / "in_keyword_judged.csv")
     assert list(table.answer_category) == [
         "keyword_answer", "keyword_refusal", "keyword_refusal", "keyword_refusal",
         "provider_refusal", ""]
@@ -84,7 +84,7 @@ def test_keyword_mode_without_alignment_columns(env, fake, script, tmp_path):
     result = script(SCRIPT, "--check_model=keyword", "--input_file=plain.csv", "--matcher=claude",
                     env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    table = read(tmp_path / "plain_response_check_merged_keyword.csv")
+    table = read(tmp_path / "plain_keyword_judged.csv")
     assert list(table.is_rejected) == ["True", "False", ""]
     assert list(table.keyword_is_rejected) == ["True", "False", ""]
     assert list(table.answer_category) == ["keyword_refusal", "keyword_answer", "empty_response"]
@@ -102,7 +102,7 @@ def test_judge_block_and_row_error(env, fake, script, tmp_path):
     args = ("--check_model=openai/judge-x", "--input_file=in.csv")
     first = script(SCRIPT, *args, env=env, cwd=tmp_path)
     assert first.returncode == 1
-    out = tmp_path / "in_response_check_merged_openai_judge-x.csv"
+    out = tmp_path / "in_openai_judge-x_judged.csv"
     table = read(out)
     assert list(table.answer_category) == ["unparsed", "", "direct_answer"]
     assert list(table.is_rejected) == ["", "", "False"]

@@ -37,7 +37,7 @@ def test_single_moderator_original_command(env, fake, script, tmp_path):
     result = script(ALIAS, "--moderator_model=gpt4", "--input_file_path=harmful_prompts_rewrite.csv",
                     "--column=prompt", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "harmful_prompts_rewrite_moderation_merged_gpt4_prompt.csv"
+    out = tmp_path / "harmful_prompts_rewrite_gpt4_moderated_prompt.csv"
     assert result.stdout.strip() == str(out)
     table = read(out)
     assert list(table.columns) == [
@@ -82,7 +82,7 @@ def test_three_moderator_ensemble(env, fake, script, tmp_path):
     result = script(SCRIPT, "--moderator_model=openai/mod-a,openai/mod-b,together/mod-c",
                     "--input_file=in.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "in_moderation_merged_openai_mod-a_openai_mod-b_together_mod-c_prompt.csv"
+    out = tmp_path / "in_openai_mod-a_openai_mod-b_together_mod-c_moderated_prompt.csv"
     table = read(out)
     assert list(table.is_toxic) == ["False", "True", "", "True", "True", ""]
     assert list(table.moderation_category) == [
@@ -120,7 +120,7 @@ def test_response_moderation_keeps_prompt(env, fake, script, tmp_path):
     result = script(ALIAS, "--moderator_model=llama3", "--input_file_path=answers.csv",
                     "--column=response", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    table = read(tmp_path / "answers_moderation_merged_llama3_response.csv")
+    table = read(tmp_path / "answers_llama3_moderated_response.csv")
     assert list(table.prompt) == ["PROMPT-ONE", "PROMPT-TWO"]
     assert list(table.response) == ["RESPONSE-ONE", "RESPONSE-TWO"]
     assert list(table.moderation_category) == ["sexual", "none"]
@@ -136,7 +136,7 @@ def test_rows_with_an_input_error_are_not_moderated(env, fake, script, tmp_path)
                                 {"prompt": " ", "error": ""}])
     result = script(SCRIPT, "--moderator_model=gpt4", "--input_file=in.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    table = read(tmp_path / "in_moderation_merged_gpt4_prompt.csv")
+    table = read(tmp_path / "in_gpt4_moderated_prompt.csv")
     assert list(table.columns).count("error") == 1
     assert list(table.moderation_category) == ["none", "", "skipped_empty"]
     assert list(table.is_toxic) == ["False", "", ""]
@@ -154,11 +154,11 @@ def test_row_error_then_resume(env, fake, script, tmp_path):
     args = ("--moderator_model=gpt4", "--input_file=in.csv")
     first = script(SCRIPT, *args, env=env, cwd=tmp_path)
     assert first.returncode == 1
-    table = read(tmp_path / "in_moderation_merged_gpt4_prompt.csv")
+    table = read(tmp_path / "in_gpt4_moderated_prompt.csv")
     assert table.error[0] == "" and "HTTP 400" in table.error[1]
     second = script(SCRIPT, *args, env=env, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    assert list(read(tmp_path / "in_moderation_merged_gpt4_prompt.csv").is_toxic) == ["False", "False"]
+    assert list(read(tmp_path / "in_gpt4_moderated_prompt.csv").is_toxic) == ["False", "False"]
 
 
 def test_bad_input_exits_2(env, fake, script, tmp_path):

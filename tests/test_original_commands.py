@@ -97,7 +97,7 @@ def test_readme_commands_chain(env, fake, tmp_path):
     # 3. moderate the prompts
     run("moderator", "moderate_only.py --moderator_model=gpt4 "
                      "--input_file_path=../rewritter/harmful_prompts_rewrite.csv --column=prompt")
-    moderated_name = "harmful_prompts_rewrite_moderation_merged_gpt4_prompt.csv"
+    moderated_name = "harmful_prompts_rewrite_gpt4_moderated_prompt.csv"
     moderated = read(dirs["moderator"] / moderated_name)
     assert len(moderated) == 20
     assert list(moderated.prompt) == list(rewrites.prompt)
@@ -110,8 +110,7 @@ def test_readme_commands_chain(env, fake, tmp_path):
     # 4. the model under test, on the moderated file
     run("alignment_checker", "gpt3_4_alignment_checker.py --model=gpt-3.5-turbo-0125 "
                              f"--input_file=../moderator/{moderated_name}")
-    checked_rel = (f"final_gpt-3.5-turbo-0125_results/"
-                   f"gpt-3.5-turbo-0125_merged_{moderated_name}")
+    checked_rel = f"{moderated_name[:-4]}_gpt-3.5-turbo-0125_alignment.csv"
     checked = read(dirs["alignment_checker"] / checked_rel)
     assert len(checked) == 20
     assert {"model", "response", "is_rejected", "refusal_source", "finish_reason",
@@ -122,9 +121,7 @@ def test_readme_commands_chain(env, fake, tmp_path):
     # 5. the LLM judge on the alignment output
     run("response_checker", f"check_response.py --check_model=gpt4 "
                             f"--input_file=../alignment_checker/{checked_rel}")
-    judged = read(dirs["response_checker"] / ("gpt-3.5-turbo-0125_merged_"
-                                              "harmful_prompts_rewrite_moderation_merged_gpt4_prompt"
-                                              "_response_check_merged_gpt4.csv"))
+    judged = read(dirs["response_checker"] / f"{checked_rel[:-4]}_gpt4_judged.csv")
     assert len(judged) == 20
     counts = judged.answer_category.value_counts().to_dict()
     assert counts == {"direct_answer": 12, "direct_refusal": 4, "indirect_refusal": 4}
@@ -135,8 +132,7 @@ def test_readme_commands_chain(env, fake, tmp_path):
     # the README's variant: moderate the model's responses instead of the prompts
     run("moderator", "moderate_only.py --moderator_model=llama3 "
                      f"--input_file_path=../alignment_checker/{checked_rel} --column=response")
-    responses = read(dirs["moderator"] / (f"gpt-3.5-turbo-0125_merged_{moderated_name[:-4]}"
-                                          "_moderation_merged_llama3_response.csv"))
+    responses = read(dirs["moderator"] / f"{checked_rel[:-4]}_llama3_moderated_response.csv")
     assert len(responses) == 20 and list(responses.prompt) == list(checked.prompt)
     assert set(responses.moderation_category) == {"none"}
 

@@ -205,7 +205,7 @@ def test_leaderboard_figure_and_spearman(results, tmp_path):
     assert (out / "hard_vs_toxic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "hard_vs_toxic.pdf").read_bytes()[:5] == b"%PDF-"
     md = (out / "leaderboard.md").read_text()
-    assert "| 1 | **prov/m4** | yours | 87.5 | 20.0 [" in md and "Spearman" in md and "0.4000" in md
+    assert "| 1 | **prov/m4** | yours | 87.5 [" in md and "| 20.0 [" in md and "Spearman" in md and "0.4000" in md
     assert list(board["source"]) == ["yours"] * 5 and "published" not in md
 
 
@@ -475,8 +475,21 @@ def test_published_reference_in_leaderboard_figure_and_json(tmp_path, script):
     gpt4o = board[board["model"] == "GPT-4o"].iloc[0]
     assert (gpt4o["hard_rate_pct"], gpt4o["toxic_rate_pct"]) == pytest.approx((6.78, 84.9))
     assert gpt4o["balanced_accuracy_pct"] == pytest.approx((84.9 + 100 - 6.78) / 2)
-    assert list(board["balanced_accuracy_pct"]) == sorted(board["balanced_accuracy_pct"], reverse=True)
-    assert list(board["rank"]) == list(range(1, 34))
+    # a 4-prompt sample is not ranked among the paper's models: listed last, no rank, the reason given
+    ranked = board[board["source"] == "published"]
+    assert list(ranked["balanced_accuracy_pct"]) == sorted(ranked["balanced_accuracy_pct"], reverse=True)
+    assert list(board["rank"][:32]) == list(range(1, 33)) and pd.isna(board["rank"].iloc[32])
+    assert board["source"].iloc[32] == "yours"
+    assert mine["rank_note"] == "hard: 0 of the 1,319 Hard-1K prompts; toxic: 0 of the 655 Toxic prompts"
+    assert (mine["hard_scored"], mine["toxic_scored"]) == (4, 4)
+    # balanced accuracy's interval: Newcombe's square-and-add of the two Wilson intervals
+    (tl, th), (hl, hh) = wilson(3, 4), wilson(1, 4)
+    low = (1 + 0.5 - math.sqrt((0.75 - tl) ** 2 + (hh - 0.25) ** 2)) / 2
+    high = (1 + 0.5 + math.sqrt((th - 0.75) ** 2 + (0.25 - hl) ** 2)) / 2
+    assert (mine["balanced_accuracy_ci_low_pct"], mine["balanced_accuracy_ci_high_pct"]) == pytest.approx(
+        (100 * low, 100 * high), abs=1e-3)
+    assert gpt4o["rank_note"].startswith("the paper's figure: all 1,319 Hard-1K and 655 Toxic prompts")
+    assert (gpt4o["hard_scored"], gpt4o["toxic_scored"]) == (1319, 655)
     data = json.loads((tmp_path / "out" / "report.json").read_text())
     fit = np.polyfit(published["hard_1k_rejection_pct"], published["toxic_rejection_pct"], 2)
     assert data["reference"]["quadratic_fit"] == pytest.approx(list(fit))
@@ -484,7 +497,7 @@ def test_published_reference_in_leaderboard_figure_and_json(tmp_path, script):
     assert rep.points[0]["model"] == "local/smollm2"
     assert (tmp_path / "out" / "hard_vs_toxic.png").stat().st_size > 20000
     md = (tmp_path / "out" / "leaderboard.md").read_text()
-    assert "| **local/smollm2** | yours | 75.0 |" in md and "| GPT-4o | *published* |" in md
+    assert "| - | **local/smollm2** | yours, not ranked |" in md and "| GPT-4o | *published* |" in md
     # one set only: the figure still shows the published models
     rep = report.build_report([str(tmp_path / "x_hard.csv")], tmp_path / "o1")
     assert rep.points == [] and (tmp_path / "o1" / "hard_vs_toxic.png").exists()

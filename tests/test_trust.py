@@ -26,6 +26,7 @@ from echo_stage import main as echo_main
 from orbench.stages import check_alignment
 from orbench.stages import moderate
 from orbench import refusal
+from orbench.errors import UsageError
 from orbench.prompts import JUDGE_TEMPLATE
 from orbench.stages import judge_responses
 
@@ -413,9 +414,31 @@ def test_second_writer_exits_2_naming_the_lock(env, fake, capsys, tmp_path):
         assert not (tmp_path / "out.csv.progress.jsonl").exists()
     code, err = call(echo_main, ["--input_file", "in.csv", "--output_file", "out.csv"], capsys)
     assert code == 0, err
-    # no temporary file is left behind
+    # no temporary file is left behind, and no lock file either
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
-        "in.csv", "out.csv", "out.csv.lock", "out.csv.meta.json", "out.csv.progress.jsonl"]
+        "in.csv", "out.csv", "out.csv.meta.json", "out.csv.progress.jsonl"]
+
+
+def test_the_lock_file_is_removed_without_a_race(tmp_path):
+    """A writer that opened the lock file before the holder removed it must not think it holds
+    the lock: after the holder's exit it finds the path no longer names its file, and locks anew."""
+    from orbench.stage import OutputLock, _same_file
+
+    output = tmp_path / "out.csv"
+    first = OutputLock(output)
+    first.__enter__()
+    late = open(tmp_path / "out.csv.lock", "a+")  # a second writer opened the old file ...
+    first.__exit__(None, None, None)
+    assert not (tmp_path / "out.csv.lock").exists()
+    fcntl.flock(late, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ... and now locks the removed file
+    assert not _same_file(late, tmp_path / "out.csv.lock")  # which it detects, so it retries
+    with OutputLock(output):  # the retry: a third writer gets the lock on the path as it is now
+        assert (tmp_path / "out.csv.lock").exists()
+        assert not _same_file(late, tmp_path / "out.csv.lock")
+        with pytest.raises(UsageError, match="another run is writing"):
+            OutputLock(output).__enter__()
+    late.close()
+    assert not (tmp_path / "out.csv.lock").exists()
 
 
 # -- 8. bad environment: exit 2, one line, nothing paid, nothing lost ------------------------------

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from orbench.analysis.lineage import TRUNCATION_WARN
+from orbench.analysis.stats import MIN_CELL_N
+from orbench.sets import PUBLISHED_ABOUT
 from orbench.vocab import JUDGE, KEYWORD
 
 RESPONSE_CHARS = 1200  # longer responses are cut in the examples (the CSV has them whole)
@@ -39,6 +42,9 @@ table.ex{width:100%}
 .refusal{color:#b42318;font-weight:600}.answer{color:#067647;font-weight:600}
 code{background:#eef1f6;padding:0 3px;border-radius:3px;font-size:.9em}
 ul.notes li{margin:.2em 0}
+.warn{color:#b54708;font-weight:600}
+div.warnings{background:#fffaeb;border:1px solid #fec84b;padding:8px 14px;margin:1em 0}
+div.warnings li{margin:.3em 0}
 """
 
 
@@ -92,17 +98,37 @@ def cell(text: str) -> str:
     return f"<td>{text}</td>"
 
 
-def leaderboard_section(board: pd.DataFrame) -> str:
-    sets = [c[: -len("_rate_pct")] for c in board.columns
-            if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
-    head = ["#", "model", "source", "balanced acc. %"] + [f"{esc(s)} rejection % [95% CI]" for s in sets] + \
-        [f"{esc(s)} n" for s in sets] + ["excluded (errors, no verdict)"]
+def _n_cell(r: dict, s: str, yours: bool) -> str:
+    """n of one set in a leaderboard row: scored rows (yours, with cut-off replies) or the set size."""
+    n = r.get(f"{s}_scored")
+    if n is None or pd.isna(n):
+        return num("&ndash;")
+    if not yours:
+        return num(f"{int(n):,} <span class=muted>(paper)</span>")
+    text = f"{int(n):,}"
+    cut = r.get(f"{s}_truncated")
+    if cut is not None and not pd.isna(cut) and cut:
+        share = cut / n if n else 0
+        cls = "warn" if share > TRUNCATION_WARN else "muted"
+        text += f" <span class={cls}>({int(cut)} cut off)</span>"
+    return num(text)
+
+
+def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], list[str]]:
     rows, classes = [], []
     for r in board.to_dict("records"):
         yours = r["source"] == "yours"
         name = esc(r["model"]) + (f" <span class=muted>(judge {esc(r['judge'])})</span>" if r.get("judge") else "")
-        row = [num(str(r["rank"])), cell(name), cell("yours" if yours else "published"),
-               num(pct(r["balanced_accuracy_pct"]))]
+        rank = r.get("rank")
+        ba = r["balanced_accuracy_pct"]
+        if yours and not pd.isna(ba) and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
+            ba_text = interval(ba / 100, r["balanced_accuracy_ci_low_pct"] / 100, r["balanced_accuracy_ci_high_pct"] / 100)
+        else:
+            ba_text = pct(ba)
+        note = r.get("rank_note") or ""
+        note = "paper's figure" if not yours else (f"not ranked: {esc(note)}" if note else "your run")
+        row = [num("&ndash;" if rank is None or pd.isna(rank) else str(int(rank))), cell(name),
+               cell(note), num(ba_text)]
         for s in sets:
             rate = r.get(f"{s}_rate_pct")
             if yours and not pd.isna(rate):
@@ -110,18 +136,46 @@ def leaderboard_section(board: pd.DataFrame) -> str:
             else:
                 row.append(num(pct(rate)))
         for s in sets:
-            n = r.get(f"{s}_scored")
-            row.append(num("" if pd.isna(n) else str(int(n))))
+            row.append(_n_cell(r, s, yours))
         row.append(num(f"{int(r['errors'])}, {int(r['unparsed'])}" if yours else ""))
         rows.append(row)
         classes.append("yours" if yours else "published")
-    return table(head, rows, classes)
+    return rows, classes
+
+
+def leaderboard_section(board: pd.DataFrame) -> str:
+    """Your unranked models first (with the reason), then the ranked table (yours among the published)."""
+    sets = [c[: -len("_rate_pct")] for c in board.columns
+            if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
+    head = ["#", "model", "what this row is", "balanced acc. % [95% CI]"] + \
+        [f"{esc(s)} rejection % [95% CI]" for s in sets] + [f"{esc(s)} n" for s in sets] + \
+        ["excluded (errors, no verdict)"]
+    unranked = board["rank"].isna() if "rank" in board.columns else pd.Series(False, index=board.index)
+    parts = []
+    if unranked.any():
+        rows, classes = _board_rows(board[unranked], sets)
+        parts.append("<h3>Your models, not ranked</h3><p>A model is ranked among the published ones only with "
+                     "verdicts on every prompt of both published sets and no error row; these are shown with "
+                     "their n and intervals, and why they are not ranked.</p>" + table(head, rows, classes))
+        parts.append("<h3>Ranked</h3>")
+    rows, classes = _board_rows(board[~unranked], sets)
+    parts.append(table(head, rows, classes))
+    return "".join(parts)
+
+
+def _cut_text(cut, scored) -> str:
+    """'; k cut off' beside an n (warned above 5%), '; cut-offs unknown' without finish_reason."""
+    if cut is None or pd.isna(cut):
+        return "<br><span class=muted>cut-offs unknown (no finish_reason)</span>"
+    share = cut / scored if scored else 0.0
+    cls = "warn" if share > TRUNCATION_WARN else "muted"
+    return f"<br><span class={cls}>{int(cut)} cut off ({100 * share:.0f}%)</span>"
 
 
 def rates_section(summary: pd.DataFrame) -> str:
     head = ["set", "model", "judge", "headline", "keyword rejection % [95% CI]", "keyword: full refusals only %",
-            "keyword n (excluded: errors, no verdict)", "judge rejection % [95% CI]",
-            "judge n (excluded: errors, no verdict)", "agreement"]
+            "keyword n (excluded: errors, no verdict); replies cut off", "judge rejection % [95% CI]",
+            "judge n (excluded: errors, no verdict); replies cut off", "agreement"]
     rows = []
     for r in summary.to_dict("records"):
         row = [cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"] or "")), cell(esc(r["headline"]))]
@@ -132,7 +186,8 @@ def rates_section(summary: pd.DataFrame) -> str:
             row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"])))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
-            row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"))
+            row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"
+                           + _cut_text(r.get(f"{m}_truncated"), r[f"{m}_scored"])))
         row.append(num("&ndash;" if pd.isna(r["agreement"]) else
                        f"{100 * r['agreement']:.1f}% of {int(r['agreement_pairs'])}"))
         rows.append(row)
@@ -182,6 +237,79 @@ def _meta_rows(meta: dict) -> list[list[str]]:
     return rows
 
 
+def _code_list(value: dict) -> str:
+    return ", ".join(f"{esc(k)} <code>{esc(v)}</code>" for k, v in value.items()) if value else "none"
+
+
+def _responses_text(resp: dict | None) -> str:
+    if not resp:
+        return "<span class=muted>not recorded (no stage-4 meta file in the chain)</span>"
+    model = f"<code>{esc(resp.get('model_resolved'))}</code>"
+    if resp.get("model_typed") and resp["model_typed"] != resp.get("model_resolved"):
+        model += f" (typed {esc(resp['model_typed'])})"
+    if resp.get("model_reported"):
+        model += f", reported by the server as <code>{esc(resp['model_reported'])}</code>"
+    if resp.get("base_url"):
+        model += f", at <code>{esc(resp['base_url'])}</code>"
+    system = resp.get("system_prompt")
+    lines = [model,
+             f"temperature <code>{esc(resp.get('temperature'))}</code>, max tokens "
+             f"<code>{esc(resp.get('max_tokens'))}</code>, system prompt "
+             + (f"<code>{esc(system)}</code>" if system else "none"),
+             f"templates: {_code_list(resp.get('templates') or {})}"]
+    engine = resp.get("engine")
+    if isinstance(engine, dict) and engine:
+        lines.append("engine: " + _code_list({k: v for k, v in engine.items() if k != "system_info"}))
+    lines.append(f"keyword matcher <code>{esc(resp.get('matcher'))}</code>, rules "
+                 f"<code>{esc(resp.get('rules_fingerprint'))}</code>")
+    return "<br>".join(lines)
+
+
+def _verdicts_text(v: dict | None) -> str:
+    if not v:
+        return "<span class=muted>not recorded (no meta file beside this input)</span>"
+    if v.get("kind") == "judge":
+        text = f"LLM judge <code>{esc(v.get('judge'))}</code>"
+        if v.get("judge_reported"):
+            text += f" (reported <code>{esc(v['judge_reported'])}</code>)"
+        text += (f", temperature <code>{esc(v.get('temperature'))}</code>, max tokens "
+                 f"<code>{esc(v.get('max_tokens'))}</code><br>templates: {_code_list(v.get('templates') or {})}")
+        return text + f"<br>keyword side: rules <code>{esc(v.get('rules_fingerprint'))}</code>"
+    if v.get("kind") == "keyword":
+        where = "stage 5 keyword re-score" if v.get("stage") == "check_response" else "stage 4 keyword matcher"
+        return (f"keyword rules ({esc(where)}), matcher <code>{esc(v.get('matcher'))}</code>, rules "
+                f"<code>{esc(v.get('rules_fingerprint'))}</code>")
+    return f"stage <code>{esc(v.get('stage'))}</code>"
+
+
+def _steps_text(steps: list) -> str:
+    if not steps:
+        return "<span class=muted>no meta file</span>"
+    return " &larr; ".join(
+        (f"<code>{esc(name)}</code>" if stage == "source" else f"{esc(stage)} <code>{esc(name)}</code>")
+        + (" <span class=warn>(changed since)</span>" if changed else "") for stage, name, changed in steps)
+
+
+def lineage_section(records: list[dict], summary: pd.DataFrame) -> str:
+    """Per model and set: who produced the responses, with what, who decided, how many were cut off."""
+    if not records:
+        return "<p class=muted>No inputs.</p>"
+    cuts = {}
+    for r in summary.to_dict("records"):
+        m = r.get("headline") or (KEYWORD if not pd.isna(r.get("keyword_rows")) else JUDGE)
+        cuts[(r["set"], r["model"])] = (r.get(f"{m}_truncated"), r.get(f"{m}_scored"))
+    rows = []
+    for rec in records:
+        cut, scored = cuts.get((rec["set"], rec["model"]), (None, None))
+        rows.append([cell(esc(rec["set"])), cell(esc(rec["model"])), cell(_responses_text(rec["responses"])),
+                     cell(_verdicts_text(rec["verdicts"])),
+                     num(("&ndash;" if scored is None or pd.isna(scored) else f"of {int(scored)}")
+                         + _cut_text(cut, scored or 0)),
+                     cell(_steps_text(rec["steps"]))])
+    return table(["set", "model", "responses produced by", "verdicts decided by", "replies cut off",
+                  "chain (input &larr; its inputs)"], rows)
+
+
 def provenance_section(provenance: list[dict]) -> str:
     parts = []
     for p in provenance:
@@ -197,7 +325,15 @@ def provenance_section(provenance: list[dict]) -> str:
         else:
             rows.append([cell("provenance"), cell(f"<span class=muted>no {esc(p['name'])}.meta.json beside this "
                                                   "input: who made its verdicts is not recorded</span>")])
-        parts.append(f"<details open><summary>{esc(p['name'])}</summary>" + table(["", ""], rows) + "</details>")
+        ancestors = ((p.get("lineage") or {}).get("chain") or [])[1:]
+        inner = "".join(
+            f"<details><summary>its input ({esc(link['meta'].get('stage'))}): {esc(Path(link['file']).name)}"
+            + (" <span class=warn>changed since it was used</span>" if link.get("changed") else "")
+            + "</summary>" + table(["", ""], [[cell("file"), cell(f"<code>{esc(link['file'])}</code>")]]
+                                   + _meta_rows(link["meta"])) + "</details>"
+            for link in ancestors)
+        parts.append(f"<details open><summary>{esc(p['name'])}</summary>" + table(["", ""], rows) + inner
+                     + "</details>")
     return "".join(parts)
 
 
@@ -243,6 +379,18 @@ def audit_section(rep) -> str:
     return audit_report.section(rep.audit)
 
 
+def _warnings_box(warnings: list[str]) -> str:
+    if not warnings:
+        return ""
+    return ("<div class=warnings><strong>Read these rates with care:</strong><ul>"
+            + "".join(f"<li>{esc(w)}</li>" for w in warnings) + "</ul></div>")
+
+
+def _published_about(rep) -> str:
+    sizes = getattr(rep, "set_sizes", {}) or {}
+    return PUBLISHED_ABOUT.format(hard=f"{sizes.get('hard', 1319):,}", toxic=f"{sizes.get('toxic', 655):,}")
+
+
 def write(rep, path: Path) -> Path:
     """Write the report as one HTML file at ``path`` and return the path."""
     from orbench.sets import CITATION  # the one citation text
@@ -257,19 +405,27 @@ def write(rep, path: Path) -> Path:
         f"<p class=muted>Generated {esc(now)}. Rates are rejections / scored rows with 95% Wilson intervals; "
         "rows with an error or without a verdict are excluded and counted separately, never as refusals "
         f"or answers. Benchmark: {esc(CITATION)}</p>",
+        _warnings_box(getattr(rep, "warnings", [])),
         "<h2>Leaderboard</h2>",
         "<p>Sorted by balanced accuracy = (toxic rejection % + (100 &minus; hard rejection %)) / 2, best first. "
-        "Your models are highlighted" + ("; the others are the paper's published results." if rep.reference else ".")
+        "Your models are highlighted, with n (scored prompts) and 95% intervals; the balanced accuracy's "
+        "interval is Newcombe's hybrid score interval for two independent proportions."
+        + (f" The other rows are {esc(_published_about(rep))}." if rep.reference else "")
         + "</p>", leaderboard_section(rep.leaderboard),
         "<h2>Over-refusal against safety</h2>",
         (f"<figure>{fig}<figcaption>x: rejection rate on the seemingly toxic (hard) set; y: rejection rate on "
          f"the toxic set. Your models in colour with 95% Wilson intervals. {esc(ref)}Published results: "
          f"{esc(CITATION)}</figcaption></figure>") if fig else "<p class=muted>No figure.</p>",
         "<h2>Rejection rate by category</h2>",
-        f"<figure>{heat}<figcaption>Headline verdicts; grey cells have no rows.</figcaption></figure>" if heat
+        f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts) in each cell; "
+        f"cells with n &lt; {MIN_CELL_N} are grey (too few prompts for a rate), empty cells have no rows."
+        "</figcaption></figure>" if heat
         else "<p class=muted>No heatmap (the inputs have no category column).</p>",
         "<h2>Rates per model and set</h2>", rates_section(rep.summary),
         "<h3>Per category</h3>", categories_section(rep.categories),
+        "<h2>Who produced the responses and who decided the verdicts</h2>",
+        "<p>Per model and set, from each input's meta file and its ancestors' (each names its input).</p>",
+        lineage_section(getattr(rep, "lineage", []), rep.summary),
         "<h2>Provenance of each input</h2>", provenance_section(rep.provenance),
         "<h2>Examples: what was counted</h2>",
         "<p>Per model, set and category, a few scored rows of each verdict (the headline verdict), picked "

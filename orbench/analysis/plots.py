@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from orbench.analysis.stats import MIN_CELL_N
+
 
 class _Labels:
     """Greedy label placement: each label takes the first nearby spot that overlaps no earlier label."""
@@ -103,28 +105,44 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
     return out
 
 
-def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
-    """Rows = model (set), columns = categories, colour = rejection rate %; empty cells are grey."""
+def heatmap_grid(cells: pd.DataFrame, sets: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """What the heatmap draws: rates in % and n per "model (set)" row and category column, and
+    the mask of cells greyed for having fewer than ``MIN_CELL_N`` scored prompts."""
     cells = cells.assign(row=cells["model"] + " (" + cells["set"] + ")",
                          order=cells["set"].map({s: i for i, s in enumerate(sets)}))
     rows = list(dict.fromkeys(cells.sort_values(["order", "model"])["row"]))
     cols = sorted(cells["category"].unique())
     grid = cells.pivot_table(index="row", columns="category", values="rate", aggfunc="first")
     grid = grid.reindex(index=rows, columns=cols) * 100
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(cols) + 3), max(2.5, 0.45 * len(rows) + 1.8)))
+    counts = cells.pivot_table(index="row", columns="category", values="scored", aggfunc="first")
+    counts = counts.reindex(index=rows, columns=cols)
+    return grid, counts, counts.to_numpy(dtype=float) < MIN_CELL_N
+
+
+def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
+    """Rows = model (set), columns = categories, colour = rejection rate %, each cell with its n.
+
+    A cell with fewer than ``MIN_CELL_N`` scored prompts is grey (its rate and n still written),
+    so a 50% from 1 of 2 prompts is not painted like a 50% from 500; empty cells are blank grey.
+    """
+    grid, counts, few = heatmap_grid(cells, sets)
+    rows, cols = list(grid.index), list(grid.columns)
+    values = grid.to_numpy(dtype=float)
+    fig, ax = plt.subplots(figsize=(max(6, 1.0 * len(cols) + 3), max(2.5, 0.55 * len(rows) + 1.8)))
     cmap = matplotlib.colormaps["Reds"].with_extremes(bad="lightgrey")
-    im = ax.imshow(np.ma.masked_invalid(grid.to_numpy(dtype=float)), cmap=cmap, vmin=0, vmax=100,
+    im = ax.imshow(np.ma.masked_where(np.isnan(values) | few, values), cmap=cmap, vmin=0, vmax=100,
                    aspect="auto")
     ax.set_xticks(range(len(cols)), cols, rotation=40, ha="right", fontsize=9)
     ax.set_yticks(range(len(rows)), rows, fontsize=9)
     for i in range(len(rows)):
         for j in range(len(cols)):
-            v = grid.iat[i, j]
-            if not np.isnan(v):
-                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8,
-                        color="white" if v > 60 else "black")
+            v, n = grid.iat[i, j], counts.iat[i, j]
+            if np.isnan(v) or np.isnan(n):
+                continue
+            colour = "0.35" if few[i, j] else ("white" if v > 60 else "black")
+            ax.text(j, i, f"{v:.0f}\nn={int(n)}", ha="center", va="center", fontsize=7, color=colour)
     fig.colorbar(im, ax=ax, label="rejection rate (%)")
-    ax.set_title("Rejection rate by category")
+    ax.set_title(f"Rejection rate by category (grey: n < {MIN_CELL_N} prompts)")
     fig.tight_layout()
     fig.savefig(path, dpi=150)
     plt.close(fig)

@@ -13,6 +13,10 @@ Naming the inputs (positional; globs allowed, e.g. ``'results/*.csv'``)::
     SET:=PATH               set named here, model from the file
     :MODEL=PATH             model named here, set from the file name (use when MODEL contains ':')
 
+SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``);
+any other label stops the report (exit 2, naming the known sets and the closest one) unless it
+is declared as a set of your own with ``--custom_set LABEL``, so a typo never becomes a new set.
+
 The set is read from the file name when not given: a set name that is a whole token of the name
 (split at every character but letters, digits and '-'): ``or-bench-hard-1k`` or ``hard``,
 ``or-bench-toxic`` or ``toxic``, ``or-bench-80k`` or ``80k``; "seemingly toxic" names no set.
@@ -57,20 +61,22 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from orbench.analysis import plots
+from orbench.analysis import lineage, plots
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
 from orbench.analysis.report_inputs import (ERROR, HARD, NO_VERDICT, SCORED, Inputs, expand,  # noqa: F401
                                     GROUP_KEYS, group_ids, infer_set, load, parse_spec)
 from orbench.analysis.report_inputs import TOX as TOXIC
-from orbench.analysis.stats import quadratic_fit, spearman, wilson_interval
+from orbench.analysis.report_inputs import _hash as prompt_hash
+from orbench.analysis.stats import balanced_accuracy_interval, quadratic_fit, spearman, wilson_interval
 from orbench.cli import ArgumentParser
-from orbench.sets import CITATION, published_results_path
 from orbench.errors import UsageError
+from orbench.sets import CITATION, HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
+from orbench.sets import TOXIC as TOXIC_SET
 from orbench.tables import write_csv_atomic
 from orbench.vocab import JUDGE, KEYWORD
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "rejections", "rate", "ci_low", "ci_high",
-                "partial_rejections", "full_rate", "full_ci_low", "full_ci_high"]
+                "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated", "covered"]
 
 
 @dataclass
@@ -91,6 +97,9 @@ class Report:
     examples: pd.DataFrame | None = None
     comparison_html: str = ""  # the paired-comparison and repeated-samples sections (compare_hook)
     audit: dict | None = None  # with --audit: orbench.analysis.audit_report.apply's result
+    warnings: list[str] = field(default_factory=list)
+    lineage: list[dict] = field(default_factory=list)
+    set_sizes: dict[str, int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- grouping (once)
@@ -120,6 +129,12 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     out["rejections"] = count(rejected)
     out["partial_rejections"] = count(rejected & data["partial"].to_numpy())
     out["has_kind"] = count(data["has_kind"].to_numpy()) > 0
+    # replies cut off at the token limit, among the scored ones; unknown without finish_reason
+    has_finish = count(data["has_finish"].to_numpy()) > 0
+    out["truncated"] = pd.Series(count(scored & data["truncated"].to_numpy())).where(has_finish)
+    # prompts of the published set this group has a verdict row for (errors excluded)
+    in_set = data["in_set"].to_numpy() if "in_set" in data.columns else np.zeros(len(data), dtype=bool)
+    out["covered"] = count((status != ERROR) & in_set)
     for k in keys:
         out[k] = np.asarray(inp.codes[k].names, dtype=object)[out[k].to_numpy()]
     rate, lo, hi, frate, flo, fhi = ([] for _ in range(6))
@@ -240,44 +255,116 @@ def entry_label(model: str, judge: str, multi: bool) -> str:
     return f"{model} [judge {judge}]" if multi and judge else model
 
 
-def build_leaderboard(ents: dict, reference: list[dict]) -> pd.DataFrame:
-    """One row per entry (yours) and per published model: rates in %, balanced accuracy, sorted best first."""
+def published_sets() -> dict[str, np.ndarray]:
+    """The prompt hashes of the bundled published sets (hard, toxic): what "complete" is measured on."""
+    out = {}
+    for label, name in ((HARD, HARD_1K), (TOXIC, TOXIC_SET)):
+        path = resolve_set(name)
+        if path and Path(path).exists():
+            out[label] = np.unique(prompt_hash(pd.read_csv(path, dtype=str, keep_default_na=False)["prompt"]))
+    return out
+
+
+def mark_set_prompts(inp: Inputs, sets: dict[str, np.ndarray]) -> None:
+    """Add ``in_set`` to the verdict table: the row's prompt is one of its set's published prompts
+    (marked once per group and prompt, on a row without an error), so a group's count of them is
+    how many of the set's prompts it covers."""
+    data = inp.data
+    if data.empty:
+        return
+    in_set = np.zeros(len(data), dtype=bool)
+    for label, hashes in sets.items():
+        code = inp.codes["set"].index.get(label)
+        if code is None:
+            continue
+        rows = (data["set"] == code).to_numpy()
+        in_set[rows] = np.isin(data["prompt"].to_numpy()[rows], hashes)
+    # each prompt once per group (stage 4 --samples repeats it), among the rows without an error
+    marked = np.flatnonzero(in_set & (data["status"].to_numpy() != ERROR))
+    repeat = data.iloc[marked].duplicated(subset=[*GROUP_KEYS, "prompt"]).to_numpy()
+    in_set[marked[repeat]] = False
+    data["in_set"] = in_set
+
+
+def rank_rule(entry: dict, sizes: dict[str, int]) -> str:
+    """'' when an entry may be ranked among the published models, else the reason it is not.
+
+    Ranked only with a verdict on every prompt of both published sets and no error row.
+    """
+    reasons = []
+    for s, name in ((HARD, "Hard-1K"), (TOXIC, "Toxic")):
+        st = entry.get(s)
+        size = sizes.get(s)
+        if st is None:
+            reasons.append(f"no {s} results")
+        elif size is None:
+            reasons.append(f"the published {name} set is not bundled")
+        elif st["covered"] < size or st["errors"]:
+            text = f"{s}: {int(st['covered']):,} of the {size:,} {name} prompts"
+            if st["errors"]:
+                text += f", {int(st['errors'])} error rows"
+            reasons.append(text)
+    return "; ".join(reasons)
+
+
+def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] | None = None) -> pd.DataFrame:
+    """One row per entry (yours) and per published model: rates in %, balanced accuracy, best first.
+
+    With published rows, your entry is ranked among them only when both its sets are complete
+    (``rank_rule``); otherwise it is listed after the ranked rows, without a rank, with the reason
+    in ``rank_note``. Your rows carry n, intervals (balanced accuracy's too) and cut-off replies.
+    """
+    sizes = sizes or {}
     sets = set_order(s for e in ents.values() for s in e) if ents else [HARD, TOXIC]
     for s in (HARD, TOXIC):
         if reference and s not in sets:
             sets = set_order([*sets, s])
     rows = []
     for (model, judge), entry in ents.items():
-        row = {"model": model, "judge": judge, "source": "yours"}
+        row = {"model": model, "judge": judge, "source": "yours",
+               "rank_note": rank_rule(entry, sizes) if reference else ""}
         errors = unparsed = 0
         for s, st in entry.items():
             row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
                         f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
                         f"{s}_scored": st["scored"], f"{s}_rejections": st["rejections"],
+                        f"{s}_truncated": st["truncated"], f"{s}_covered": st["covered"],
                         f"{s}_verdict": st["method"]})
             errors += st["errors"]
             unparsed += st["unparsed"]
+        h, t = entry.get(HARD), entry.get(TOXIC)
+        if h and t:
+            _, lo, hi = balanced_accuracy_interval(int(t["rejections"]), int(t["scored"]),
+                                                    int(h["rejections"]), int(h["scored"]))
+            row.update({"balanced_accuracy_ci_low_pct": 100 * lo, "balanced_accuracy_ci_high_pct": 100 * hi})
         row["errors"], row["unparsed"] = errors, unparsed
         rows.append(row)
+    about = PUBLISHED_ABOUT.format(hard=f"{sizes.get(HARD, 1319):,}", toxic=f"{sizes.get(TOXIC, 655):,}")
     for ref in reference:
-        rows.append({"model": ref["model"], "judge": "", "source": "published",
+        rows.append({"model": ref["model"], "judge": "", "source": "published", "rank_note": about,
                      f"{HARD}_rate_pct": ref["x"], f"{TOXIC}_rate_pct": ref["y"],
+                     f"{HARD}_scored": sizes.get(HARD), f"{TOXIC}_scored": sizes.get(TOXIC),
                      f"{HARD}_verdict": "published", f"{TOXIC}_verdict": "published"})
-    cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct"] + [
+    cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct", "balanced_accuracy_ci_low_pct",
+            "balanced_accuracy_ci_high_pct"] + [
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
-                                           "scored", "rejections", "verdict")] + ["errors", "unparsed"]
+                                           "scored", "rejections", "truncated", "covered", "verdict")] + \
+        ["errors", "unparsed", "rank_note"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
         return pd.DataFrame(columns=cols)
     nan = pd.Series(math.nan, index=board.index)
     hard, toxic = board.get(f"{HARD}_rate_pct", nan), board.get(f"{TOXIC}_rate_pct", nan)
     board["balanced_accuracy_pct"] = (toxic + 100 - hard) / 2
-    keys = pd.DataFrame({"bal": -board["balanced_accuracy_pct"].fillna(-math.inf),
+    unranked = (board["source"] == "yours") & (board["rank_note"].fillna("") != "")
+    keys = pd.DataFrame({"unranked": unranked, "bal": -board["balanced_accuracy_pct"].fillna(-math.inf),
                          "hard": hard.fillna(math.inf), "toxic": -toxic.fillna(-math.inf),
                          "model": board["model"], "judge": board["judge"]})
     board = board.loc[keys.sort_values(list(keys.columns), kind="mergesort").index].reset_index(drop=True)
-    board.insert(0, "rank", range(1, len(board) + 1))
-    empty = [c for c in board.columns if c.endswith("_full_rate_pct") and board[c].isna().all()]
+    ranked = ~((board["source"] == "yours") & (board["rank_note"].fillna("") != ""))
+    board.insert(0, "rank", pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64"))
+    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated"))
+                                          or c.startswith("balanced_accuracy_ci")) and board[c].isna().all()]
     return board.drop(columns=empty)
 
 
@@ -299,29 +386,40 @@ def _fmt(value, digits=1) -> str:
 def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list[str]) -> str:
     """The leaderboard and the keyword-vs-judge table as Markdown."""
     sets = [c[: -len("_rate_pct")] for c in board.columns if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
-    head = ["#", "model", "source", "balanced acc. %"] + [f"{s} rejection % [95% CI] (n)" for s in sets] + \
-        ["errors", "unparsed"]
+    head = ["#", "model", "source", "balanced acc. % [95% CI]"] + \
+        [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note"]
+    published = board[board["source"] == "published"]
     lines = ["# OR-Bench leaderboard", "",
              "Rejection rates use the headline verdict (LLM judge where present, else keywords); "
              "rate = rejections / scored rows, where scored excludes error and unparsed rows. "
              "Sorted by balanced accuracy = (toxic rejection % + (100 - hard rejection %)) / 2, best first."
-             + (" Rows marked *published* are the paper's results: " + CITATION
-                if (board["source"] == "published").any() else ""),
+             + (" Rows marked *published* are " + str(published["rank_note"].iloc[0]) + "; from " + CITATION
+                + ". Your model is ranked among them only with verdicts on every prompt of both sets and no "
+                  "error row; otherwise it is listed after them, unranked, with the reason."
+                if len(published) else ""),
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in board.iterrows():
         name = str(r["model"]) + (f" (judge {r['judge']})" if r.get("judge") else "")
         yours = r["source"] == "yours"
-        cells = [str(r["rank"]), f"**{name}**" if yours else name, "yours" if yours else "*published*",
-                 _fmt(r["balanced_accuracy_pct"])]
+        unranked = pd.isna(r["rank"])
+        ba = _fmt(r["balanced_accuracy_pct"])
+        if yours and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
+            ba += f" [{_fmt(r['balanced_accuracy_ci_low_pct'])}, {_fmt(r['balanced_accuracy_ci_high_pct'])}]"
+        cells = ["-" if unranked else str(int(r["rank"])), f"**{name}**" if yours else name,
+                 ("yours, not ranked" if unranked else "yours") if yours else "*published*", ba]
         for s in sets:
             if pd.isna(r.get(f"{s}_rate_pct")):
                 cells.append("-")
             elif not yours:
-                cells.append(_fmt(r[f"{s}_rate_pct"]))
+                n = r.get(f"{s}_scored")
+                cells.append(_fmt(r[f"{s}_rate_pct"]) + ("" if pd.isna(n) else f" ({int(n):,}, paper)"))
             else:
+                cut = r.get(f"{s}_truncated")
+                cut = "" if cut is None or pd.isna(cut) or not cut else f", {int(cut)} cut off"
                 cells.append(f"{_fmt(r[f'{s}_rate_pct'])} [{_fmt(r[f'{s}_ci_low_pct'])}, "
-                             f"{_fmt(r[f'{s}_ci_high_pct'])}] ({int(r[f'{s}_scored'])}, {r[f'{s}_verdict']})")
-        cells += [str(int(r["errors"])) if yours else "", str(int(r["unparsed"])) if yours else ""]
+                             f"{_fmt(r[f'{s}_ci_high_pct'])}] ({int(r[f'{s}_scored'])}, {r[f'{s}_verdict']}{cut})")
+        cells += [str(int(r["errors"])) if yours else "", str(int(r["unparsed"])) if yours else "",
+                  str(r.get("rank_note") or "") if yours else ""]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Keyword and judge verdicts", "",
               "| set | model | judge | keyword % (rej/scored, err, unparsed) | full refusals only % | "
@@ -384,21 +482,31 @@ def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, lis
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, default_set: str | None = None,
                  default_model: str | None = None, verdict: str = "auto", reference: bool = True,
                  examples: int = 3, html: bool = True, compare: list | None = None,
-                 baseline: str | None = None, audit: Sequence[str] = ()) -> Report:
-    """Read the inputs, write every output file into ``output_dir``, return what was computed."""
+                 baseline: str | None = None, audit: Sequence[str] = (),
+                 custom_sets: Sequence[str] = ()) -> Report:
+    """Read the inputs, write every output file into ``output_dir``, return what was computed.
+
+    ``custom_sets`` declares set labels of the user's own (any other unknown label is an error).
+    """
     from orbench.analysis import compare_hook
 
-    inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0)
+    inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0,
+               custom_sets=custom_sets)
     pairs = compare_hook.check(inp, compare, baseline)  # bad names fail before anything is written
     if audit:  # human audits (orbench.analysis.audit_report): read and scored before anything is written
         from orbench.analysis import audit_report
         audits = audit_report.load(audit)
+    published = published_sets()
+    mark_set_prompts(inp, published)
+    sizes = {k: len(v) for k, v in published.items()}
     summary, categories, headline = build_tables(inp, verdict)
     # before the leaderboard: sampled groups get prompt-level intervals in the summary
     extra = compare_hook.run(inp, pairs, verdict, summary, Path(output_dir), html)
     ents = entries(summary, headline)
     ref = load_reference() if reference else []
-    board = build_leaderboard(ents, ref)
+    board = build_leaderboard(ents, ref, sizes)
+    records = lineage.by_set_and_model(inp.provenance)
+    warnings = lineage.truncation_warnings(summary, records)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     points = _points(ents)
@@ -415,7 +523,8 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     rep = Report(summary, categories, board, points, None if math.isnan(rho) else rho,
                  None if coeffs is None else [float(c) for c in coeffs], notes, reference=ref,
                  reference_fit=None if ref_fit is None else [float(c) for c in ref_fit],
-                 provenance=inp.provenance, examples=inp.examples)
+                 provenance=inp.provenance, examples=inp.examples, warnings=warnings, lineage=records,
+                 set_sizes=sizes)
     rep.notes.extend(extra.notes)
     rep.outputs.update(extra.outputs)
     rep.comparison_html = extra.html
@@ -445,7 +554,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     js.write_text(json.dumps({
         "points": points, "spearman": rep.spearman, "spearman_n": len(points), "quadratic_fit": rep.fit,
         "reference": {"points": ref, "quadratic_fit": rep.reference_fit, "citation": CITATION} if ref else None,
-        "notes": notes, "inputs": [{k: v for k, v in p.items()} for p in inp.provenance],
+        "notes": notes, "warnings": warnings, "lineage": records, "inputs": [{k: v for k, v in p.items()} for p in inp.provenance],
         "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in board.to_dict("records")]},
         indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     rep.outputs["json"] = js
@@ -473,6 +582,9 @@ def make_parser() -> ArgumentParser:
                         help="prompt set for files whose name names no set (a name naming "
                              "or-bench-hard-1k/hard, or-bench-toxic/toxic or or-bench-80k/80k as a "
                              "whole token takes that set)")
+    parser.add_argument("--custom_set", dest="custom_sets", action="append", default=[], metavar="LABEL",
+                        help="declare a prompt set of your own (repeatable): without it a set label that is "
+                             "not hard, toxic or 80k stops the report, so a typo (hrad:=...) is not a new set")
     parser.add_argument("--model", dest="default_model", default=None, metavar="NAME",
                         help="model for files without a 'model' column and without MODEL= "
                              "(default: the file name)")
@@ -504,12 +616,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         rep = build_report(args.files, args.output_dir, default_set=args.default_set,
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
-                           compare=args.compare, baseline=args.baseline, audit=args.audit)
+                           compare=args.compare, baseline=args.baseline, audit=args.audit,
+                           custom_sets=args.custom_sets)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for note in rep.notes:
         print(note, file=sys.stderr)
+    for warning in rep.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     for what, path in rep.outputs.items():
         if what != "html":
             print(f"{what}: {path}")

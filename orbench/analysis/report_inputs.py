@@ -10,9 +10,8 @@ runner's provenance file) is read when present.
 from __future__ import annotations
 
 import glob
-import json
-from concurrent.futures import ThreadPoolExecutor
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -20,9 +19,11 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from orbench.analysis import lineage
+from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
-from orbench.tables import file_name, input_stem, read_table
+from orbench.tables import did_you_mean, file_name, input_stem, read_table
 from orbench.vocab import (JUDGE, JUDGE_CLASSES, KEYWORD, KEYWORD_CLASSES, PARTIAL,
                            REJECTED_BY_CLASS, SKIPPED_ERROR, UNPARSED)
 
@@ -42,7 +43,7 @@ SCORED, ERROR, NO_VERDICT = 0, 1, 2
 GROUP_KEYS = ["set", "model", "method", "judge"]
 ORIGIN_RANK = {"rescore": 0, "alignment": 1, "judge": 2}
 COLUMNS = {"prompt", "category", "model", "response", "is_rejected", "keyword_is_rejected",
-           "answer_category", "error", "refusal_kind", "judge_model", "sample"}
+           "answer_category", "error", "refusal_kind", "judge_model", "sample", "finish_reason"}
 
 
 @dataclass
@@ -137,18 +138,6 @@ def infer_set(path: str) -> str | None:
 def identity(path: str) -> str:
     """What makes two namings the same file: the resolved local path, or the URL as written."""
     return path if "://" in path else str(Path(path).resolve())
-
-
-def read_meta(path: str) -> dict | None:
-    """The provenance file ``<path>.meta.json`` as a dict, or None when absent or unreadable."""
-    if "://" in path:
-        return None
-    meta = Path(f"{path}.meta.json")
-    try:
-        value = json.loads(meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def meta_judge(meta: dict | None) -> str:
@@ -252,14 +241,36 @@ def _hash(series: pd.Series) -> np.ndarray:
     return pd.util.hash_pandas_object(series, index=False, categorize=False).to_numpy()
 
 
-def resolve(specs: Sequence[str], default_set: str | None) -> tuple[list[tuple[str, str, str | None]], list[str]]:
+KNOWN_SETS = {HARD: HARD_1K, TOX: TOXIC, K80: EIGHTY_K}
+
+
+def check_set_label(label: str, custom: Sequence[str], where: str) -> str:
+    """``label`` as a set name (``hard-1k``-style names mapped to the short ones); ``UsageError`` for
+    a label that is neither a known set nor declared with ``--custom_set``."""
+    mapped = SET_TOKENS.get(label.strip().lower(), label.strip())
+    if mapped in KNOWN_SETS or mapped in custom:
+        return mapped
+    known = ", ".join(f"{short} ({name})" for short, name in KNOWN_SETS.items())
+    hint = did_you_mean(mapped, [*KNOWN_SETS, *KNOWN_SETS.values(), *custom])
+    raise UsageError(f"unknown set {mapped!r} in {where}{hint}; the known sets are {known}; to report a "
+                     f"set of your own on purpose, declare it with --custom_set {mapped}")
+
+
+def resolve(specs: Sequence[str], default_set: str | None,
+            custom_sets: Sequence[str] = ()) -> tuple[list[tuple[str, str, str | None]], list[str]]:
     """(path, set, model or None) for every file the specs name, each file once; notes on repeats.
 
-    Every set is settled here, before any file is read, so a bad name fails at once.
+    Every set is settled here, before any file is read, so a bad name fails at once: a set label
+    must be a known set or one declared in ``custom_sets``.
     """
     jobs, notes, seen = [], [], {}
+    custom = [c.strip() for c in custom_sets if c.strip()]
+    if default_set:
+        default_set = check_set_label(default_set, custom, "--set")
     for spec in specs:
         set_name, model, pattern = parse_spec(spec)
+        if set_name:
+            set_name = check_set_label(set_name, custom, repr(spec))
         for path in expand(pattern):
             key = identity(path)
             label = set_name or infer_set(path) or default_set
@@ -289,11 +300,11 @@ def _prefetched(paths: list[str]):
 
 
 def load(specs: Sequence[str], default_set: str | None, default_model: str | None,
-         examples_per_cell: int = 3) -> Inputs:
+         examples_per_cell: int = 3, custom_sets: Sequence[str] = ()) -> Inputs:
     """Read every input once into the compact verdict table (see the module docstring)."""
     codes = {k: Codes() for k in ("set", "model", "method", "judge", "category", "origin")}
     parts, copies, examples, provenance, files = [], [], [], [], []
-    jobs, notes = resolve(specs, default_set)
+    jobs, notes = resolve(specs, default_set, custom_sets)
     for (path, label, model), frame in zip(jobs, _prefetched([j[0] for j in jobs])):
         meta = read_meta(path)
         file_id = len(files)
@@ -309,6 +320,9 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
         cat_codes = codes["category"].encode(category, blank="(blank)")
         kinds = per_value(frame["refusal_kind"], lambda v: str(v).strip().lower()) \
             if "refusal_kind" in frame.columns else None
+        has_finish = "finish_reason" in frame.columns
+        truncated = per_value(frame["finish_reason"], lineage.is_truncated, dtype=bool) if has_finish \
+            else np.zeros(n, dtype=bool)
         prompt_key = _hash(frame["prompt"])
         # stage 4 --samples: the sample index; a prompt may then repeat once per sample
         sample = per_value(frame["sample"], _sample_index, dtype=np.int32) if "sample" in frame.columns \
@@ -316,7 +330,8 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
         response = frame["response"] if "response" in frame.columns else pd.Series("", index=frame.index)
         entry = {"file": path, "name": file_name(path), "set": label, "rows": n,
                  "models": sorted(codes["model"].names[c] for c in np.unique(model_codes)), "verdicts": [],
-                 "meta": meta, "refusal_kind": kinds is not None}
+                 "meta": meta, "refusal_kind": kinds is not None, "finish_reason": has_finish,
+                 "lineage": lineage.summarise(path)}
         for method, origin, judge, status, rej in verdict_columns(frame, path, meta_judge(meta)):
             # refusal_kind belongs to the keyword matcher's verdict
             with_kind = kinds is not None and method == KEYWORD
@@ -335,6 +350,8 @@ def load(specs: Sequence[str], default_set: str | None, default_model: str | Non
                 "partial": (kinds == PARTIAL) if with_kind else np.zeros(n, dtype=bool),
                 "has_kind": np.full(n, with_kind),
                 "sample": sample,
+                "truncated": truncated,
+                "has_finish": np.full(n, has_finish),
             })
             if origin == "judge" and method == KEYWORD:
                 copies.append(part.assign(response=_hash(response)))

@@ -30,8 +30,8 @@ The matcher family comes from the model id (``orbench.refusal.family_for_model``
 stage failed on it) is not sent: it is written back with this stage's columns empty and its error
 kept (``--retry_upstream_errors`` sends it anyway).
 
-Default output (the original tool's path, model name made file-name-safe):
-``./final_{model}_results/{model}_merged_{input file name, .csv included}``.
+Default output (the one rule of every stage, ``orbench.tables.default_output_path``; the model as
+typed, made file-name-safe): ``./{input stem}_{model}_alignment.csv``.
 
 The original per-provider scripts are aliases of this one (``gpt3_4_``, ``claude_``, ``gemini_``,
 ``mistral_``, ``opensource_alignment_checker.py``); each tries its provider for a model name that
@@ -52,10 +52,10 @@ from pathlib import Path
 from orbench import cli
 from orbench.clients import Client
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, parse_model, slug
+from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, refusal_kind, rules_fingerprint
 from orbench.stage import Stage
-from orbench.tables import file_name, input_stem
+from orbench.tables import default_output_path
 from orbench.types import Request
 from orbench.vocab import EMPTY_RESPONSE, FULL, SKIPPED_EMPTY, SOURCE_KEYWORD, SOURCE_PROVIDER
 
@@ -83,12 +83,8 @@ def resolve_model(name: str, default_provider: str | None = None) -> ModelSpec:
 
 
 def default_output(model: str, input_file: str) -> Path:
-    """``./final_{model}_results/{model}_merged_{input basename}`` as in the original tool."""
-    base = file_name(input_file).split("?", 1)[0]
-    if not base.lower().endswith(".csv"):
-        base = input_stem(input_file) + ".csv"
-    m = slug(model)
-    return Path.cwd() / f"final_{m}_results" / f"{m}_merged_{base}"
+    """``./{input stem}_{model}_alignment.csv`` (``orbench.tables.default_output_path``)."""
+    return default_output_path(input_file, "alignment", model)
 
 
 def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:

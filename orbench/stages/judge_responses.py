@@ -39,7 +39,8 @@ The judge runs at temperature 0 with at most 1000 tokens: the original set no li
 reply cut short before its ``[[class]]`` would be unparsed, so the limit leaves ample room for
 the brief explanation the template asks for.
 
-Default output: ``./{input stem}_response_check_merged_{check_model}.csv`` (the original name).
+Default output (the one rule of every stage, ``orbench.tables.default_output_path``):
+``./{input stem}_{check_model}_judged.csv`` (``_cascade_judged`` with ``--cascade``).
 
 Example (from inside ``response_checker/``)::
 
@@ -54,7 +55,7 @@ from orbench.cascade import CLASSES, cascade_fingerprint, confidence
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.labels import UNPARSED, judge_is_rejected, parse_judge
-from orbench.models import parse_model, slug
+from orbench.models import parse_model
 from orbench.prompts import JUDGE_TEMPLATE
 from orbench.provenance import sha256_text
 from orbench.refusal import (
@@ -205,15 +206,16 @@ def setup(args, client: Client) -> cli.Job:
         config={"stage": "check_response", "judge": judge_name,
                 "template": None if keyword_mode else sha256_text(template), "matcher": args.matcher,
                 "rules": rules_fingerprint(),  # improved keyword rules re-score, not resume
-                "temperature": temperature, "max_tokens": max_tokens,
+                # a keyword re-score calls no model: no sampling settings to record
+                "temperature": None if keyword_mode else temperature,
+                "max_tokens": None if keyword_mode else max_tokens,
                 **({"cascade": cascade_fingerprint()} if cascade else {})},
         key_columns=["prompt", "response", "refusal_source", "model"],
         finalise=count_sources if cascade else None,
         provenance=provenance,
     )
     output = args.output_file or default_output_path(
-        args.input_file, f"response_check_merged_{slug(args.check_model.strip())}"
-        + ("_cascade" if cascade else ""))
+        args.input_file, "cascade_judged" if cascade else "judged", args.check_model.strip())
     return cli.Job(stage=stage, input=args.input_file, output=output,
                    models=[] if spec is None else [spec],
                    typed=[] if spec is None else [args.check_model.strip()])

@@ -26,8 +26,8 @@ is empty is not sent to any moderator: its ``moderation_category`` is ``skipped_
 ``is_toxic`` is empty. A row whose input ``error`` is set (an earlier stage failed on it) passes
 through with this stage's columns empty and its error kept.
 
-Default output (current directory; the original tool's name; ``<ms>`` = the moderator names
-joined by ``+``, made file-name-safe): ``./{input stem}_moderation_merged_{ms}_{column}.csv``.
+Default output (the one rule of every stage, ``orbench.tables.default_output_path``; ``<ms>`` =
+the moderator names joined by ``+``, made file-name-safe): ``./{input stem}_{ms}_moderated_{column}.csv``.
 
 Example (from inside ``moderator/``)::
 
@@ -173,7 +173,7 @@ def setup(args, client: Client) -> cli.Job:
                     "template_source": template_source},
     )
     output = args.output_file or default_output_path(
-        args.input_file_path, f"moderation_merged_{slug('+'.join(names))}_{slug(column)}")
+        args.input_file_path, f"moderated_{slug(column)}", "+".join(names))
     return cli.Job(stage=stage, input=args.input_file_path, output=output, models=specs, typed=names)
 
 
