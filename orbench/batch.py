@@ -1,10 +1,10 @@
 """``--batch``: send a stage's pending requests through the providers' batch APIs.
 
-OpenAI (Files + Batch API, ``/v1/chat/completions``) and Anthropic (Message Batches) answer
-batches within 24 hours at half the synchronous price. What differs between them (the request
-lines, the limits, submitting, polling, reading results) is the ``BATCH`` class of each
-provider module (``orbench.providers.openai_chat``, ``orbench.providers.anthropic_messages``);
-this module is the state file and the runner they share. ``run_batches`` gets the requests a run
+OpenAI (Files + Batch API, ``/v1/chat/completions``), Anthropic (Message Batches) and Gemini
+(inline batch jobs) answer batches within 24 hours at half the synchronous price. What differs
+between them (the request lines, the limits, submitting, polling, reading results) is each
+provider's :class:`orbench.types.BatchAPI` (``ProviderAPI.batch_api``); this module is the state
+file and the runner they share. ``run_batches`` gets the requests a run
 would send (``orbench.stage.collect_requests``), submits the ones no live batch already holds,
 polls every unfinished batch until it ends, and puts each answer into the response cache with
 ``Client.store`` under the request's cache key, which is also its ``custom_id``. The stage then
@@ -17,7 +17,7 @@ address, model, the cache keys it holds, the batch id, the input file id (OpenAI
 It is written before and after each submission, so a rerun or a crash resumes polling the
 batches that are not finished and never submits a key that a live batch holds. An OpenAI
 submission interrupted between the file upload and the batch id being recorded is found again
-by its input file id. Per-request failures become row errors (``client.batch_failures``);
+by its input file id. Per-request failures become row errors (``Client.record_batch_failure``);
 requests of an expired or cancelled batch are reported and left for a rerun to submit again.
 """
 
@@ -36,21 +36,20 @@ from typing import Sequence
 from tqdm import tqdm
 
 from orbench import providers
-from orbench.clients import Client, is_sdk_error, sort_error
-from orbench.errors import RowError, UsageError
+from orbench.clients import Client
+from orbench.errors import FatalProviderError, RowError, UsageError
 from orbench.models import PROVIDERS, ModelSpec, Provider, redact
-from orbench.types import Request, TransientReply
+from orbench.types import Outcome, Request
 
 # Consecutive polling rounds in which no batch could be read before giving up for this run.
 MAX_FAILED_POLLS = 3
 
-BATCH_PROVIDERS = ("openai", "anthropic")
 _LIVE = "submitted"
 _STOPPED = {"expired", "cancelled", "canceled"}  # requests left to redo
 
 
 def has_batch_api(provider: Provider) -> bool:
-    """True for the providers whose batch API this project speaks (OpenAI itself, Anthropic)."""
+    """True for the providers whose batch API this project speaks (``ProviderAPI.batch_api``)."""
     return providers.batch_api(provider) is not None
 
 
@@ -133,7 +132,7 @@ def run_batches(requests: Sequence[tuple[Request, str]], client: Client, output:
     """Submit ``requests`` (``(request, cache key)`` pairs) as provider batches, poll every
     unfinished batch of this output until it ends, and store the answers in ``client``'s cache.
 
-    Per-request failures go to ``client.batch_failures``. ``UsageError`` (exit 2) for a provider
+    Per-request failures go to ``Client.record_batch_failure``. ``UsageError`` (exit 2) for a provider
     with no batch API or a client without a cache, before anything is submitted.
     """
     if client.cache is None:
@@ -143,7 +142,7 @@ def run_batches(requests: Sequence[tuple[Request, str]], client: Client, output:
                       if not has_batch_api(r.model.provider)})
     if without:
         raise UsageError(f"--batch: provider {', '.join(without)} has no batch API; providers with "
-                         f"one: {', '.join(BATCH_PROVIDERS)} (run without --batch for the others)")
+                         f"one: {', '.join(providers.batch_providers())} (run without --batch for the others)")
     from orbench.stage import OutputLock  # the stage runner's lock: one writer per output
 
     output = Path(output)
@@ -191,7 +190,6 @@ class _Runner:
         self.poll_interval = poll_interval
         self.quiet = quiet
         self.summary = BatchSummary()
-        self._used: dict[str, ModelSpec] = {}
         self._counts: dict[str, tuple[int, int]] = {}  # ref -> (completed, failed) as last seen
         self._skipped: set[str] = set()
 
@@ -199,24 +197,22 @@ class _Runner:
     def _spec(self, record: dict) -> ModelSpec:
         return ModelSpec(PROVIDERS[record["provider"]], record.get("model") or "")
 
-    def _slot(self, spec: ModelSpec):
-        slot = self.client._slot(spec)
-        self._used[self.client._slot_key(spec)] = spec
-        return slot
+    def _provider(self, spec: ModelSpec):
+        return self.client.provider(spec)
 
     def _endpoint(self, spec: ModelSpec) -> str:
-        base = self._slot(spec).base_url
+        base = self._provider(spec).base_url
         return redact(str(base)) if base else ""
 
     def _error_text(self, exc: BaseException, spec: ModelSpec) -> str:
-        """Text for an SDK error on a batch call; auth and access errors raise FatalProviderError."""
-        if not is_sdk_error(exc):
+        """Text for a provider error on a batch call; a stop (bad key, no access) raises
+        FatalProviderError; an exception the provider does not know propagates."""
+        verdict = self.client.classify(exc, spec)
+        if verdict is None:
             raise exc
-        try:
-            sort_error(exc, spec, self._slot(spec).base_url)
-        except (RowError, TransientReply) as why:
-            return redact(str(why))
-        return redact(f"HTTP {getattr(exc, 'status_code', '?')} from {spec.provider.name}")
+        if verdict.outcome is Outcome.STOP:
+            raise FatalProviderError(verdict.message)
+        return redact(verdict.message)
 
     async def run(self, requests: list[tuple[Request, str]]) -> None:
         try:
@@ -233,11 +229,7 @@ class _Runner:
                 await self._submit_group(items)
             await self._poll()
         finally:
-            for key in list(self._used):  # SDK connections belong to this event loop
-                slot = self.client._slots.pop(key, None)
-                close = getattr(slot.api, "close", None) if slot else None
-                if close is not None:
-                    await close()
+            await self.client.close()  # SDK connections belong to this event loop
 
     def _report_old(self) -> None:
         if self.state.bad_lines:
@@ -251,10 +243,9 @@ class _Runner:
             spec = self._spec(record)
             api = providers.batch_api(spec.provider)
             found = None
-            find = getattr(api, "find_submission", None)
-            if record.get("input_file_id") and find is not None:
+            if record.get("input_file_id") and api is not None:
                 try:
-                    found = await find(self._slot(spec).api.sdk, record)
+                    found = await api.find_submission(self._provider(spec), record)
                 except Exception as exc:  # noqa: BLE001 - sorted by _error_text
                     why = self._error_text(exc, spec)
                     _warn(f"batch: could not look up an interrupted submission ({why}); rerun to retry")
@@ -282,14 +273,14 @@ class _Runner:
     async def _submit(self, spec: ModelSpec, chunk: list[tuple[str, bytes]], lines: dict) -> None:
         ref = uuid.uuid4().hex[:16]
         keys = [k for k, _ in chunk]
-        sdk = self._slot(spec).api.sdk
+        provider = self._provider(spec)
         self.state.write({"ref": ref, "provider": spec.provider.name, "endpoint": self._endpoint(spec),
                           "model": spec.model, "keys": keys, "status": "submitting", "at": time.time()})
         # An interruption here leaves the record "submitting": the next run looks the batch up
         # (OpenAI, by its input file) or warns, instead of guessing whether it went through.
         try:
             batch_id = await providers.batch_api(spec.provider).submit(
-                sdk, ref, [lines[k] for k in keys], b"".join(p for _, p in chunk),
+                provider, ref, [lines[k] for k in keys], b"".join(p for _, p in chunk),
                 lambda fields: self.state.write({"ref": ref, **fields}))
         except Exception as exc:  # noqa: BLE001 - SDK errors are sorted, others propagate
             answered = getattr(exc, "status_code", None) is not None  # the provider said no
@@ -301,7 +292,7 @@ class _Runner:
             if answered:
                 self.state.write({"ref": ref, "status": "failed", "note": text})
             for key in keys:
-                self.client.batch_failures[key] = f"could not submit the batch: {text}"
+                self.client.record_batch_failure(key, f"could not submit the batch: {text}")
             self.summary.failed += len(keys)
             _warn(f"batch: could not submit {len(keys)} requests to {spec.provider.name}: {text}")
             return
@@ -356,17 +347,16 @@ class _Runner:
     async def _check(self, record: dict) -> None:
         """Poll one batch; when it has ended, collect its results and record the end."""
         spec = self._spec(record)
-        sdk = self._slot(spec).api.sdk
         try:
             counts, status, note, results = await providers.batch_api(spec.provider).poll(
-                sdk, record["batch_id"])
+                self._provider(spec), record["batch_id"])
             self._counts[record["ref"]] = counts
             if status is not None:
                 await self._collect(record, spec, results, status, note)
-        except Exception as exc:  # noqa: BLE001 - SDK errors are sorted, others propagate
-            if not is_sdk_error(exc):
+        except Exception as exc:  # noqa: BLE001 - provider errors are sorted, others propagate
+            if self.client.classify(exc, spec) is None:
                 raise
-            if getattr(exc, "status_code", None) == 404:
+            if getattr(exc, "status_code", None) == 404 or getattr(exc, "code", None) == 404:
                 self._lost(record)
                 return
             raise RowError(self._error_text(exc, spec)) from None
@@ -391,7 +381,7 @@ class _Runner:
             if outcome is None:
                 redo.append(key)
             elif isinstance(outcome, str):
-                self.client.batch_failures[key] = redact(outcome)[:300]
+                self.client.record_batch_failure(key, redact(outcome)[:300])
                 failed += 1
             else:
                 self.client.store(key, outcome)
@@ -401,7 +391,7 @@ class _Runner:
         for key in keys - seen:
             if status == "failed":
                 why = note or "no reason given"
-                self.client.batch_failures[key] = f"{spec.provider.name} rejected the batch: {why}"
+                self.client.record_batch_failure(key, f"{spec.provider.name} rejected the batch: {why}")
                 failed += 1
             else:
                 redo.append(key)

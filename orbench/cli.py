@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 import pandas as pd
 
 from orbench.cache import Cache, default_cache_path
-from orbench.clients import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Client
+from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, redact
 from orbench.provenance import build_meta, dumps, meta_path_for
@@ -72,8 +72,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
     group.add_argument("--sep", default=None, metavar="CHAR",
                        help="the input CSV's separator (default: the one its header line uses: ',', ';', "
                             "tab or '|')")
-    group.add_argument("--concurrency", type=positive_int, default=16,
-                       help="rows in flight at once, and requests in flight per provider (default: 16)")
+    group.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
+                       help=f"rows in flight at once, and requests in flight per provider "
+                            f"(default: {DEFAULT_CONCURRENCY})")
     group.add_argument("--retry_upstream_errors", action="store_true",
                        help="also process input rows whose 'error' is set by an earlier stage (default: "
                             "pass them through untouched, their error kept)")
@@ -142,7 +143,7 @@ def make_client(args: argparse.Namespace) -> Client:
     return Client(
         cache=Cache() if use_cache else None,
         base_url=getattr(args, "base_url", None),
-        concurrency=getattr(args, "concurrency", 16),
+        concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
         rpm=getattr(args, "rpm", None),
         timeout=getattr(args, "timeout", DEFAULT_TIMEOUT),
         max_retries=getattr(args, "max_retries", DEFAULT_MAX_RETRIES),
@@ -203,7 +204,7 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
         quiet = getattr(args, "quiet", False)
         limit, retry_upstream = getattr(args, "limit", None), getattr(args, "retry_upstream_errors", False)
         if getattr(args, "estimate", False) or getattr(args, "batch", False):
-            from orbench import batch, pricing
+            from orbench import batch, pricing, providers
 
             todo = pending_records(job.stage, table, output, limit=limit, retry_upstream=retry_upstream)
             requests = asyncio.run(collect_requests(job.stage, list(todo.values()), client))
@@ -217,12 +218,13 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
             if not batched:
                 names = ", ".join(sorted({s.provider.name for s in job.models})) or "none"
                 raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
-                                 f"{', '.join(batch.BATCH_PROVIDERS)}")
+                                 f"{', '.join(providers.batch_providers())}")
             requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
             check_writable(output)  # before anything is submitted (and paid for)
             batch.run_batches(requests, client, output, poll_interval=args.poll_interval, quiet=quiet)
-            client.batch_only = batched
-        result = run_stage(job.stage, table, output, concurrency=getattr(args, "concurrency", 16),
+            client.answer_from_batches(batched)
+        result = run_stage(job.stage, table, output,
+                           concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
                            limit=limit, input_name=name, client=client,
                            retry_upstream=retry_upstream, quiet=quiet)
         typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]

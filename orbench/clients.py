@@ -1,24 +1,27 @@
 """The provider-client helper: one async call, ``Client.complete(request) -> Completion``, for every provider.
 
 The providers live in ``orbench.providers``, one module per wire protocol, and are found by the
-provider table's ``api`` name (``orbench.providers.provider_class``): OpenAI-compatible chat,
-Anthropic messages, the in-process local model. ``Client`` adds what every provider shares: one
-SDK client per provider and base URL (per model file for the local model), a concurrency bound
-and an optional requests-per-minute cap per provider, the response cache, counters for the run
-summary, and the one place where errors are sorted. The request and answer types are in
-``orbench.types`` and re-exported here.
+provider table's ``api`` name (``orbench.providers.provider_class``); each implements the
+contract :class:`orbench.types.ProviderAPI`. ``Client`` adds what every provider shares: one
+provider instance per provider and base URL (per model file for the local model), a concurrency
+bound and an optional requests-per-minute cap per provider, the response cache, counters for the
+run summary, and the modes a run needs (:meth:`Client.collecting` for ``--batch`` and
+``--estimate``, :meth:`Client.answer_from_batches` for the pass after a batch). The request and
+answer types are in ``orbench.types`` and re-exported here.
 
 Retries are the SDKs' own (408, 409, 429, 5xx and connection errors, with exponential backoff
-that honours ``Retry-After``); this module never loops on a failed request itself. After the SDK
-gives up, ``sort_error`` decides: a provider block becomes data (``provider_refusal=True``), an
-authentication / permission / unknown-model error stops the run (``FatalProviderError``), and
-anything else fails just that row (``RowError``).
+that honours ``Retry-After``); this module never loops on a failed request itself, except for a
+reply with no answer in it. After the SDK gives up, the provider's own ``classify`` says what the
+exception means (:class:`orbench.types.Outcome`) and :func:`apply_verdict` acts on it: a block
+becomes data (``provider_refusal=True``), a stop ends the run (``FatalProviderError``), a reply
+with no answer is asked again (``TransientReply``), anything else fails just that row
+(``RowError``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,63 +30,30 @@ from orbench import providers
 from orbench.cache import Cache, cache_key
 from orbench.errors import FatalProviderError, RowError
 from orbench.models import ModelSpec, redact
-from orbench.types import Completion, Deferred, ProviderAPI, Request, TransientReply
+from orbench.types import (Completion, Deferred, ErrorClass, Outcome, ProviderAPI, Request,
+                           TransientReply)
 
-__all__ = ["Client", "CallStats", "RateLimiter", "sort_error", "valid_text", "is_sdk_error",
+__all__ = ["Client", "CallStats", "RateLimiter", "apply_verdict", "valid_text",
            "Request", "Completion", "Deferred", "TransientReply", "ProviderAPI",
-           "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES"]
+           "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "DEFAULT_CONCURRENCY"]
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_RETRIES = 5
+#: Rows in flight at once, and requests in flight per provider (the CLI, Client and run_stage).
+DEFAULT_CONCURRENCY = 16
 
 
-# Markers in a 400 error's code or message that mean "the provider blocked this prompt".
-_BLOCK_MARKERS = (
-    "content_filter", "content_policy", "content management policy", "prohibited_content",
-    "responsible ai", "safety system",
-)
-
-
-def sort_error(exc: BaseException, spec: ModelSpec, base_url: str | None) -> Completion:
-    """Turn an SDK exception into a provider-block ``Completion`` or raise the right project error.
-
-    This is the only place where provider errors are classified.
-    """
-    provider = spec.provider
-    if isinstance(exc, ValueError) or type(exc).__name__ == "APIResponseValidationError":
-        raise TransientReply(f"undecodable reply ({type(exc).__name__})") from None
-    status = getattr(exc, "status_code", None)
-    if status == 400 and _is_block(exc):
-        return Completion(text="", finish_reason="content_filter", provider_refusal=True)
-    if status in (400, 422) and _is_setup_error(exc):
-        # Every row would fail the same way: say it once and stop.
-        raise FatalProviderError(
-            f"{provider.name} rejected the request for model {spec.model!r} (HTTP {status}): "
-            f"{_short_message(exc)}"
-        ) from None
-    if status == 401:
-        raise FatalProviderError(
-            f"{provider.name} rejected the API key (HTTP 401): set "
-            f"{' or '.join(provider.key_vars) or 'its key variable'} to a valid key"
-        ) from None
-    if status == 403:
-        raise FatalProviderError(
-            f"{provider.name} refused access to model {spec.model!r} (HTTP 403): check that the key in "
-            f"{' or '.join(provider.key_vars) or 'its key variable'} may use it"
-        ) from None
-    if status == 404:
-        raise FatalProviderError(
-            f"{provider.name} has no model {spec.model!r} at {base_url or 'its default address'} "
-            f"(HTTP 404): check the model name and the base URL"
-        ) from None
-    if status is not None:
-        raise RowError(f"HTTP {status} from {provider.name}: {_short_message(exc)}") from None
-    kind = type(exc).__name__
-    if "Timeout" in kind:
-        raise RowError(f"timed out talking to {provider.name} after retries") from None
-    if "Connection" in kind:
-        raise RowError(f"could not connect to {provider.name} at {base_url} after retries") from None
-    raise RowError(f"{kind} from {provider.name}: {_short_message(exc)}") from None
+def apply_verdict(verdict: ErrorClass) -> Completion:
+    """Act on a provider's verdict: a blocked ``Completion`` for :attr:`Outcome.BLOCK`, else raise
+    ``TransientReply`` (retry), ``FatalProviderError`` (stop) or ``RowError`` (the rest)."""
+    if verdict.outcome is Outcome.BLOCK:
+        return Completion(text="", finish_reason=verdict.finish_reason or "content_filter",
+                          provider_refusal=True)
+    if verdict.outcome is Outcome.RETRY:
+        raise TransientReply(verdict.message)
+    if verdict.outcome is Outcome.STOP:
+        raise FatalProviderError(verdict.message)
+    raise RowError(verdict.message)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -94,44 +64,6 @@ def valid_text(text: str | None) -> str:
     if not text:
         return text or ""
     return _SURROGATE.sub("\ufffd", text)
-
-
-def is_sdk_error(exc: BaseException) -> bool:
-    """True for the exceptions the provider SDKs raise (the ones ``sort_error`` understands)."""
-    return (type(exc).__module__.split(".")[0] in ("openai", "anthropic")
-            or isinstance(exc, json.JSONDecodeError))
-
-
-def _error_fields(exc: BaseException) -> tuple[str, str]:
-    body = getattr(exc, "body", None)
-    err = body.get("error", body) if isinstance(body, dict) else {}
-    if not isinstance(err, dict):
-        err = {}
-    code = " ".join(str(err.get(k) or "") for k in ("code", "type"))
-    message = str(err.get("message") or getattr(exc, "message", "") or exc)
-    return code, message
-
-
-# Error codes that say the request itself is wrong for this model, so every row would fail alike.
-_SETUP_CODES = ("unsupported_parameter", "unsupported_value", "model_not_found", "invalid_model",
-                "unknown_parameter")
-
-
-def _is_setup_error(exc: BaseException) -> bool:
-    code, message = _error_fields(exc)
-    text = f"{code} {message}".lower()
-    return any(marker in text for marker in _SETUP_CODES) or "does not exist" in text
-
-
-def _is_block(exc: BaseException) -> bool:
-    code, message = _error_fields(exc)
-    text = f"{code} {message}".lower()
-    return any(marker in text for marker in _BLOCK_MARKERS)
-
-
-def _short_message(exc: BaseException) -> str:
-    _, message = _error_fields(exc)
-    return redact(re.sub(r"\s+", " ", message).strip())[:300]
 
 
 class RateLimiter:
@@ -186,7 +118,7 @@ class Client:
     """
 
     def __init__(self, *, cache: Cache | None = None, base_url: str | None = None,
-                 concurrency: int = 8, rpm: float | None = None,
+                 concurrency: int = DEFAULT_CONCURRENCY, rpm: float | None = None,
                  timeout: float = DEFAULT_TIMEOUT, max_retries: int = DEFAULT_MAX_RETRIES):
         self.cache = cache
         self.base_url = base_url
@@ -197,12 +129,12 @@ class Client:
         self.stats = CallStats()
         self._slots: dict[str, _Slot] = {}
         self._seen: dict[str, dict] = {}  # per slot: base URL and engine, for the meta file
-        # Collecting mode (--batch, --estimate): requests are recorded, not sent.
-        self.collected: list[tuple[Request, str]] | None = None
+        # Collecting mode (--batch, --estimate): requests are recorded, not sent (collecting()).
+        self._collected: list[tuple[Request, str]] | None = None
         # Batch mode, second pass: for these providers answers come only from the cache (the
         # batch results); a miss fails its row. Other providers are asked as usual.
-        self.batch_only: set[str] = set()
-        self.batch_failures: dict[str, str] = {}
+        self._batch_only: frozenset[str] = frozenset()
+        self._batch_failures: dict[str, str] = {}
 
     def prepare(self, spec: ModelSpec) -> None:
         """Set up the provider for ``spec`` now, so a missing key or base URL fails before any row."""
@@ -221,9 +153,9 @@ class Client:
             "base_url": redact(seen["base_url"]) if seen.get("base_url") else None,
             "reported_model": list(self.stats.reported_models.get(str(spec), [])),
         }
-        parameters_sent = getattr(providers.provider_class(spec.provider.api), "parameters_sent", None)
+        parameters_sent = providers.provider_class(spec.provider.api).parameters_sent(spec)
         if parameters_sent is not None:
-            info["parameters_sent"] = parameters_sent(spec)
+            info["parameters_sent"] = parameters_sent
         if spec.provider.request_note:
             info["note"] = spec.provider.request_note
         if seen.get("engine") is not None:
@@ -232,7 +164,7 @@ class Client:
 
     @staticmethod
     def _slot_key(spec: ModelSpec) -> str:
-        per_model = getattr(providers.provider_class(spec.provider.api), "per_model", False)
+        per_model = providers.provider_class(spec.provider.api).per_model
         return f"{spec.provider.name}/{spec.model}" if per_model else spec.provider.name
 
     def _slot(self, spec: ModelSpec) -> _Slot:
@@ -246,9 +178,7 @@ class Client:
             slot = _Slot(api, base_url, asyncio.Semaphore(self.concurrency),
                          RateLimiter(self.rpm) if self.rpm else None, api.endpoint)
             self._slots[slot_key] = slot
-            describe = getattr(api, "describe", None)
-            self._seen[slot_key] = {"base_url": base_url,
-                                    "engine": describe() if describe is not None else None}
+            self._seen[slot_key] = {"base_url": base_url, "engine": api.describe()}
         return slot
 
     def _key(self, request: Request, slot: _Slot) -> str:
@@ -279,11 +209,11 @@ class Client:
                 self._note_model(request, completion)
                 self._count(completion)
                 return completion
-        if self.collected is not None:
-            self.collected.append((request, key or self._key(request, slot)))
+        if self._collected is not None:
+            self._collected.append((request, key or self._key(request, slot)))
             raise Deferred()
-        if request.model.provider.name in self.batch_only:
-            why = self.batch_failures.get(key or "")
+        if request.model.provider.name in self._batch_only:
+            why = self._batch_failures.get(key or "")
             raise RowError(f"batch request failed: {why}" if why else
                            "no batch answer for this request yet; rerun the same command to submit it")
         async with slot.semaphore:
@@ -316,9 +246,10 @@ class Client:
                 except TransientReply:
                     raise
                 except Exception as exc:
-                    if not is_sdk_error(exc):
+                    verdict = slot.api.classify(exc, request.model)
+                    if verdict is None:
                         raise
-                    return sort_error(exc, request.model, slot.base_url)
+                    return apply_verdict(verdict)
             except TransientReply as exc:
                 self.stats.transient += 1
                 if attempt == attempts:
@@ -344,9 +275,37 @@ class Client:
             self.stats.provider_blocks += 1
 
     async def close(self) -> None:
-        """Close every SDK client this ``Client`` opened."""
-        for slot in self._slots.values():
-            close = getattr(slot.api, "close", None)
-            if close is not None:
-                await close()
-        self._slots.clear()
+        """Close every provider this ``Client`` opened (in the event loop that used them); a
+        later call opens them again."""
+        slots, self._slots = list(self._slots.values()), {}
+        for slot in slots:
+            await slot.api.close()
+
+    # -- what orbench.batch and the stage runner use ----------------------------------
+    def provider(self, spec: ModelSpec) -> ProviderAPI:
+        """The connected provider instance that serves ``spec`` (opened on first use)."""
+        return self._slot(spec).api
+
+    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
+        """``spec``'s provider's verdict on ``exc`` (None: not a provider error)."""
+        return self.provider(spec).classify(exc, spec)
+
+    @contextlib.contextmanager
+    def collecting(self):
+        """Collecting mode for the ``with`` block: ``complete`` records each request it would
+        send as ``(request, cache key)`` in the list this yields and raises ``Deferred``."""
+        found: list[tuple[Request, str]] = []
+        self._collected = found
+        try:
+            yield found
+        finally:
+            self._collected = None
+
+    def answer_from_batches(self, provider_names) -> None:
+        """From now on, answers for these providers come only from the cache (the batch results);
+        a miss fails its row with the batch failure recorded for it, if any."""
+        self._batch_only = frozenset(provider_names)
+
+    def record_batch_failure(self, key: str, text: str) -> None:
+        """Why the batch request with cache key ``key`` failed (its row's error text later)."""
+        self._batch_failures[key] = text

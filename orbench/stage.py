@@ -44,7 +44,7 @@ from typing import Awaitable, Callable, Sequence
 import pandas as pd
 from tqdm import tqdm
 
-from orbench.clients import Client
+from orbench.clients import DEFAULT_CONCURRENCY, Client
 from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
 from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
@@ -344,8 +344,7 @@ async def collect_requests(stage: Stage, records: Sequence[dict], client: Client
     """
     from orbench.types import Deferred
 
-    client.collected = []
-    try:
+    with client.collecting() as collected:
         for record in records:
             try:
                 await stage.run_row(record)
@@ -356,17 +355,15 @@ async def collect_requests(stage: Stage, records: Sequence[dict], client: Client
             except Exception:  # noqa: BLE001 - a row that fails without a request sends nothing
                 pass
             await asyncio.sleep(0)  # let gathered sibling calls record themselves
-        found, seen = [], set()
-        for request, key in client.collected:
-            if key not in seen:
-                seen.add(key)
-                found.append((request, key))
-        return found
-    finally:
-        client.collected = None
+    found, seen = [], set()
+    for request, key in collected:
+        if key not in seen:
+            seen.add(key)
+            found.append((request, key))
+    return found
 
 
-def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: int = 8,
+def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: int = DEFAULT_CONCURRENCY,
               limit: int | None = None, input_name: str = "input",
               client: Client | None = None, retry_upstream: bool = False,
               quiet: bool = False) -> RunResult:

@@ -1,18 +1,27 @@
-"""The request and answer types every provider and every stage share.
+"""The request and answer types every provider and every stage share, and the provider contract.
 
 ``Request`` is what a stage asks, ``Completion`` what a provider answers. ``TransientReply`` is a
 200 reply with no answer in it (asked again, never a verdict); ``Deferred`` is how a ``Client``
 in collecting mode (``--batch``, ``--estimate``) says it recorded a request instead of sending
-it. ``ProviderAPI`` is the one method a provider implements. This module imports nothing from
-the project but the model spec, so providers and the client both stand on it.
+it.
+
+``ProviderAPI`` is the contract of a provider module (``orbench.providers``): how it is set up
+(``connect``), how it answers (``generate``), what it records in the meta file (``describe``,
+``parameters_sent``), how it sorts its own exceptions (``classify`` -> :class:`ErrorClass`) and
+whether it has a batch API (``batch_api`` -> :class:`BatchAPI`). ``Client`` and ``orbench.batch``
+call nothing else on a provider. This module imports nothing from the project but the model
+spec, so providers and the client both stand on it.
 """
 
 from __future__ import annotations
 
+import abc
+import enum
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, ClassVar
 
-from orbench.models import ModelSpec
+from orbench.models import ModelSpec, Provider
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,7 @@ class Request:
     sample_index: int = 0  # distinguishes repeated sampling calls (temperature > 0) in the cache
 
     @classmethod
-    def user(cls, model: ModelSpec, text: str, **kwargs) -> "Request":
+    def user(cls, model: ModelSpec, text: str, **kwargs) -> Request:
         """A single-turn request with ``text`` as the user message."""
         return cls(model=model, messages=(("user", text),), **kwargs)
 
@@ -59,14 +68,104 @@ class TransientReply(Exception):
     """
 
 
-class ProviderAPI(Protocol):
-    """What a provider implements: one async generate call.
+class Outcome(enum.Enum):
+    """What an exception from a provider means, once its SDK's own retries are spent."""
 
-    The instance also carries ``base_url`` (where it sends, or None) and ``endpoint`` (what the
-    cache key records: the base URL, or the local weights' identity).
+    RETRY = "retry"            # no answer in the reply: ask again (bounded), never a verdict
+    RATE_LIMIT = "rate_limit"  # still rate limited after the retries: this row fails
+    BLOCK = "block"            # the provider blocked the prompt: a provider refusal (data)
+    STOP = "stop"              # every row would fail alike (key, access, model): stop the run
+    CONNECTION = "connection"  # the server could not be reached at all: this row fails
+    ROW = "row"                # anything else: this row fails, a rerun tries it again
+
+
+@dataclass(frozen=True)
+class ErrorClass:
+    """A provider's verdict on one exception: the outcome and the one line to show for it.
+
+    For :attr:`Outcome.BLOCK`, ``finish_reason`` is what the blocked ``Completion`` records.
     """
 
-    base_url: str | None
-    endpoint: str | None
+    outcome: Outcome
+    message: str
+    finish_reason: str | None = None
 
-    async def generate(self, request: Request) -> Completion: ...
+
+class BatchAPI(abc.ABC):
+    """A provider's batch API, as ``orbench.batch`` drives it.
+
+    ``provider`` arguments are the connected ``ProviderAPI`` instances the batch goes through.
+    """
+
+    @abc.abstractmethod
+    def limits(self) -> tuple[int, int]:
+        """Most requests and most bytes in one batch."""
+
+    @abc.abstractmethod
+    def line(self, spec: ModelSpec, request: Request, key: str) -> dict:
+        """One request of the batch as JSON data, carrying ``key`` as its id."""
+
+    @abc.abstractmethod
+    async def submit(self, provider: ProviderAPI, ref: str, lines: list[dict], payload: bytes,
+                     record: Callable[[dict], None]) -> str:
+        """Submit one batch (``record`` saves intermediate ids in the state file); its id."""
+
+    @abc.abstractmethod
+    def may_have_reached(self, record: dict) -> bool:
+        """Whether an interrupted submission (its state ``record``) could have created a batch."""
+
+    async def find_submission(self, provider: ProviderAPI, record: dict) -> str | None:
+        """The batch an interrupted submission created, or None when it cannot be found."""
+        return None
+
+    @abc.abstractmethod
+    async def poll(self, provider: ProviderAPI, batch_id: str) -> tuple[
+            tuple[int, int], str | None, str, AsyncIterator[tuple[str, Any]] | None]:
+        """``(done, failed)`` counts, the end status (None while running), a note, and once ended
+        the results: an async iterator of ``(key, Completion | failure text | None to redo)``."""
+
+
+class ProviderAPI(abc.ABC):
+    """What a provider implements, in full; ``Client`` and ``orbench.batch`` use nothing else.
+
+    An instance carries ``base_url`` (where it sends, or None) and ``endpoint`` (what the cache
+    key records: the base URL, or the local weights' identity). ``per_model`` says whether each
+    model gets its own instance (the local model) rather than one per provider and address.
+    """
+
+    per_model: ClassVar[bool] = False
+    base_url: str | None = None
+    endpoint: str | None = None
+
+    @classmethod
+    @abc.abstractmethod
+    def connect(cls, spec: ModelSpec, *, base_url: str | None, timeout: float,
+                max_retries: int) -> ProviderAPI:
+        """The instance that serves ``spec``; a missing key or address is a ``UsageError`` here."""
+
+    @abc.abstractmethod
+    async def generate(self, request: Request) -> Completion:
+        """Answer ``request``; ``TransientReply`` for a reply with no answer in it."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release what ``connect`` opened (called in the event loop that used it)."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict | None:
+        """What the meta file records about this instance beyond its address (engine, weights)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def parameters_sent(cls, spec: ModelSpec) -> list[str] | None:
+        """The request parameters sent for ``spec`` (for the meta file), or None if not HTTP."""
+
+    @abc.abstractmethod
+    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
+        """What ``exc``, raised by ``generate`` or a batch call, means; None for an exception this
+        provider does not know (a bug), which then propagates unchanged."""
+
+    @classmethod
+    def batch_api(cls, provider: Provider) -> BatchAPI | None:
+        """The batch API for table row ``provider``, or None when there is none."""
+        return None

@@ -10,11 +10,12 @@ registry maps that name to the module that speaks it:
 - ``local`` -> ``orbench.providers.local``: a GGUF model in process through llama.cpp.
 
 A module is imported the first time a model of its protocol is used, so a run that never asks
-the local model never imports llama.cpp's bindings. Each module defines ``PROVIDER`` (a class
-with ``connect(spec, base_url=, timeout=, max_retries=)`` and ``async generate(request)``) and,
-when the protocol has a batch API, ``BATCH`` (see ``orbench.batch``). Adding a provider that
-speaks a known protocol is one row in the provider table; a new protocol is one module here
-plus its line in :data:`API_MODULES`.
+the local model never imports llama.cpp's bindings. Each module defines ``PROVIDER``, a subclass
+of :class:`orbench.types.ProviderAPI` that implements the whole contract: ``connect``,
+``generate``, ``close``, ``describe``, ``parameters_sent``, ``classify`` (its own error sorting)
+and ``batch_api`` (its batch API, if any, with its limits). Adding a provider that speaks a known
+protocol is one row in the provider table; a new protocol is one module plus its line here
+(:func:`register` adds one at run time, as the tests do).
 """
 
 from __future__ import annotations
@@ -22,14 +23,24 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from orbench.models import Provider
+from orbench.models import PROVIDERS, Provider
+from orbench.types import BatchAPI, ProviderAPI
 
-#: Provider table ``api`` name -> module under ``orbench.providers``.
+#: Provider table ``api`` name -> module (under ``orbench.providers`` unless it has a dot).
 API_MODULES: dict[str, str] = {
     "openai": "openai_chat",
     "anthropic": "anthropic_messages",
+    "gemini": "gemini",
     "local": "local",
 }
+
+
+def register(api: str, module: str, provider: Provider | None = None) -> None:
+    """Make protocol ``api`` spoken by ``module`` (a full module name); with ``provider``, also
+    add that row to the provider table."""
+    API_MODULES[api] = module
+    if provider is not None:
+        PROVIDERS[provider.name] = provider
 
 
 def module_for(api: str) -> ModuleType:
@@ -38,15 +49,22 @@ def module_for(api: str) -> ModuleType:
         name = API_MODULES[api]
     except KeyError:
         raise ValueError(f"no provider module for api {api!r}; known: {', '.join(API_MODULES)}") from None
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(name if "." in name else f"{__name__}.{name}")
 
 
-def provider_class(api: str) -> type:
+def provider_class(api: str) -> type[ProviderAPI]:
     """The provider class for protocol ``api``."""
-    return module_for(api).PROVIDER
+    cls = module_for(api).PROVIDER
+    if not (isinstance(cls, type) and issubclass(cls, ProviderAPI)):
+        raise TypeError(f"{API_MODULES[api]}.PROVIDER does not implement orbench.types.ProviderAPI")
+    return cls
 
 
-def batch_api(provider: Provider):
-    """The batch class for ``provider``, or None when this project speaks no batch API for it."""
-    batch = getattr(module_for(provider.api), "BATCH", None)
-    return batch if batch is not None and batch.supports(provider) else None
+def batch_api(provider: Provider) -> BatchAPI | None:
+    """The batch API for ``provider``, or None when this project speaks none for it."""
+    return provider_class(provider.api).batch_api(provider)
+
+
+def batch_providers() -> list[str]:
+    """The names of the table's providers that have a batch API (for messages)."""
+    return [p.name for p in PROVIDERS.values() if batch_api(p) is not None]

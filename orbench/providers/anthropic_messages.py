@@ -6,9 +6,11 @@ A stop reason ``refusal`` is a provider block (``Completion.provider_refusal``).
 
 from __future__ import annotations
 
+import json
+
 from orbench.models import ModelSpec, Provider
-from orbench.providers.transport import SDKProvider, sdk_http_client
-from orbench.types import Completion, Request
+from orbench.providers.transport import SDKProvider, classify_http, sdk_http_client
+from orbench.types import BatchAPI, Completion, ErrorClass, Outcome, Request
 
 # Message Batches' documented limits per batch (module constants, so tests can lower them).
 BATCH_MAX_REQUESTS = 100_000
@@ -56,6 +58,27 @@ class AnthropicMessages(SDKProvider):
                                   timeout=timeout, max_retries=max_retries,
                                   http_client=sdk_http_client(DefaultAsyncHttpxClient, timeout))
 
+    @classmethod
+    def parameters_sent(cls, spec: ModelSpec) -> list[str]:
+        """The request parameters this provider sends for ``spec`` (for the meta file)."""
+        return sorted(k for k in anthropic_params(Request.user(spec, "")) if k not in ("model", "messages"))
+
+    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
+        """The ``anthropic`` SDK's exceptions by HTTP status (``classify_http``); an undecodable
+        reply is asked again. Anything else is not this provider's to sort."""
+        if isinstance(exc, json.JSONDecodeError) or type(exc).__name__ == "APIResponseValidationError":
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        if type(exc).__module__.split(".")[0] != "anthropic":
+            return None
+        if isinstance(exc, ValueError):
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        return classify_http(exc, spec, self.base_url, getattr(exc, "status_code", None))
+
+    @classmethod
+    def batch_api(cls, provider: Provider) -> BatchAPI | None:
+        """Message Batches, at Anthropic's address and any server that speaks its protocol."""
+        return AnthropicBatch()
+
     async def generate(self, request: Request) -> Completion:
         params = anthropic_params(request)
         # Newer SDKs dropped the typed argument; the API still takes the field.
@@ -64,44 +87,36 @@ class AnthropicMessages(SDKProvider):
         return anthropic_completion(response)
 
 
-class AnthropicBatch:
+class AnthropicBatch(BatchAPI):
     """Anthropic's Message Batches; used by ``orbench.batch``."""
 
-    @staticmethod
-    def supports(provider: Provider) -> bool:
-        return True
-
-    @staticmethod
-    def limits() -> tuple[int, int]:
+    def limits(self) -> tuple[int, int]:
         """Most requests and most bytes of the requests in one create call."""
         return BATCH_MAX_REQUESTS, BATCH_MAX_BYTES - _WRAPPER_BYTES
 
-    @staticmethod
-    def line(spec: ModelSpec, request: Request, key: str) -> dict:
+    def line(self, spec: ModelSpec, request: Request, key: str) -> dict:
         """One request of the batch, ``key`` as its ``custom_id``."""
         return {"custom_id": key, "params": anthropic_params(request)}
 
-    @staticmethod
-    async def submit(sdk, ref: str, lines: list[dict], payload: bytes, record) -> str:
+    async def submit(self, provider, ref: str, lines: list[dict], payload: bytes, record) -> str:
         """Create the batch in one call; its id."""
-        batch = await sdk.messages.batches.create(requests=lines)
+        batch = await provider.sdk.messages.batches.create(requests=lines)
         return batch.id
 
-    @staticmethod
-    def may_have_reached(record: dict) -> bool:
+    def may_have_reached(self, record: dict) -> bool:
         """An interrupted create call may have gone through: there is no way to tell."""
         return True
 
-    @classmethod
-    async def poll(cls, sdk, batch_id: str):
+    async def poll(self, provider, batch_id: str):
         """``(succeeded, failed)`` counts, ``"ended"`` once ended (else None), a note, and the
         results (an async iterator of ``(key, outcome)``) once ended."""
+        sdk = provider.sdk
         batch = await sdk.messages.batches.retrieve(batch_id)
         c = batch.request_counts
         counts = (c.succeeded, c.errored + c.expired + c.canceled)
         if batch.processing_status != "ended":
             return counts, None, "", None
-        return counts, "ended", "", cls._results(sdk, batch.id)
+        return counts, "ended", "", self._results(sdk, batch.id)
 
     @staticmethod
     async def _results(sdk, batch_id: str):
@@ -119,4 +134,3 @@ class AnthropicBatch:
 
 
 PROVIDER = AnthropicMessages
-BATCH = AnthropicBatch

@@ -61,7 +61,7 @@ from pathlib import Path
 
 from orbench.errors import RowError, UsageError
 from orbench.models import ModelSpec, local_model_path
-from orbench.types import Completion, Request
+from orbench.types import Completion, ErrorClass, ProviderAPI, Request
 
 SEED = 1234
 DEFAULT_N_CTX = 4096
@@ -325,7 +325,7 @@ class _Cancelled(Exception):
     """Raised inside the worker thread to stop a generation whose task was cancelled."""
 
 
-class LocalModel:
+class LocalModel(ProviderAPI):
     """The ``local`` provider: ``generate(request) -> Completion`` on a GGUF model in process.
 
     ``name`` is the model id after ``local/``: ``smollm2`` or a path to a ``.gguf`` file. The
@@ -436,6 +436,16 @@ class LocalModel:
 
     async def close(self) -> None:
         """Nothing to release per client: the model stays loaded for the rest of the process."""
+
+    @classmethod
+    def parameters_sent(cls, spec: ModelSpec) -> list[str] | None:
+        """None: nothing goes over the wire (the meta file's ``engine`` says how it ran)."""
+        return None
+
+    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
+        """None for everything: ``generate`` raises the project's own errors (``RowError``,
+        ``UsageError``) itself, and anything else is a bug that should propagate."""
+        return None
 
 
 PROVIDER = LocalModel

@@ -13,8 +13,8 @@ import json
 import re
 
 from orbench.models import ModelSpec, Provider
-from orbench.providers.transport import SDKProvider, sdk_http_client
-from orbench.types import Completion, Request, TransientReply
+from orbench.providers.transport import SDKProvider, classify_http, sdk_http_client
+from orbench.types import BatchAPI, Completion, ErrorClass, Outcome, Request, TransientReply
 
 # The Batch API's documented limits per batch (module constants, so tests can lower them).
 BATCH_MAX_REQUESTS = 50_000
@@ -93,10 +93,26 @@ class OpenAIChat(SDKProvider):
                                timeout=timeout, max_retries=max_retries,
                                http_client=sdk_http_client(DefaultAsyncHttpxClient, timeout))
 
-    @staticmethod
-    def parameters_sent(spec: ModelSpec) -> list[str]:
+    @classmethod
+    def parameters_sent(cls, spec: ModelSpec) -> list[str]:
         """The request parameters this provider sends for ``spec`` (for the meta file)."""
         return sorted(k for k in openai_params(spec.provider.name, Request.user(spec, "")) if k != "model")
+
+    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
+        """The ``openai`` SDK's exceptions by HTTP status (``classify_http``); an undecodable
+        reply is asked again. Anything else is not this provider's to sort."""
+        if isinstance(exc, json.JSONDecodeError) or type(exc).__name__ == "APIResponseValidationError":
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        if type(exc).__module__.split(".")[0] != "openai":
+            return None
+        if isinstance(exc, ValueError):
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        return classify_http(exc, spec, self.base_url, getattr(exc, "status_code", None))
+
+    @classmethod
+    def batch_api(cls, provider: Provider) -> BatchAPI | None:
+        """Only OpenAI's own address has the Batch API, not the OpenAI-compatible servers."""
+        return OpenAIBatch() if provider.name == "openai" else None
 
     async def generate(self, request: Request) -> Completion:
         params = openai_params(self.provider.name, request)
@@ -105,29 +121,22 @@ class OpenAIChat(SDKProvider):
         return openai_completion(response)
 
 
-class OpenAIBatch:
+class OpenAIBatch(BatchAPI):
     """The OpenAI Batch API (Files + Batches), for OpenAI itself; used by ``orbench.batch``."""
 
-    @staticmethod
-    def supports(provider: Provider) -> bool:
-        """Only OpenAI's own address has the Batch API, not the OpenAI-compatible servers."""
-        return provider.name == "openai"
-
-    @staticmethod
-    def limits() -> tuple[int, int]:
+    def limits(self) -> tuple[int, int]:
         """Most requests and most bytes in one batch's input file."""
         return BATCH_MAX_REQUESTS, BATCH_MAX_BYTES
 
-    @staticmethod
-    def line(spec: ModelSpec, request: Request, key: str) -> dict:
+    def line(self, spec: ModelSpec, request: Request, key: str) -> dict:
         """One line of the JSONL input file, ``key`` as its ``custom_id``."""
         body = openai_params(spec.provider.name, request)
         body["messages"] = openai_messages(request)
         return {"custom_id": key, "method": "POST", "url": BATCH_ENDPOINT, "body": body}
 
-    @staticmethod
-    async def submit(sdk, ref: str, lines: list[dict], payload: bytes, record) -> str:
+    async def submit(self, provider, ref: str, lines: list[dict], payload: bytes, record) -> str:
         """Upload the input file, record its id with ``record``, create the batch; its id."""
+        sdk = provider.sdk
         upload = await sdk.files.create(file=(f"orbench-{ref}.jsonl", payload, "application/jsonl"),
                                         purpose="batch")
         record({"input_file_id": upload.id})
@@ -135,14 +144,13 @@ class OpenAIBatch:
                                          completion_window="24h", metadata={"orbench_ref": ref})
         return batch.id
 
-    @staticmethod
-    def may_have_reached(record: dict) -> bool:
+    def may_have_reached(self, record: dict) -> bool:
         """Whether an interrupted submission could have created a batch (its file was uploaded)."""
         return bool(record.get("input_file_id"))
 
-    @staticmethod
-    async def find_submission(sdk, record: dict):
+    async def find_submission(self, provider, record: dict):
         """The batch an interrupted submission created, found by its input file id, or None."""
+        sdk = provider.sdk
         if not record.get("input_file_id"):
             return None
         since = float(record.get("at") or 0) - 3600  # the list is newest first
@@ -153,10 +161,10 @@ class OpenAIBatch:
                 break
         return None
 
-    @classmethod
-    async def poll(cls, sdk, batch_id: str):
+    async def poll(self, provider, batch_id: str):
         """``(completed, failed)`` counts, the end status (None while running), a note, and the
         results (an async iterator of ``(key, outcome)``) once ended."""
+        sdk = provider.sdk
         batch = await sdk.batches.retrieve(batch_id)
         c = batch.request_counts
         counts = (c.completed, c.failed) if c else (0, 0)
@@ -165,7 +173,7 @@ class OpenAIBatch:
         note = ""
         if batch.status == "failed" and batch.errors and batch.errors.data:
             note = "; ".join(str(e.message) for e in batch.errors.data[:3])
-        return counts, batch.status, note, cls._results(sdk, [batch.output_file_id, batch.error_file_id])
+        return counts, batch.status, note, self._results(sdk, [batch.output_file_id, batch.error_file_id])
 
     @staticmethod
     async def _results(sdk, file_ids):
@@ -211,4 +219,3 @@ def batch_outcome(item: dict):
 
 
 PROVIDER = OpenAIChat
-BATCH = OpenAIBatch

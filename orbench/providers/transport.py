@@ -1,4 +1,6 @@
-"""What the HTTP providers share: a transport that bounds one whole attempt, reply body included.
+"""What the HTTP providers share: a transport that bounds one whole attempt, reply body included,
+the set-up from the provider table (:class:`SDKProvider`), and the sorting of HTTP errors
+(:func:`classify_http`) that each SDK provider's ``classify`` builds on.
 
 httpx's own timeouts apply per network read, so a server that trickles a reply a byte at a time
 never trips them; :class:`WholeRequestTimeout` reads the whole reply inside the limit.
@@ -8,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import re
 
-from orbench.models import ModelSpec, api_key_for, base_url_for
+from orbench.models import ModelSpec, api_key_for, base_url_for, redact
+from orbench.types import ErrorClass, Outcome, ProviderAPI
 
 
 def http_module(default_client: type):
@@ -56,10 +60,79 @@ def sdk_http_client(default_client: type, timeout: float):
     return default_client(transport=WholeRequestTimeout(timeout, http_module(default_client)))
 
 
-class SDKProvider:
+# Markers in a 400 error's code or message that mean "the provider blocked this prompt".
+BLOCK_MARKERS = (
+    "content_filter", "content_policy", "content management policy", "prohibited_content",
+    "responsible ai", "safety system",
+)
+# Error codes that say the request itself is wrong for this model, so every row would fail alike.
+SETUP_MARKERS = ("unsupported_parameter", "unsupported_value", "model_not_found", "invalid_model",
+                 "unknown_parameter", "does not exist")
+
+
+def error_fields(exc: BaseException) -> tuple[str, str]:
+    """``(code and type, message)`` of an SDK error whose ``body`` is the JSON error object."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else {}
+    if not isinstance(err, dict):
+        err = {}
+    code = " ".join(str(err.get(k) or "") for k in ("code", "type", "status"))
+    message = str(err.get("message") or getattr(exc, "message", "") or exc)
+    return code, message
+
+
+def short_message(exc: BaseException) -> str:
+    """The error's message on one line, keys redacted, at most 300 characters."""
+    _, message = error_fields(exc)
+    return redact(re.sub(r"\s+", " ", message).strip())[:300]
+
+
+def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
+                  status: int | None) -> ErrorClass:
+    """The verdict on an HTTP SDK's exception with HTTP ``status`` (None when no reply came).
+
+    401/403/404 and a 400/422 naming an unsupported parameter or unknown model stop the run;
+    a 400 naming a content filter is a provider block; 429 is a rate limit; a timeout or no
+    connection, and any other status, fail the row.
+    """
+    provider = spec.provider
+    keys = " or ".join(provider.key_vars) or "its key variable"
+    code, message = error_fields(exc)
+    text = f"{code} {message}".lower()
+    if status == 400 and any(m in text for m in BLOCK_MARKERS):
+        return ErrorClass(Outcome.BLOCK, f"{provider.name} blocked the prompt", "content_filter")
+    if status in (400, 422) and any(m in text for m in SETUP_MARKERS):
+        return ErrorClass(Outcome.STOP, f"{provider.name} rejected the request for model "
+                                        f"{spec.model!r} (HTTP {status}): {short_message(exc)}")
+    if status == 401:
+        return ErrorClass(Outcome.STOP, f"{provider.name} rejected the API key (HTTP 401): set "
+                                        f"{keys} to a valid key")
+    if status == 403:
+        return ErrorClass(Outcome.STOP, f"{provider.name} refused access to model {spec.model!r} "
+                                        f"(HTTP 403): check that the key in {keys} may use it")
+    if status == 404:
+        return ErrorClass(Outcome.STOP, f"{provider.name} has no model {spec.model!r} at "
+                                        f"{base_url or 'its default address'} (HTTP 404): check the "
+                                        f"model name and the base URL")
+    if status == 429:
+        return ErrorClass(Outcome.RATE_LIMIT, f"HTTP 429 from {provider.name} (rate limited after "
+                                              f"retries): {short_message(exc)}")
+    if status is not None:
+        return ErrorClass(Outcome.ROW, f"HTTP {status} from {provider.name}: {short_message(exc)}")
+    kind = type(exc).__name__
+    if "Timeout" in kind:
+        return ErrorClass(Outcome.ROW, f"timed out talking to {provider.name} after retries")
+    if "Connection" in kind:
+        return ErrorClass(Outcome.CONNECTION,
+                          f"could not connect to {provider.name} at {base_url} after retries")
+    return ErrorClass(Outcome.ROW, f"{kind} from {provider.name}: {short_message(exc)}")
+
+
+class SDKProvider(ProviderAPI):
     """What the SDK-backed providers share: set up from the provider table, closed after the run.
 
-    A subclass's ``__init__(provider, base_url, api_key, timeout, max_retries)`` builds ``self.sdk``.
+    A subclass's ``__init__(provider, base_url, api_key, timeout, max_retries)`` builds ``self.sdk``;
+    it implements ``generate``, ``parameters_sent`` and ``classify``.
     """
 
     sdk = None
@@ -69,6 +142,10 @@ class SDKProvider:
         """The client for ``spec``'s provider: its address (``base_url`` overrides) and key."""
         url = base_url_for(spec.provider, base_url)
         return cls(spec.provider, url, api_key_for(spec.provider), timeout, max_retries)
+
+    def describe(self) -> dict | None:
+        """Nothing beyond the address: an HTTP provider has no engine of ours to describe."""
+        return None
 
     async def close(self) -> None:
         await self.sdk.close()
