@@ -23,8 +23,10 @@ from orbench.errors import UsageError
 class Provider:
     """One row of the provider table.
 
-    ``api`` says which SDK speaks to it: ``openai`` (chat completions, also for every
-    OpenAI-compatible server), ``anthropic`` (messages) or ``local`` (llama.cpp in process).
+    ``api`` says which provider module speaks to it (``orbench.providers.API_MODULES``):
+    ``openai`` (chat completions, also for every OpenAI-compatible server), ``anthropic``
+    (messages), ``gemini`` (Gemini's own API through google-genai) or ``local`` (llama.cpp in
+    process).
     ``key_vars`` lists the environment variables that may hold the key, preferred first.
     ``request_note`` says what is (not) sent that a reader of the results should know; it goes
     into every output's meta file.
@@ -51,7 +53,9 @@ PROVIDERS: dict[str, Provider] = {
                  ("ANTHROPIC_API_KEY", "CLAUDE_API_KEY")),
         Provider("together", "openai", "https://api.together.xyz/v1", ("TOGETHER_API_KEY",)),
         Provider("mistral", "openai", "https://api.mistral.ai/v1", ("MISTRAL_API_KEY",)),
-        Provider("gemini", "openai", "https://generativelanguage.googleapis.com/v1beta/openai/",
+        Provider("gemini", "gemini", "https://generativelanguage.googleapis.com/",
+                 ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
+        Provider("gemini-openai", "openai", "https://generativelanguage.googleapis.com/v1beta/openai/",
                  ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
                  request_note="safety settings not sent: the paper's runs set all four harm "
                               "categories to BLOCK_NONE, but Gemini's OpenAI-compatible endpoint has "

@@ -26,12 +26,12 @@ from types import ModuleType
 from orbench.models import PROVIDERS, Provider
 from orbench.types import BatchAPI, ProviderAPI
 
-#: Provider table ``api`` name -> module (under ``orbench.providers`` unless it has a dot).
+#: Provider table ``api`` name -> the full name of the module that speaks it.
 API_MODULES: dict[str, str] = {
-    "openai": "openai_chat",
-    "anthropic": "anthropic_messages",
-    "gemini": "gemini",
-    "local": "local",
+    "openai": f"{__name__}.openai_chat",
+    "anthropic": f"{__name__}.anthropic_messages",
+    "gemini": f"{__name__}.gemini",
+    "local": f"{__name__}.local",
 }
 
 
@@ -49,7 +49,7 @@ def module_for(api: str) -> ModuleType:
         name = API_MODULES[api]
     except KeyError:
         raise ValueError(f"no provider module for api {api!r}; known: {', '.join(API_MODULES)}") from None
-    return importlib.import_module(name if "." in name else f"{__name__}.{name}")
+    return importlib.import_module(name)
 
 
 def provider_class(api: str) -> type[ProviderAPI]:

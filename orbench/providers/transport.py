@@ -122,7 +122,7 @@ def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
     kind = type(exc).__name__
     if "Timeout" in kind:
         return ErrorClass(Outcome.ROW, f"timed out talking to {provider.name} after retries")
-    if "Connection" in kind:
+    if "Connect" in kind:  # the SDKs' APIConnectionError, httpx's ConnectError
         return ErrorClass(Outcome.CONNECTION,
                           f"could not connect to {provider.name} at {base_url} after retries")
     return ErrorClass(Outcome.ROW, f"{kind} from {provider.name}: {short_message(exc)}")

@@ -1,0 +1,171 @@
+"""A loopback fake of the Gemini REST API: ``POST /v1beta/models/{model}:generateContent``.
+
+Tests point the real ``google-genai`` SDK at it (``GEMINI_BASE_URL``); nothing in ``orbench``
+knows it exists. It records every request (path, JSON body, API key header) and answers by rules
+a test sets: reply text, a prompt block (``block_reason``), a candidate finish reason
+(``finish``: ``SAFETY``, ``MAX_TOKENS``, ...), thinking tokens, no candidates, an error status
+(429, 500, 401, 403, 400 with an invalid-key message), for ``times`` requests or for ever.
+
+    fake = FakeGemini().start()
+    fake.add_rule(match="ASK-BLOCK", block_reason="SAFETY")
+    fake.add_rule(status=429, times=1)
+    ... GEMINI_BASE_URL=fake.url ...
+    fake.requests  # [{"path", "model", "body", "key"}, ...]
+
+Standalone (benchmarks): ``python tests/fake_gemini.py`` prints its URL and serves until killed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_PATH = re.compile(r"^/v1beta/models/(?P<model>[^:/]+):generateContent$")
+_STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+                 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+
+
+@dataclass
+class Rule:
+    """How to answer requests whose last user text contains ``match`` (None: every request)."""
+
+    match: str | None = None
+    text: str = "Fake Gemini answer to: {prompt}"
+    finish: str = "STOP"
+    block_reason: str | None = None
+    status: int = 200
+    message: str | None = None
+    thoughts: int = 0
+    no_candidates: bool = False
+    times: int | None = None
+
+
+class FakeGemini:
+    """The server; ``requests`` lists what it received, in order."""
+
+    def __init__(self, model_version: str = "gemini-fake-001"):
+        self.model_version = model_version
+        self.rules: list[Rule] = []
+        self.requests: list[dict] = []
+        self._lock = threading.Lock()
+        self._server = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def add_rule(self, **kwargs) -> Rule:
+        rule = Rule(**kwargs)
+        with self._lock:
+            self.rules.append(rule)
+        return rule
+
+    def reset(self) -> None:
+        with self._lock:
+            self.rules.clear()
+            self.requests.clear()
+
+    def start(self) -> FakeGemini:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                path = self.path.split("?")[0]
+                found = _PATH.match(path)
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    body = None
+                key = self.headers.get("x-goog-api-key")
+                with fake._lock:
+                    fake.requests.append({"path": path, "model": found and found["model"],
+                                          "body": body, "key": key})
+                if not found or body is None:
+                    return self._json(404, _error(404, f"no route {path}"))
+                prompt = _prompt(body)
+                rule = fake._pick(prompt)
+                if rule.status != 200:
+                    message = rule.message or f"fake error {rule.status}"
+                    return self._json(rule.status, _error(rule.status, message))
+                self._json(200, fake._reply(rule, prompt))
+
+            def _json(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _pick(self, prompt: str) -> Rule:
+        with self._lock:
+            for rule in self.rules:
+                if rule.match is not None and rule.match not in prompt:
+                    continue
+                if rule.times is not None:
+                    if rule.times <= 0:
+                        continue
+                    rule.times -= 1
+                return rule
+        return Rule()
+
+    def _reply(self, rule: Rule, prompt: str) -> dict:
+        usage = {"promptTokenCount": max(1, len(prompt.split())), "totalTokenCount": 0}
+        reply: dict = {"modelVersion": self.model_version, "responseId": "fake", "usageMetadata": usage}
+        if rule.block_reason:
+            reply["promptFeedback"] = {"blockReason": rule.block_reason}
+            return reply
+        if rule.no_candidates:
+            reply["candidates"] = []
+            return reply
+        text = rule.text.format(prompt=prompt)
+        parts = [{"text": "thinking it over", "thought": True}] if rule.thoughts else []
+        if text:
+            parts.append({"text": text})
+        candidate: dict = {"finishReason": rule.finish, "index": 0}
+        if parts:
+            candidate["content"] = {"role": "model", "parts": parts}
+        reply["candidates"] = [candidate]
+        usage["candidatesTokenCount"] = len(text.split())
+        if rule.thoughts:
+            usage["thoughtsTokenCount"] = rule.thoughts
+        return reply
+
+
+def _prompt(body: dict) -> str:
+    for content in reversed(body.get("contents") or []):
+        if content.get("role", "user") == "user":
+            return "".join(p.get("text", "") for p in content.get("parts") or [])
+    return ""
+
+
+def _error(status: int, message: str) -> dict:
+    return {"error": {"code": status, "message": message,
+                      "status": _STATUS_NAMES.get(status, "UNKNOWN")}}
+
+
+def main() -> None:
+    fake = FakeGemini().start()
+    print(fake.url, flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()

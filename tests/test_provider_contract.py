@@ -1,0 +1,133 @@
+"""The provider contract (``orbench.types.ProviderAPI``): a provider defined here, registered with
+``orbench.providers.register``, runs stage 4 with no edit anywhere else; its own ``classify``
+decides what its exceptions mean (a block is a provider refusal, a stop ends the run with one
+line, exit 2); every shipped provider implements the whole contract."""
+
+import pandas as pd
+import pytest
+
+from orbench import providers
+from orbench.models import PROVIDERS, Provider, parse_model
+from orbench.types import (Completion, ErrorClass, Outcome, ProviderAPI, Request)
+
+SCRIPT = "alignment_checker/check_alignment.py"
+SENT: list[Request] = []
+
+
+class TinyError(Exception):
+    """This provider's own exception type, which no other part of the suite knows."""
+
+    def __init__(self, kind: str):
+        super().__init__(kind)
+        self.kind = kind
+
+
+class Tiny(ProviderAPI):
+    """Answers in process: echoes the prompt, or raises TinyError for the prompts named so."""
+
+    closed = 0
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    @classmethod
+    def connect(cls, spec, *, base_url, timeout, max_retries):
+        return cls(spec)
+
+    async def generate(self, request: Request) -> Completion:
+        SENT.append(request)
+        prompt = request.messages[-1][1]
+        if prompt.startswith("BLOCK"):
+            raise TinyError("blocked")
+        if prompt.startswith("BADKEY"):
+            raise TinyError("badkey")
+        if prompt.startswith("FLAKY"):
+            raise TinyError("flaky")
+        return Completion(text=f"Sure. Here is how: {prompt}", finish_reason="stop",
+                          input_tokens=3, output_tokens=5, reported_model="tiny-v1")
+
+    async def close(self) -> None:
+        Tiny.closed += 1
+
+    def describe(self):
+        return {"engine": "tiny"}
+
+    @classmethod
+    def parameters_sent(cls, spec):
+        return ["temperature"]
+
+    def classify(self, exc, spec):
+        if not isinstance(exc, TinyError):
+            return None
+        if exc.kind == "blocked":
+            return ErrorClass(Outcome.BLOCK, "tiny blocked it", "tiny_safety")
+        if exc.kind == "badkey":
+            return ErrorClass(Outcome.STOP, "tiny rejected the key: set TINY_KEY")
+        return ErrorClass(Outcome.ROW, "tiny hiccup")
+
+
+PROVIDER = Tiny
+
+
+@pytest.fixture
+def tiny(monkeypatch):
+    monkeypatch.setitem(providers.API_MODULES, "tiny", __name__)
+    monkeypatch.setitem(PROVIDERS, "tiny", Provider("tiny", "tiny", None, key_required=False))
+    SENT.clear()
+    yield
+    SENT.clear()
+
+
+def test_registered_provider_runs_a_stage(tiny, env, script, tmp_path):
+    pd.DataFrame({"prompt": ["how to bake bread", "BLOCK this", "FLAKY one"]}).to_csv(
+        tmp_path / "in.csv", index=False)
+    result = script(SCRIPT, "--model=tiny/echo-1", "--input_file=in.csv", "--output_file=out.csv",
+                    env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr  # the flaky row is a row error
+    table = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(table.response) == ["Sure. Here is how: how to bake bread", "", ""]
+    assert list(table.is_rejected) == ["False", "True", ""]
+    assert list(table.refusal_source) == ["", "provider", ""]
+    assert list(table.finish_reason) == ["stop", "tiny_safety", ""]
+    assert table.error[2] == "check_alignment: tiny hiccup"
+    import json
+    meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
+    model = meta["models"][0]
+    assert model["provider"] == "tiny" and model["engine"] == {"engine": "tiny"}
+    assert model["parameters_sent"] == ["temperature"] and model["reported_model"] == ["tiny-v1"]
+    assert Tiny.closed >= 1
+
+
+def test_registered_provider_stop_is_one_line_exit_2(tiny, env, script, tmp_path):
+    pd.DataFrame({"prompt": [f"BADKEY {i}" for i in range(20)]}).to_csv(tmp_path / "in.csv", index=False)
+    result = script(SCRIPT, "--model=tiny/echo-1", "--input_file=in.csv", "--output_file=out.csv",
+                    "--concurrency=1", env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == "error: tiny rejected the key: set TINY_KEY"
+    assert len(SENT) == 1  # the run stopped at the first answer
+
+
+def test_registered_provider_without_batch_api_says_so(tiny, env, script, tmp_path):
+    pd.DataFrame({"prompt": ["a"]}).to_csv(tmp_path / "in.csv", index=False)
+    result = script(SCRIPT, "--model=tiny/echo-1", "--input_file=in.csv", "--output_file=out.csv",
+                    "--batch", env=env, cwd=tmp_path)
+    assert result.returncode == 2 and not SENT
+    assert "--batch: provider tiny has no batch API; providers with one: openai, anthropic" in result.stderr
+
+
+def test_a_provider_missing_part_of_the_contract_cannot_be_made():
+    class Partial(ProviderAPI):
+        async def generate(self, request):
+            return Completion("", "stop")
+
+    with pytest.raises(TypeError, match="abstract"):
+        Partial()
+
+
+@pytest.mark.parametrize("api", sorted(set(providers.API_MODULES) - {"tiny"}))
+def test_every_shipped_provider_implements_the_contract(api):
+    cls = providers.provider_class(api)
+    assert issubclass(cls, ProviderAPI) and not cls.__abstractmethods__
+    spec = parse_model("local/smollm2" if api == "local" else "openai/gpt-4o")
+    sent = cls.parameters_sent(spec)
+    assert sent is None or isinstance(sent, list)
