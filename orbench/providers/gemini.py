@@ -186,8 +186,8 @@ class Gemini(ProviderAPI):
     def __init__(self, provider: Provider, base_url: str | None, api_key: str | None,
                  timeout: float, max_retries: int):
         try:
-            from google import genai
-            from google.genai import types
+            import google.genai as genai
+            import google.genai.types as types
         except ImportError:
             raise UsageError(f"gemini/ models need the google-genai package: {EXTRA_HINT} "
                              f"(or use gemini-openai/<model> for the OpenAI-compatible endpoint)") from None
