@@ -15,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fake_provider import FakeProvider  # noqa: E402
+from fake_gemini import FakeGemini  # noqa: E402 (tests/ is put on sys.path just above)
+from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path just above)
 
 # Fake keys: distinctive so a test can search every output for them.
 FAKE_KEYS = {
@@ -42,6 +43,22 @@ def fake(fake_server):
     fake_server.new_epoch()
     yield fake_server
     fake_server.new_epoch()
+
+
+@pytest.fixture(scope="session")
+def gem_server():
+    server = FakeGemini().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def gem(gem_server, env):
+    """The fake Gemini REST server, reset, with ``GEMINI_BASE_URL`` in ``env`` pointing at it."""
+    gem_server.reset()
+    env["GEMINI_BASE_URL"] = gem_server.url
+    yield gem_server
+    gem_server.reset()
 
 
 @pytest.fixture

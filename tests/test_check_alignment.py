@@ -88,7 +88,7 @@ def test_opensource_alias_defaults_to_together(env, fake, script, tmp_path):
     assert bad.returncode == 2 and "unknown provider" in bad.stderr
 
 
-def test_other_aliases_resolve_their_provider(env, fake, script, tmp_path):
+def test_other_aliases_resolve_their_provider(env, fake, gem, script, tmp_path):
     fake.add_rule(text="Sure, here you go.")
     write(tmp_path / "in.csv", [{"prompt": "q"}])
     for alias, model, dirname in [

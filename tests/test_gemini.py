@@ -9,7 +9,6 @@ import sys
 import pandas as pd
 import pytest
 
-from fake_gemini import FakeGemini
 from orbench import providers
 
 MODERATE = "moderator/moderate.py"
@@ -18,21 +17,6 @@ JUDGE = "response_checker/judge_responses.py"
 PAPER_SAFETY = [{"category": c, "threshold": "BLOCK_NONE"} for c in (
     "HARM_CATEGORY_HARASSMENT", "HARM_CATEGORY_HATE_SPEECH", "HARM_CATEGORY_SEXUALLY_EXPLICIT",
     "HARM_CATEGORY_DANGEROUS_CONTENT")]
-
-
-@pytest.fixture(scope="session")
-def gem_server():
-    server = FakeGemini().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def gem(gem_server, env):
-    gem_server.reset()
-    env["GEMINI_BASE_URL"] = gem_server.url
-    yield gem_server
-    gem_server.reset()
 
 
 def read(path):

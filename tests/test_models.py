@@ -44,7 +44,7 @@ def test_parse_model_errors_list_valid_providers(spec, fragment):
         parse_model(spec)
     message = str(info.value)
     assert fragment in message
-    assert "openai, anthropic, together, mistral, gemini, vllm, ollama, openai-compatible, local" in message
+    assert "openai, anthropic, together, mistral, gemini, gemini-openai, vllm, ollama, openai-compatible, local" in message
     assert "\n" not in message
 
 
@@ -52,7 +52,7 @@ def test_provider_table_rows():
     assert PROVIDERS["vllm"].base_url == "http://localhost:8000/v1"
     assert PROVIDERS["ollama"].base_url == "http://localhost:11434/v1"
     assert PROVIDERS["together"].base_url == "https://api.together.xyz/v1"
-    assert all(p.api in ("openai", "anthropic", "local") for p in PROVIDERS.values())
+    assert all(p.api in ("openai", "anthropic", "gemini", "local") for p in PROVIDERS.values())
 
 
 def test_base_url_precedence(monkeypatch):
