@@ -64,8 +64,11 @@ temperature = _number(float, lambda v: 0 <= v <= 2, "a number from 0 to 2")
 def add_run_flags(parser: argparse.ArgumentParser, *,
                   output_help: str = "where to write the output CSV (default: named from the input, "
                                      "model and stage, in the current directory)",
-                  limit_help: str = "process only the first N input rows (a trial run)") -> None:
-    """Flags of every stage: --output_file, --limit, --concurrency (help texts may be stage-specific)."""
+                  limit_help: str = "process only the first N input rows (a trial run)",
+                  upstream: bool = True) -> None:
+    """Flags of every stage: --output_file, --limit, --concurrency, --quiet, and (``upstream``, for
+    stages that read an earlier stage's output) --retry_upstream_errors; help texts may be
+    stage-specific."""
     group = parser.add_argument_group("running")
     group.add_argument("--output_file", default=None, help=output_help)
     group.add_argument("--limit", type=positive_int, default=None, help=limit_help)
@@ -75,18 +78,19 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
     group.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
                        help=f"rows in flight at once, and requests in flight per provider "
                             f"(default: {DEFAULT_CONCURRENCY})")
-    group.add_argument("--retry_upstream_errors", action="store_true",
-                       help="also process input rows whose 'error' is set by an earlier stage (default: "
-                            "pass them through untouched, their error kept)")
+    if upstream:
+        group.add_argument("--retry_upstream_errors", action="store_true",
+                           help="also process input rows whose 'error' is set by an earlier stage "
+                                "(default: pass them through untouched, their error kept)")
     group.add_argument("--quiet", action="store_true",
                        help="no progress bar and no summary line; only the output path on stdout")
 
 
 def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: float,
-                    max_tokens_default: int, **run_flag_help: str) -> None:
+                    max_tokens_default: int, **run_flag_help) -> None:
     """Flags of every model-calling stage, with that stage's paper defaults.
 
-    ``run_flag_help`` passes ``output_help`` / ``limit_help`` on to ``add_run_flags``.
+    ``run_flag_help`` passes ``output_help`` / ``limit_help`` / ``upstream`` on to ``add_run_flags``.
     """
     add_run_flags(parser, **run_flag_help)
     group = parser.add_argument_group("model calls")
@@ -181,6 +185,40 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
     return " | ".join(parts)
 
 
+def send_pending(stage: Stage, table: pd.DataFrame, output: Path, args: argparse.Namespace,
+                 client: Client, models: Sequence[ModelSpec]) -> str | None:
+    """``--estimate`` and ``--batch`` for the rows a run of ``stage`` on ``table`` would still do.
+
+    With ``--estimate``: the requests are collected, not sent, and the estimate text is returned
+    (print it and stop). With ``--batch``: the requests of providers with a batch API go through
+    it (``orbench.batch.run_batches``), after which ``client`` answers those providers only from
+    the batch results; returns None and the caller runs the stage as usual (the other providers
+    are asked synchronously then). ``UsageError`` when no model has a batch API.
+    """
+    from orbench import batch, pricing, providers
+
+    limit = getattr(args, "limit", None)
+    retry_upstream = getattr(args, "retry_upstream_errors", False)
+    todo = pending_records(stage, table, output, limit=limit, retry_upstream=retry_upstream)
+    requests = asyncio.run(collect_requests(stage, list(todo.values()), client))
+    if getattr(args, "estimate", False):
+        return pricing.estimate_text(requests, rows=len(todo), batch=getattr(args, "batch", False),
+                                     prices_file=getattr(args, "prices", None))
+    # Providers with a batch API go through it; the others (e.g. a Together moderator in an
+    # ensemble) are asked synchronously in the pass that follows.
+    batched = {s.provider.name for s in models if batch.has_batch_api(s.provider)}
+    if not batched:
+        names = ", ".join(sorted({s.provider.name for s in models})) or "none"
+        raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
+                         f"{', '.join(providers.batch_providers())}")
+    requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
+    check_writable(output)  # before anything is submitted (and paid for)
+    batch.run_batches(requests, client, output, poll_interval=args.poll_interval,
+                      quiet=getattr(args, "quiet", False))
+    client.answer_from_batches(batched)
+    return None
+
+
 def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Client], Job],
         argv: Sequence[str] | None = None) -> int:
     """Parse flags, run the job, report; returns the process exit code."""
@@ -204,25 +242,10 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
         quiet = getattr(args, "quiet", False)
         limit, retry_upstream = getattr(args, "limit", None), getattr(args, "retry_upstream_errors", False)
         if getattr(args, "estimate", False) or getattr(args, "batch", False):
-            from orbench import batch, pricing, providers
-
-            todo = pending_records(job.stage, table, output, limit=limit, retry_upstream=retry_upstream)
-            requests = asyncio.run(collect_requests(job.stage, list(todo.values()), client))
-            if getattr(args, "estimate", False):
-                print(pricing.estimate_text(requests, rows=len(todo), batch=getattr(args, "batch", False),
-                                            prices_file=getattr(args, "prices", None)))
+            estimate = send_pending(job.stage, table, output, args, client, job.models)
+            if estimate is not None:
+                print(estimate)
                 return 0
-            # Providers with a batch API go through it; the others (e.g. a Together or Gemini
-            # moderator in an ensemble) are asked synchronously in the pass below.
-            batched = {s.provider.name for s in job.models if batch.has_batch_api(s.provider)}
-            if not batched:
-                names = ", ".join(sorted({s.provider.name for s in job.models})) or "none"
-                raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
-                                 f"{', '.join(providers.batch_providers())}")
-            requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
-            check_writable(output)  # before anything is submitted (and paid for)
-            batch.run_batches(requests, client, output, poll_interval=args.poll_interval, quiet=quiet)
-            client.answer_from_batches(batched)
         result = run_stage(job.stage, table, output,
                            concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
                            limit=limit, input_name=name, client=client,

@@ -219,3 +219,59 @@ def test_other_model_continues_the_file(fake, env, script, tmp_path):
     out = read(tmp_path / "unethical_prompts.csv")
     assert out["generator_model"].tolist() == (["mistral/open-mixtral-8x7b"] * 20
                                                + ["mistral/mistral-large-latest"] * 20)
+
+
+# -- the flags stage 1 shows, each honoured (issue 20) ---------------------------------------
+
+def test_estimate_sends_nothing_and_writes_nothing(fake, env, script, tmp_path):
+    fake.add_rule(match=MATCH, text=twenty_distinct())
+    res = script(GEN, "--category=harmful", "--num_toxic_prompts=90", "--estimate", env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert fake.count() == 0
+    assert res.stdout.startswith("estimate (synchronous API; nothing was sent): 5 rows to do, "
+                                 "5 requests to send")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no output, no work file, no cache
+    # after a real run of 2 calls, the estimate counts only the calls still needed
+    assert script(GEN, "--category=harmful", "--num_toxic_prompts=90", "--limit=2",
+                  env=env, cwd=tmp_path).returncode == 0
+    assert fake.count() == 2
+    res = script(GEN, "--category=harmful", "--num_toxic_prompts=90", "--estimate",
+                 "--batch", env=env, cwd=tmp_path)
+    assert res.returncode == 0 and fake.count() == 2
+    assert res.stdout.startswith("estimate (batch API; nothing was sent): 3 rows to do, 3 requests")
+
+
+def test_batch_sends_the_calls_through_the_batch_api(tmp_path, monkeypatch, script):
+    import os
+
+    from conftest import FAKE_KEYS, ROOT
+    from fake_batch import FakeBatch
+
+    fb = FakeBatch(default_text="[[1. One seed about locks?]]").start()
+    try:
+        env = {**os.environ, **FAKE_KEYS, "OPENAI_BASE_URL": fb.openai_url,
+               "ORBENCH_CACHE_DIR": str(tmp_path / "cache"),
+               "PYTHONPATH": str(ROOT)}
+        res = script(GEN, "--category=harmful", "--num_toxic_prompts=1", "--model=openai/gpt-4o",
+                     "--batch", "--poll_interval=0.001", env=env, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        assert fb.count("create") == 1 and fb.count("chat") == 0
+        assert read(tmp_path / "harmful_prompts.csv").prompt.tolist() == ["One seed about locks?"]
+        assert (tmp_path / "harmful_prompts.csv.calls.csv.batches.jsonl").exists()
+    finally:
+        fb.stop()
+
+
+def test_flags_stage_1_cannot_honour_are_not_offered(fake, env, script, tmp_path):
+    res = script(GEN, "--category=harmful", "--retry_upstream_errors", env=env, cwd=tmp_path)
+    assert res.returncode == 2 and "unrecognized arguments: --retry_upstream_errors" in res.stderr
+    assert fake.count() == 0
+
+
+def test_quiet_generate_says_only_the_output_path(fake, env, script, tmp_path):
+    fake.add_rule(match=MATCH, text=twenty_distinct())
+    # one call a round, so there are rounds to report between
+    res = script(GEN, "--category=harmful", "--num_toxic_prompts=50", "--quiet", "--concurrency=1",
+                 "--max_stale_calls=1", env=env, cwd=tmp_path)
+    assert res.returncode == 0 and res.stderr == ""
+    assert res.stdout.strip() == str(tmp_path / "harmful_prompts.csv")

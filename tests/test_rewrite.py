@@ -303,3 +303,13 @@ def test_template_file_sent_hashed_and_its_examples_dropped(fake, env, script, t
         assert res.returncode == 2, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1 and message in res.stderr
     assert fake.count() == 1
+
+
+def test_quiet_says_only_the_output_path(fake, env, script, tmp_path):
+    fake.add_rule(match="SEED-A", text=five("SEED-A"))
+    fake.add_rule(match="SEED-B", text=five("SEED-B"))
+    fake.add_rule(match="SEED-C", text=five("SEED-C"))
+    write_seeds(tmp_path / "seeds.csv")
+    res = script(REW, "--toxic_seed_path=seeds.csv", "--quiet", env=env, cwd=tmp_path)
+    assert res.returncode == 0 and res.stderr == ""
+    assert res.stdout.strip() == str(tmp_path / "seeds_rewrite.csv")

@@ -19,6 +19,13 @@ Items are read from each reply (``orbench.parsing``: ``[[...]]`` first, then the
 near-exact duplicates dropped, walking the calls in call order, so the result does not depend on
 which reply came back first. The run adds calls in rounds until the target is met.
 
+Cost flags, as in every stage (``orbench.cli.send_pending``): ``--estimate`` sends nothing and
+writes nothing; it prices the recorded calls that failed plus the new calls the target still
+needs (one per 20 missing prompts, within ``--limit``), with ``--prices``. ``--batch`` sends each
+round's calls through the provider's batch API (``--poll_interval`` between checks) and then
+reads them from the cache. ``--retry_upstream_errors`` is not offered: stage 1 reads no earlier
+stage's output.
+
 Stops:
 
 - target reached: exit 0;
@@ -45,7 +52,7 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.categories import CATEGORIES, check_category
-from orbench.cli import ArgumentParser, add_model_flags, make_client, positive_int
+from orbench.cli import ArgumentParser, add_model_flags, make_client, positive_int, send_pending
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model, redact
@@ -99,7 +106,8 @@ def build_parser() -> ArgumentParser:
                     output_help="where to write the prompts (default: ./{category}_prompts.csv in the "
                                 "current directory); --output_path is the same flag",
                     limit_help="make at most N model calls in total, then stop with what was found "
-                               "(a trial run)")
+                               "(a trial run)",
+                    upstream=False)  # stage 1 reads no earlier stage's output
     return parser
 
 
@@ -209,6 +217,25 @@ def make_stage(spec: ModelSpec, client: Client, category: str, temperature: floa
                  provenance={"templates": {"seed": sha256_text(template)}})
 
 
+def call_table(calls: int) -> pd.DataFrame:
+    """The synthetic input of the call runner: call numbers ``0 .. calls - 1``."""
+    return pd.DataFrame({"call_index": [str(i) for i in range(calls)]})
+
+
+def estimate(stage: Stage, args, client: Client, spec: ModelSpec, prior: list[dict],
+             examples: frozenset[str], calls_path: Path, recorded: int) -> str:
+    """The ``--estimate`` report: the calls recorded but not answered, plus the new calls needed
+    to reach the target (one per 20 prompts still missing, within ``--limit``); nothing is sent
+    and nothing written."""
+    calls = read_calls(calls_path) if calls_path.exists() else []
+    found = len(tally(prior, calls, str(spec), args.category, examples).rows)
+    needed = max(0, math.ceil((args.num_toxic_prompts - found) / PER_CALL))
+    total = recorded + needed
+    if args.limit is not None:
+        total = min(total, max(args.limit, recorded))
+    return send_pending(stage, call_table(total), calls_path, args, client, [spec])
+
+
 def read_calls(calls_path: Path) -> list[dict]:
     """The work file written by the runner, in call order."""
     frame = pd.read_csv(calls_path, dtype=str, keep_default_na=False, encoding="utf-8")
@@ -231,11 +258,16 @@ def generate(args) -> int:
     check_writable(output)
 
     total = recorded_calls(stage, calls_path)  # replayed for free, even beyond --limit
+    if args.estimate:
+        print(estimate(stage, args, client, spec, prior, examples, calls_path, total))
+        return 0
     calls: list[dict] = []
     resumed = total
     while True:
         if total:
-            table = pd.DataFrame({"call_index": [str(i) for i in range(total)]})
+            table = call_table(total)
+            if args.batch:  # this round's calls through the batch API, then read from the cache
+                send_pending(stage, table, calls_path, args, client, [spec])
             run_stage(stage, table, calls_path, concurrency=args.concurrency,
                       input_name="call table", client=client, quiet=args.quiet)
             calls = read_calls(calls_path)
@@ -249,7 +281,7 @@ def generate(args) -> int:
         step = min(math.ceil((target - found) / PER_CALL), max(stale_limit, args.concurrency))
         if args.limit is not None:
             step = min(step, args.limit - total)
-        if total:
+        if total and not args.quiet:
             print(f"{found} of {target} unique prompts after {total} calls; asking {step} more",
                   file=sys.stderr)
         total += step
@@ -268,7 +300,7 @@ def generate(args) -> int:
     print(output)
     if len(rows) >= target:
         return 0
-    if state.failed:
+    if state.failed:  # the reason for exit 1 is said even with --quiet, as the other stages do
         print(f"{state.failed} calls failed after retries (see the 'error' column of {calls_path}); "
               f"rerun the same command to retry them", file=sys.stderr)
         return 1

@@ -178,8 +178,10 @@ def finalise(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit code (0 done, 1 some seeds failed, 2 bad input)."""
     counts: dict[str, int] = {}
+    quiet: list[bool] = []
 
     def setup(args, client: Client) -> Job:
+        quiet.append(args.quiet)
         if not args.input_file:
             raise UsageError("no seed file given: pass --toxic_seed_path=PATH (a CSV with columns "
                              "prompt, category)")
@@ -205,7 +207,7 @@ def main(argv=None) -> int:
         return Job(stage=stage, input=args.input_file, output=output, models=[spec], typed=[args.model])
 
     code = run(build_parser(), setup, argv)
-    if counts:
+    if counts and not any(quiet):
         print(f"rewrite: {counts['kept']} rewrites kept, {counts['dropped']} duplicates dropped, "
               f"{counts['repeats']} few-shot example repeats dropped, "
               f"{counts['unparsed']} seeds with no parsable rewrite", file=sys.stderr)
