@@ -180,3 +180,30 @@ def test_empty_prompt_is_skipped_without_a_call(tmp_path, env, fake, script):
     assert list(out["refusal_source"]) == ["", "skipped_empty", "skipped_empty"]
     assert list(out["is_rejected"]) == ["False", "", ""]
     assert fake.count() == 1
+
+
+def test_a_rule_table_edit_recomputes_the_keyword_verdicts_on_rerun(env, fake, script, tmp_path,
+                                                                    monkeypatch):
+    from orbench import refusal
+
+    def clear():
+        for cached in (refusal.rules_fingerprint, refusal.rules_for, refusal._compiled):
+            cached.cache_clear()
+
+    fake.add_rule(text="Sure! Here is some background. Locks have pins. I cannot help with picking them.")
+    write(tmp_path / "in.csv", [{"prompt": "how do locks work"}])
+    args = (SCRIPT, "--model=openai/gpt-4o", "--input_file=in.csv", "--output_file=out.csv")
+    assert script(*args, env=env, cwd=tmp_path).returncode == 0
+    assert read(tmp_path / "out.csv").is_rejected[0] == "False"  # the opener "Sure!" comes first
+    # the opener window (not a phrase table) set to 0: no opener counts, the cue does
+    monkeypatch.setattr(refusal, "_OPENER_SENTENCES", 0)
+    clear()
+    try:
+        result = script(*args, env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert read(tmp_path / "out.csv").is_rejected[0] == "True"
+        assert "0 resumed" in result.stderr
+        assert fake.count() == 1  # the answer came from the cache: only the verdict was redone
+    finally:
+        monkeypatch.undo()
+        clear()

@@ -372,3 +372,40 @@ def test_fingerprint_covers_the_new_tables(monkeypatch):
         monkeypatch.undo()
         rules_fingerprint.cache_clear()
     assert rules_fingerprint() == before
+
+
+def _changed(value):
+    """``value`` with one element added or altered, of the same type."""
+    if isinstance(value, re.Pattern):
+        return re.compile(value.pattern + "|zorblax", value.flags)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "z"
+    if isinstance(value, tuple):
+        return value + ("zorblax",)
+    if isinstance(value, frozenset):
+        return value | {"zorblax"}
+    if isinstance(value, dict):
+        return {**value, "zorblax": next(iter(value.values()))}
+    raise AssertionError(f"no change defined for {type(value).__name__}")
+
+
+@pytest.mark.parametrize("name", sorted(refusal.rule_data()))
+def test_changing_any_rule_data_changes_the_fingerprint(monkeypatch, name):
+    before = rules_fingerprint()
+    monkeypatch.setattr(refusal, name, _changed(getattr(refusal, name)))
+    rules_fingerprint.cache_clear()
+    try:
+        assert rules_fingerprint() != before
+    finally:
+        monkeypatch.undo()
+        rules_fingerprint.cache_clear()
+    assert rules_fingerprint() == before
+
+
+def test_the_tables_the_old_fingerprint_left_out_are_covered():
+    for name in ("_OPENER_SENTENCES", "_STRIP", "_SENT_END", "_QUOTES", "_LINE_MARKERS", "_HEADS"):
+        assert name in refusal.rule_data()
