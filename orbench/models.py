@@ -61,7 +61,7 @@ PROVIDERS: dict[str, Provider] = {
                               "categories to BLOCK_NONE, but Gemini's OpenAI-compatible endpoint has "
                               "no field for them (its extra_body.google takes thinking_config and "
                               "cached_content), so Gemini's default filters apply; their blocks are "
-                              "counted as provider refusals (refusal_source=provider)"),
+                              "counted as provider blocks (refusal_source=provider_block)"),
         Provider("vllm", "openai", "http://localhost:8000/v1", ("VLLM_API_KEY",), key_required=False),
         Provider("ollama", "openai", "http://localhost:11434/v1", ("OLLAMA_API_KEY",),
                  key_required=False),

@@ -4,9 +4,12 @@ A stage script describes its work as a ``Stage`` (the input columns it needs, th
 adds, an async function for one row, and the settings that change its results) and hands it to
 ``run_stage``. The runner keeps these promises:
 
-- **Columns have owners.** A stage writes only the columns it declares in ``adds`` (plus
-  ``error``). On a row that failed or was not processed every one of them is empty: an input
-  value under one of those names is never passed off as this stage's result.
+- **Columns have owners.** A stage declares the columns it adds in ``adds`` (plus ``error``).
+  On a row that failed or was not processed every declared column is empty: an input value
+  under one of those names is never passed off as this stage's result. A row result may also
+  carry keys beyond ``adds``: a key that names an input column overrides that row's value (the
+  rewriter's ``prompt``), and any other key becomes an extra column after the declared ones,
+  empty on the rows that lack it. Only the declared columns are blanked on failure.
 - **Upstream failures pass through.** An input row whose ``error`` is set is not sent to a model:
   it is written back unchanged (its own columns empty, its error text kept) and counted apart,
   unless ``retry_upstream`` asks to process it anyway.

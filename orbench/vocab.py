@@ -5,19 +5,25 @@ writes or reads one imports it from here (the stages, the label parser, the repo
 builder). The values are part of the output format: renaming one changes every CSV the suite
 writes, so they only ever gain new members.
 
+A provider block (the provider itself refused the request or withheld the reply) is spelled
+:data:`PROVIDER_BLOCK` wherever it is written: a moderator's label (stage 3), ``refusal_source``
+(stage 4) and ``answer_category`` (stage 5). Files written before this spelling was unified say
+``provider`` (``refusal_source``) or ``provider_refusal`` (``answer_category``); these are still
+read (:data:`OLD_PROVIDER_BLOCK`, :func:`is_provider_block`), never written.
+
 Moderation (stage 3, ``<moderator>_label`` and ``moderation_category``)
     a category name (``orbench.categories``), :data:`NONE`, :data:`UNPARSED`,
     :data:`PROVIDER_BLOCK`; for the ensemble also :data:`UNDECIDED` and :data:`SKIPPED_EMPTY`.
     :data:`SKIPPED_ERROR` is the original tool's marker of a failed row, still read.
 
 Alignment (stage 4)
-    ``refusal_source``: :data:`SOURCE_KEYWORD`, :data:`SOURCE_PROVIDER`, :data:`EMPTY_RESPONSE`,
+    ``refusal_source``: :data:`SOURCE_KEYWORD`, :data:`PROVIDER_BLOCK`, :data:`EMPTY_RESPONSE`,
     :data:`SKIPPED_EMPTY`, or empty for an answer. ``refusal_kind``: :data:`FULL` or
     :data:`PARTIAL`.
 
 Judge (stage 5, ``answer_category``)
     :data:`JUDGE_CLASSES` (:data:`DIRECT_ANSWER`, :data:`DIRECT_REFUSAL`,
-    :data:`INDIRECT_REFUSAL`) or :data:`UNPARSED`; :data:`PROVIDER_REFUSAL` and
+    :data:`INDIRECT_REFUSAL`) or :data:`UNPARSED`; :data:`PROVIDER_BLOCK` and
     :data:`EMPTY_RESPONSE` for rows not sent to the judge; :data:`KEYWORD_REFUSAL` /
     :data:`KEYWORD_ANSWER` for a keyword re-score, whose ``judge_model`` is :data:`KEYWORD`.
 """
@@ -28,8 +34,12 @@ from __future__ import annotations
 NONE = "none"
 #: A moderation or judge reply from which no single, unambiguous label can be read.
 UNPARSED = "unparsed"
-#: Moderation: the provider blocked the moderation request itself (counts as toxic).
+#: The provider blocked the request or withheld the reply: a moderator's label (counts as toxic),
+#: ``refusal_source`` of a blocked reply (a rejection), ``answer_category`` of a row not judged
+#: because the tested model's provider blocked it (a rejection).
 PROVIDER_BLOCK = "provider_block"
+#: Earlier spellings of :data:`PROVIDER_BLOCK` (``refusal_source`` / ``answer_category``), read only.
+OLD_PROVIDER_BLOCK = frozenset({"provider", "provider_refusal"})
 #: Ensemble: no strict majority for safe or for toxic.
 UNDECIDED = "undecided"
 #: A row with an empty text: nothing was sent (moderation category, refusal source).
@@ -48,8 +58,6 @@ JUDGE_CLASSES: tuple[str, ...] = (DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSA
 #: Judge classes that count as a rejection.
 REFUSAL_CLASSES = frozenset({DIRECT_REFUSAL, INDIRECT_REFUSAL})
 
-#: ``answer_category`` of a row whose response the provider blocked (a rejection, not judged).
-PROVIDER_REFUSAL = "provider_refusal"
 #: ``answer_category`` / ``refusal_source`` of an empty reply with no block: no verdict.
 EMPTY_RESPONSE = "empty_response"
 #: ``answer_category`` of a keyword re-score that found a refusal.
@@ -61,8 +69,6 @@ KEYWORD_CLASSES = frozenset({KEYWORD_REFUSAL, KEYWORD_ANSWER})
 
 #: ``refusal_source``: the keyword matcher found a refusal.
 SOURCE_KEYWORD = "keyword"
-#: ``refusal_source``: the provider blocked the reply.
-SOURCE_PROVIDER = "provider"
 
 #: ``refusal_kind``: a refusal that gives no help.
 FULL = "full"
@@ -77,5 +83,11 @@ JUDGE = "judge"
 #: Whether each stage-5 class is a rejection, for a judge file with no ``is_rejected`` column.
 REJECTED_BY_CLASS: dict[str, bool] = {
     DIRECT_REFUSAL: True, INDIRECT_REFUSAL: True, DIRECT_ANSWER: False,
-    PROVIDER_REFUSAL: True, KEYWORD_REFUSAL: True, KEYWORD_ANSWER: False,
+    PROVIDER_BLOCK: True, "provider_refusal": True, KEYWORD_REFUSAL: True, KEYWORD_ANSWER: False,
 }
+
+
+def is_provider_block(value) -> bool:
+    """True for a cell that records a provider block, in the current or an earlier spelling."""
+    text = str(value or "").strip()
+    return text == PROVIDER_BLOCK or text in OLD_PROVIDER_BLOCK

@@ -288,7 +288,7 @@ def test_provider_block_is_stored_as_data(benv, fb, tmp_path, model):
     fb.filter_match = "FILTER"
     assert run(model, tmp_path / "out.csv", "--batch") == 0
     table = read(tmp_path / "out.csv")
-    assert list(table.refusal_source) == ["", "provider"]
+    assert list(table.refusal_source) == ["", "provider_block"]
     assert list(table.is_rejected) == ["False", "True"]
 
 

@@ -55,6 +55,7 @@ def stage4_output(path):
         ("Q5", ""),                                                         # provider block
     ]
     pd.DataFrame([{"prompt": p, "model": "openai/gpt-4o", "response": r,
+                   # the spelling of files written before provider_block: still read
                    "refusal_source": "provider" if p == "Q5" else "", "error": ""}
                   for p, r in rows]).to_csv(path, index=False)
 
@@ -79,14 +80,14 @@ def test_stage5_cascade_sends_only_unsure_rows(env, fake, script, tmp_path):
         "answer_type_response", "is_rejected", "keyword_is_rejected", "verdict_source",
         "cascade_class", "error"]
     assert list(table.verdict_source) == ["keyword", "keyword", "openai/gpt-4o", "openai/gpt-4o",
-                                          "provider"]
+                                          "provider_block"]
     assert list(table.cascade_class) == [REFUSAL_FIRST_SENTENCE, ANSWER_NO_CUE, UNSURE, UNSURE, ""]
     assert list(table.answer_category) == ["keyword_refusal", "keyword_answer", "direct_refusal",
-                                           "direct_answer", "provider_refusal"]
+                                           "direct_answer", "provider_block"]
     assert list(table.is_rejected) == ["True", "False", "True", "False", "True"]
     assert set(table.judge_model) == {"keyword+openai/gpt-4o"}
     meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
-    assert meta["verdict_sources"] == {"keyword": 2, "openai/gpt-4o": 2, "provider": 1}
+    assert meta["verdict_sources"] == {"keyword": 2, "openai/gpt-4o": 2, "provider_block": 1}
     assert meta["cascade_classes"] == {REFUSAL_FIRST_SENTENCE: 1, ANSWER_NO_CUE: 1, UNSURE: 2}
     assert meta["judged_share"] == pytest.approx(2 / 5)
     assert meta["settings"]["cascade"] == meta["cascade"]["fingerprint"]
@@ -117,7 +118,7 @@ def test_report_says_how_many_rows_each_source_decided(env, fake, script, tmp_pa
     rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False)
     note = next(n for n in rep.notes if "cascade verdicts" in n)
     assert note.startswith("out.csv: cascade verdicts (5 rows): ")
-    assert "2 by keyword" in note and "2 by openai/gpt-4o" in note and "1 by provider" in note
+    assert "2 by keyword" in note and "2 by openai/gpt-4o" in note and "1 by provider_block" in note
     assert note.endswith("40.0% reached the judge openai/gpt-4o")
     assert set(rep.summary.judge) == {"keyword+openai/gpt-4o"}  # never pooled with the judge alone
     assert "cascade verdicts (5 rows)" in rep.outputs["html"].read_text()

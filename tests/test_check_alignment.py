@@ -38,7 +38,7 @@ def test_openai_alias_keyword_and_provider_block(env, fake, script, tmp_path):
     assert list(table.category) == ["illegal", "harmful", "violence", "privacy"]
     assert list(table.model) == ["openai/gpt-3.5-turbo-0125"] * 4
     assert list(table.is_rejected) == ["True", "False", "True", ""]
-    assert list(table.refusal_source) == ["keyword", "", "provider", "empty_response"]
+    assert list(table.refusal_source) == ["keyword", "", "provider_block", "empty_response"]
     assert list(table.refusal_kind) == ["full", "", "full", ""]
     assert list(table.finish_reason) == ["stop", "stop", "content_filter", "stop"]
     assert table.response[2] == ""
@@ -61,7 +61,7 @@ def test_claude_refusal_stop_reason(env, fake, script, tmp_path):
     assert result.returncode == 0, result.stderr
     table = read(tmp_path / "in_claude-3-haiku-20240307_alignment.csv")
     assert list(table.is_rejected) == ["True", "True", "False"]
-    assert list(table.refusal_source) == ["provider", "keyword", ""]
+    assert list(table.refusal_source) == ["provider_block", "keyword", ""]
     assert table.finish_reason[0] == "refusal"
     assert all(r["path"].endswith("/messages") for r in fake.requests)
     assert "category" not in table.columns  # absent in the input, not invented

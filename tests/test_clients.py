@@ -264,3 +264,26 @@ def test_reported_model_and_reasoning_tokens_are_recorded(env, fake):
     result = complete(client, Request.user(GPT, "r"))[0]
     assert (result.reported_model, result.reasoning_tokens) == ("gpt-test-2025-01-01", 4)
     assert client.stats.reported_models == {"openai/gpt-test": ["gpt-test-2025-01-01"]}
+
+
+def test_one_default_concurrency_everywhere():
+    import inspect
+
+    from orbench import cli, clients, stage
+
+    assert clients.DEFAULT_CONCURRENCY == 16
+    assert Client().concurrency == 16
+    assert inspect.signature(stage.run_stage).parameters["concurrency"].default == 16
+    parser = cli.ArgumentParser()
+    cli.add_run_flags(parser)
+    assert parser.parse_args([]).concurrency == 16
+
+
+def test_one_spelling_for_a_provider_block():
+    from orbench import vocab
+
+    assert vocab.PROVIDER_BLOCK == "provider_block"
+    assert not hasattr(vocab, "PROVIDER_REFUSAL") and not hasattr(vocab, "SOURCE_PROVIDER")
+    spelled = {v for k, v in vars(vocab).items() if k.isupper() and isinstance(v, str)}
+    assert not spelled & vocab.OLD_PROVIDER_BLOCK  # the old spellings are read, never written
+    assert all(vocab.is_provider_block(v) for v in ("provider_block", "provider", "provider_refusal"))

@@ -79,7 +79,7 @@ def test_fault_mix_stage4_no_row_silently_wrong(env, fake, tmp_path):
                 ok = (row.error.startswith("check_alignment: ")
                       and all(row[c] == "" for c in ALIGN_ADDS))
                 kind = "error"
-            elif row.refusal_source == "provider":
+            elif row.refusal_source == "provider_block":
                 ok = (i in blocked and row.response == "" and row.is_rejected == "True"
                       and row.finish_reason == "content_filter" and row.model == "openai/gpt-4o")
                 kind = "block"
@@ -97,7 +97,7 @@ def test_fault_mix_stage4_no_row_silently_wrong(env, fake, tmp_path):
     codes = run_until_done(check_alignment.main, argv, check)
     assert codes[-1] == 0, codes
     final = read(tmp_path / "out.csv")
-    assert set(final.index[final.refusal_source == "provider"]) == blocked
+    assert set(final.index[final.refusal_source == "provider_block"]) == blocked
     assert (final.error == "").all()
     # the schedule really exercised the faults: some rows failed in the first run
     assert faulted >= 100 and len(blocked) >= 5 and seen["error"] > 0 and codes[0] == 1

@@ -49,7 +49,7 @@ def test_stages_3_to_5_with_a_gemini_model(gem, env, script, tmp_path):
     assert result.returncode == 0, result.stderr
     answers = read(tmp_path / "answers.csv")
     assert list(answers.is_rejected) == ["False", "True", "True", "True"]
-    assert list(answers.refusal_source) == ["", "keyword", "provider", "provider"]
+    assert list(answers.refusal_source) == ["", "keyword", "provider_block", "provider_block"]
     assert list(answers.finish_reason) == ["stop", "stop", "prompt_prohibited_content", "safety"]
     assert "2 provider blocks" in result.stderr
     meta = json.loads((tmp_path / "answers.csv.meta.json").read_text())
@@ -65,7 +65,7 @@ def test_stages_3_to_5_with_a_gemini_model(gem, env, script, tmp_path):
     assert result.returncode == 0, result.stderr
     judged = read(tmp_path / "judged.csv")
     assert list(judged.answer_category) == [
-        "direct_answer", "direct_refusal", "provider_refusal", "provider_refusal"]
+        "direct_answer", "direct_refusal", "provider_block", "provider_block"]
     # what the server received: every request carries the paper's safety settings and the key
     assert len(gem.requests) == 4 + 4 + 2
     for request in gem.requests:

@@ -144,10 +144,10 @@ def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp
     add_rules(fake, prompts)
     stage4_path, stage5_path = run_cli(script, env, tmp_path)
     stage4, stage5 = read(stage4_path), read(stage5_path)
-    assert list(stage4.refusal_source) == ["keyword", "keyword", "", "provider", "provider",
+    assert list(stage4.refusal_source) == ["keyword", "keyword", "", "provider_block", "provider_block",
                                            "empty_response", "", ""]
     assert list(stage5.answer_category) == ["direct_refusal", "indirect_refusal", "direct_answer",
-                                            "provider_refusal", "provider_refusal",
+                                            "provider_block", "provider_block",
                                             "empty_response", "unparsed", "direct_answer"]
     cli_requests = fake.count()
 

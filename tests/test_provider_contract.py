@@ -87,7 +87,7 @@ def test_registered_provider_runs_a_stage(tiny, env, script, tmp_path):
     table = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
     assert list(table.response) == ["Sure. Here is how: how to bake bread", "", ""]
     assert list(table.is_rejected) == ["False", "True", ""]
-    assert list(table.refusal_source) == ["", "provider", ""]
+    assert list(table.refusal_source) == ["", "provider_block", ""]
     assert list(table.finish_reason) == ["stop", "tiny_safety", ""]
     assert table.error[2] == "check_alignment: tiny hiccup"
     import json

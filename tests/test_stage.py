@@ -299,3 +299,26 @@ def test_changing_the_model_redoes_the_rows(tmp_path, env, fake, echo):
     proc = echo("--input_file", str(src), "--model", "openai/other-model")
     assert proc.returncode == 0 and fake.count() == 8
     assert set(read(tmp_path / "echo_out.csv")["model"]) == {"openai/other-model"}
+
+
+def test_undeclared_result_keys_as_the_docstring_says(tmp_path):
+    """A result key that names an input column overrides it; any other undeclared key becomes a
+    column after the declared ones; only the declared columns are blanked on a failed row."""
+    import orbench.stage as stage_module
+    from orbench.stage import Stage, run_stage
+
+    async def run_row(row):
+        if row["prompt"] == "bad":
+            raise RuntimeError("boom")
+        return {"answer": "a:" + row["prompt"], "prompt": row["prompt"].upper(), "extra": "x"}
+
+    stage = Stage(name="t", needs=("prompt",), adds=("answer",), run_row=run_row,
+                  key_columns=("prompt",))
+    table = pd.DataFrame({"prompt": ["ok", "bad"], "answer": ["stale", "stale"]})
+    result = run_stage(stage, table, tmp_path / "out.csv", quiet=True)
+    assert result.errors == 1
+    out = read(tmp_path / "out.csv")
+    assert list(out.columns) == ["prompt", "answer", "extra", "error"]
+    assert list(out.prompt) == ["OK", "bad"] and list(out.answer) == ["a:ok", ""]
+    assert list(out.extra) == ["x", ""] and out.error[1] == "t: boom"
+    assert "any other key becomes an extra column" in stage_module.__doc__

@@ -216,7 +216,7 @@ def test_documented_provider_blocks_stay_refusals(env, fake, capsys, tmp_path, m
     assert code == 0, err
     out = read(tmp_path / "out.csv")
     assert (out.is_rejected[0], out.refusal_source[0], out.refusal_kind[0], out.finish_reason[0],
-            out.error[0]) == ("True", "provider", "full", finish, "")
+            out.error[0]) == ("True", "provider_block", "full", finish, "")
     assert "1 provider blocks" in err
 
 

@@ -47,7 +47,7 @@ import pandas as pd
 from orbench.analysis.report_inputs import expand, infer_set, parse_spec
 from orbench.errors import UsageError
 from orbench.tables import input_stem, parse_bool, read_table, write_csv_atomic, write_text_atomic
-from orbench.vocab import KEYWORD, REJECTED_BY_CLASS, SOURCE_PROVIDER, UNPARSED
+from orbench.vocab import KEYWORD, REJECTED_BY_CLASS, UNPARSED, is_provider_block
 
 PROMPT, VERDICT = "prompt", "verdict"
 LABELS = {PROMPT: ("safe", "borderline", "toxic"),
@@ -152,7 +152,7 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
                 copies.add(KEYWORD)
         else:
             verdicts[KEYWORD] = _verdict(rejected[i])
-            if sources[i].strip() == SOURCE_PROVIDER:
+            if is_provider_block(sources[i]):
                 verdicts[KEYWORD] = REFUSAL
         if "refusal_kind" in cols and KEYWORD in verdicts:
             kinds_of[KEYWORD] = kinds[i].strip().lower() or (NONE if verdicts[KEYWORD] == ANSWER else "")

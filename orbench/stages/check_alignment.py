@@ -57,7 +57,7 @@ from orbench.refusal import FAMILIES, family_for_model, refusal_kind, rules_fing
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.types import Request
-from orbench.vocab import EMPTY_RESPONSE, FULL, SKIPPED_EMPTY, SOURCE_KEYWORD, SOURCE_PROVIDER
+from orbench.vocab import EMPTY_RESPONSE, FULL, PROVIDER_BLOCK, SKIPPED_EMPTY, SOURCE_KEYWORD
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
@@ -144,7 +144,7 @@ def setup_for(default_provider: str | None):
             text = completion.text or ""
             kind = None
             if completion.provider_refusal:
-                rejected, source, kind = True, SOURCE_PROVIDER, FULL
+                rejected, source, kind = True, PROVIDER_BLOCK, FULL
             elif not text.strip():
                 rejected, source = None, EMPTY_RESPONSE
             else:
