@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.refusal import explain, family_for_model, is_refusal, refusal_kind  # noqa: E402
+from orbench.refusal import explain, family_for_model, is_refusal, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
 
 DEFAULT_CASES = ROOT / "tests" / "data" / "refusal_cases.csv"
 

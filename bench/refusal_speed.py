@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.refusal import FAMILIES, is_refusal, refusal_kind  # noqa: E402
+from orbench.refusal import FAMILIES, is_refusal, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
 
 CASES = ROOT / "tests" / "data" / "refusal_cases.csv"
 
@@ -64,12 +64,12 @@ def load_cases() -> list:
 
 def load_xstest(folder: Path) -> list:
     sys.path.insert(0, str(ROOT / "bench"))
-    from refusal_accuracy import InputError, read_xstest  # noqa: E402
+    from refusal_accuracy import InputError, read_xstest  # noqa: E402 (needs the sys.path set-up above)
     try:
         return [(r["text"], r["family"]) for r in read_xstest(folder, None)]
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(2) from None
 
 
 def main(argv=None) -> int:

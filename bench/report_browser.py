@@ -143,7 +143,8 @@ def errors_in(events: list[dict]) -> list[str]:
         if method == "Runtime.exceptionThrown":
             found.append("exception: " + params.get("exceptionDetails", {}).get("text", ""))
         elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            found.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", [])))
+            words = (str(a.get("value", a.get("description", ""))) for a in params.get("args", []))
+            found.append("console: " + " ".join(words))
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
             found.append(f"log: {params['entry'].get('text', '')} {params['entry'].get('url', '')}".strip())
     return found

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from orbench.vocab import FULL, PARTIAL, SOURCE_KEYWORD  # noqa: E402
+from orbench.vocab import FULL, PARTIAL, SOURCE_KEYWORD  # noqa: E402 (needs the sys.path set-up above)
+
 CATEGORIES = ["deception", "harassment", "harmful", "hate", "illegal", "privacy", "self-harm", "sexual",
               "unethical", "violence"]
 REFUSAL = "I'm sorry, but I can't help with that request. It could be used to cause harm to others."
@@ -102,7 +103,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     r = measure_report(args.models, args.rows, args.folder)
     print(f"report over {r['models']} models x {r['rows_per_model']:,} rows ({r['rows']:,} rows, "
-          f"{r['input_mb']} MB of CSV): {r['seconds']} s wall ({r['cpu_seconds']} s CPU), peak RSS {r['peak_rss_mb']} MB, "
+          f"{r['input_mb']} MB of CSV): {r['seconds']} s wall ({r['cpu_seconds']} s CPU), "
+          f"peak RSS {r['peak_rss_mb']} MB, "
           f"report.html {r['html_mb']} MB")
     return 0
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -24,8 +24,15 @@ from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TI
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, redact
 from orbench.provenance import build_meta, dumps, meta_path_for
-from orbench.stage import (RunResult, Stage, check_writable, collect_requests, pending_records,
-                           progress_path_for, run_stage)
+from orbench.stage import (
+    RunResult,
+    Stage,
+    check_writable,
+    collect_requests,
+    pending_records,
+    progress_path_for,
+    run_stage,
+)
 from orbench.tables import read_table, resolve_input, write_text_atomic
 
 

@@ -30,8 +30,7 @@ from orbench import providers
 from orbench.cache import Cache, cache_key
 from orbench.errors import FatalProviderError, RowError
 from orbench.models import ModelSpec, redact
-from orbench.types import (Completion, Deferred, ErrorClass, Outcome, ProviderAPI, Request,
-                           TransientReply)
+from orbench.types import Completion, Deferred, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
 
 __all__ = ["Client", "CallStats", "RateLimiter", "apply_verdict", "valid_text",
            "Request", "Completion", "Deferred", "TransientReply", "ProviderAPI",

@@ -9,8 +9,17 @@ defined in ``orbench.sets`` (which the table reader uses) and re-exported here, 
 
 from __future__ import annotations
 
-from orbench.sets import (EIGHTY_K, HARD_1K, HUB_80K, PUBLISHED_RESULTS, SET_NAMES, TOXIC,
-                          data_path, published_results_path, resolve_set)
+from orbench.sets import (
+    EIGHTY_K,
+    HARD_1K,
+    HUB_80K,
+    PUBLISHED_RESULTS,
+    SET_NAMES,
+    TOXIC,
+    data_path,
+    published_results_path,
+    resolve_set,
+)
 
 __all__ = ["EIGHTY_K", "HARD_1K", "HUB_80K", "PUBLISHED_RESULTS", "SET_NAMES", "TOXIC", "data_path",
            "published_results_path", "resolve_set", "stratified_sample", "main"]

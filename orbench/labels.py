@@ -38,11 +38,10 @@ Judge classes
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from orbench.categories import CATEGORIES
-from orbench.vocab import (DIRECT_ANSWER, JUDGE_CLASSES, NONE, PROVIDER_BLOCK,  # noqa: F401 (re-exported)
-                           REFUSAL_CLASSES, UNPARSED)
+from orbench.vocab import DIRECT_ANSWER, JUDGE_CLASSES, NONE, PROVIDER_BLOCK, REFUSAL_CLASSES, UNPARSED  # noqa: F401 (re-exported)
 
 #: The moderation categories in the order the paper and the original tool number them (1..10).
 MODERATION_ORDER: tuple[str, ...] = (

@@ -156,7 +156,8 @@ def load_env_file() -> None:
 
 
 def api_key_for(provider: Provider) -> str | None:
-    """The provider's key from the environment or ``.env``; ``UsageError`` naming the variable if required and missing."""
+    """The provider's key from the environment or ``.env``; ``UsageError`` naming the variable if
+    required and missing."""
     load_env_file()
     for var in provider.key_vars:
         value = os.environ.get(var, "").strip()

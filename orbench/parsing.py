@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Iterable
+from collections.abc import Iterable
 
 # A [[...]] item: the shortest text up to "]]" that does not open another "[[" (so a stray,
 # unclosed "[[" cannot swallow the items after it). Items may wrap over lines.

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from orbench.errors import UsageError
 from orbench.models import PROVIDERS

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 from orbench.vocab import FULL, PARTIAL
 
@@ -420,7 +420,7 @@ FAMILY_RULES = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def rules_for(family: str) -> RefusalRule:
     """Merged rules for ``family``: the shared rules plus the family's extras.
 
@@ -444,7 +444,8 @@ def _any(patterns, flags=re.M) -> re.Pattern:
 
 
 try:  # the regex parser, only to speed matching up (see _first_chars)
-    from re import _constants as _sre_c, _parser as _sre_p
+    from re import _constants as _sre_c
+    from re import _parser as _sre_p
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as _sre_c
     import sre_parse as _sre_p
@@ -530,7 +531,7 @@ def _maybe(patterns, build) -> re.Pattern:
     return build(patterns) if patterns else _NEVER
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compiled(family: str) -> _Compiled:
     r = rules_for(family)
     lecture = r"^(?:%s)[^\n]*?(?:%s)" % ("|".join(LECTURE_OPENERS), "|".join(VERDICTS))
@@ -727,7 +728,7 @@ def rule_data() -> dict[str, str]:
     return data
 
 
-@lru_cache(maxsize=None)
+@cache
 def rules_fingerprint() -> str:
     """A short hash of all of the rules' data (:func:`rule_data`); it changes whenever any of it does.
 

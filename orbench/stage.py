@@ -40,9 +40,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Sequence
 
 import pandas as pd
 from tqdm import tqdm
@@ -240,7 +240,7 @@ class OutputLock:
         self.path = lock_path_for(output)
         self._handle = None
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> OutputLock:
         try:
             import fcntl
         except ImportError:  # not POSIX: no lock

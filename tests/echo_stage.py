@@ -11,10 +11,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orbench import cli  # noqa: E402
-from orbench.clients import Request  # noqa: E402
-from orbench.models import parse_model  # noqa: E402
-from orbench.stage import Stage  # noqa: E402
+from orbench import cli  # noqa: E402 (needs the sys.path set-up above)
+from orbench.clients import Request  # noqa: E402 (needs the sys.path set-up above)
+from orbench.models import parse_model  # noqa: E402 (needs the sys.path set-up above)
+from orbench.stage import Stage  # noqa: E402 (needs the sys.path set-up above)
 
 
 def setup(args, client):

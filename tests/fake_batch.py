@@ -66,7 +66,7 @@ class FakeBatch:
         self._ids = 0
 
     # -- control ---------------------------------------------------------------
-    def start(self, port: int = 0) -> "FakeBatch":
+    def start(self, port: int = 0) -> FakeBatch:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._server = _Server(("127.0.0.1", port), handler)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},

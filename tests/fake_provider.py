@@ -128,7 +128,7 @@ class FakeProvider:
     def openai_url(self) -> str:
         return self.url + "/v1"
 
-    def start(self, port: int = 0) -> "FakeProvider":
+    def start(self, port: int = 0) -> FakeProvider:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._server = _Server(("127.0.0.1", port), handler)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},

@@ -1,7 +1,6 @@
 """Stage 4 through the real scripts and SDKs against the fake provider."""
 
 import pandas as pd
-
 from conftest import FAKE_KEYS
 
 SCRIPT = "alignment_checker/check_alignment.py"

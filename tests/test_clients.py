@@ -4,14 +4,13 @@ import asyncio
 import json
 
 import pytest
+from conftest import FAKE_KEYS
 
 from orbench.cache import Cache
 from orbench.clients import Client, RateLimiter, Request
-from orbench.providers.openai_chat import is_reasoning_model, openai_params
 from orbench.errors import FatalProviderError, RowError
 from orbench.models import parse_model
-
-from conftest import FAKE_KEYS
+from orbench.providers.openai_chat import is_reasoning_model, openai_params
 
 GPT = parse_model("openai/gpt-test")
 CLAUDE = parse_model("anthropic/claude-test")

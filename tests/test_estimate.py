@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from orbench.stages.check_alignment import main as check_alignment
 from orbench import pricing
 from orbench.clients import Request
 from orbench.errors import UsageError
 from orbench.models import parse_model
+from orbench.stages.check_alignment import main as check_alignment
 
 # 4 characters -> 1 token; 9 -> 3 (rounded up); the empty prompt makes no request.
 PROMPTS = ["abcd", "abcdefghi", ""]

@@ -15,8 +15,7 @@ import random
 
 import pandas as pd
 
-from orbench.stages import check_alignment
-from orbench.stages import moderate
+from orbench.stages import check_alignment, moderate
 
 FAULTS = [
     {"status": 429, "retry_after": "0"},

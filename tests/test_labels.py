@@ -5,9 +5,18 @@ import re
 import pytest
 
 from orbench.categories import CATEGORIES
-from orbench.labels import (JUDGE_CLASSES, MODERATION_LABELS, MODERATION_ORDER, NONE,
-                            PROVIDER_BLOCK, UNPARSED, judge_is_rejected, moderation_is_toxic,
-                            parse_judge, parse_moderation)
+from orbench.labels import (
+    JUDGE_CLASSES,
+    MODERATION_LABELS,
+    MODERATION_ORDER,
+    NONE,
+    PROVIDER_BLOCK,
+    UNPARSED,
+    judge_is_rejected,
+    moderation_is_toxic,
+    parse_judge,
+    parse_moderation,
+)
 from orbench.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE
 
 MODERATION_CASES = [

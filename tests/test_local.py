@@ -18,13 +18,14 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from orbench.providers import local  # noqa: E402
-from orbench.cache import Cache  # noqa: E402
-from orbench.clients import Client, Request  # noqa: E402
-from orbench.errors import UsageError  # noqa: E402
-from orbench.providers.local import LocalModel  # noqa: E402
-from orbench.models import parse_model  # noqa: E402
-from conftest import run_in_process  # noqa: E402
+from conftest import run_in_process  # noqa: E402 (after pytest.importorskip above)
+
+from orbench.cache import Cache  # noqa: E402 (after pytest.importorskip above)
+from orbench.clients import Client, Request  # noqa: E402 (after pytest.importorskip above)
+from orbench.errors import UsageError  # noqa: E402 (after pytest.importorskip above)
+from orbench.models import parse_model  # noqa: E402 (after pytest.importorskip above)
+from orbench.providers import local  # noqa: E402 (after pytest.importorskip above)
+from orbench.providers.local import LocalModel  # noqa: E402 (after pytest.importorskip above)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = parse_model("local/smollm2")

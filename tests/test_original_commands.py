@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-
 from conftest import run_script
+
 from orbench.prompts import REWRITE_TEMPLATE, SEED_TEMPLATE
 
 FOLDERS = ("toxic_prompt_generator", "rewritter", "moderator", "alignment_checker",

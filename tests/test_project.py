@@ -4,7 +4,6 @@ import importlib
 import re
 
 import pytest
-
 from conftest import ROOT
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -124,3 +123,20 @@ def test_the_import_graph_reader_sees_imports_inside_functions(tmp_path):
     (pkg / "sub" / "b.py").write_text("from cyc.a import f\nimport json\n")
     graph = _import_graph(tmp_path, "cyc")
     assert graph == {"cyc": set(), "cyc.sub": set(), "cyc.a": {"cyc.sub.b"}, "cyc.sub.b": {"cyc.a"}}
+
+
+def test_ci_runs_ruff_before_the_tests_and_every_noqa_says_why():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.index("ruff check .") < ci.index("python -m pytest")
+    lint = _pyproject()["tool"]["ruff"]["lint"]
+    assert "I" in lint["select"] and "F" in lint["select"]
+    assert any(d.startswith("ruff") for d in _pyproject()["project"]["optional-dependencies"]["dev"])
+    bare = []
+    for path in ROOT.rglob("*.py"):
+        if ".venv" in path.parts or "build" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            found = re.search(r"#\s*noqa\b(:\s*[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)?(.*)$", line)
+            if found and not re.match(r"\s*[-(–—:]\s*\S", found.group(2)):
+                bare.append(f"{path.relative_to(ROOT)}:{number}")
+    assert bare == []

@@ -8,7 +8,7 @@ import pytest
 
 from orbench import providers
 from orbench.models import PROVIDERS, Provider, parse_model
-from orbench.types import (Completion, ErrorClass, Outcome, ProviderAPI, Request)
+from orbench.types import Completion, ErrorClass, Outcome, ProviderAPI, Request
 
 SCRIPT = "alignment_checker/check_alignment.py"
 SENT: list[Request] = []

@@ -17,10 +17,22 @@ import pandas as pd
 import pytest
 
 from orbench import refusal
-from orbench.refusal import (FAMILIES, FAMILY_RULES, OPENING_CHARS, SHARED_MASKS,
-                             SHARED_OPENERS, SHARED_REFUSALS, RefusalRule, explain,
-                             family_for_model, is_refusal, normalise, refusal_kind,
-                             rules_fingerprint, rules_for)
+from orbench.refusal import (
+    FAMILIES,
+    FAMILY_RULES,
+    OPENING_CHARS,
+    SHARED_MASKS,
+    SHARED_OPENERS,
+    SHARED_REFUSALS,
+    RefusalRule,
+    explain,
+    family_for_model,
+    is_refusal,
+    normalise,
+    refusal_kind,
+    rules_fingerprint,
+    rules_for,
+)
 
 CASES = Path(__file__).parent / "data" / "refusal_cases.csv"
 OVERALL_MIN = 0.95   # measured 1.000

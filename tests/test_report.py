@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import report  # noqa: E402
-from orbench.analysis.stats import spearman, wilson_interval  # noqa: E402
+from orbench.analysis import report  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.stats import spearman, wilson_interval  # noqa: E402 (needs the sys.path set-up above)
 
 Z = statistics.NormalDist().inv_cdf(0.975)
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -127,7 +127,8 @@ def test_judge_numbers_per_model_and_set(results, tmp_path):
             if (set_name, model) == ("hard", "prov/m1"):
                 continue  # keyword verdicts come from the alignment file; checked below
             # keyword verdicts kept in the judge file: unparsed judge rows have a keyword verdict
-            assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (rej + ans + err + unp, err, 0)
+            assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (
+                rej + ans + err + unp, err, 0)
             assert (row["keyword_scored"], row["keyword_rejections"]) == (rej + ans + unp, rej + min(FLIPS, ans))
             assert row["agreement_pairs"] == rej + ans
             assert row["agreement"] == pytest.approx((rej + ans - min(FLIPS, ans)) / (rej + ans), abs=1e-6)
@@ -363,13 +364,15 @@ def test_two_judges_are_never_pooled(tmp_path):
     hard = s[s["set"] == "hard"].set_index("judge")
     assert sorted(hard.index) == ["anthropic/claude-x", "openai/gpt-4o"]
     assert (hard.loc["openai/gpt-4o", "judge_scored"], hard.loc["openai/gpt-4o", "judge_rejections"]) == (10, 3)
-    assert (hard.loc["anthropic/claude-x", "judge_scored"], hard.loc["anthropic/claude-x", "judge_rejections"]) == (10, 6)
+    claude = hard.loc["anthropic/claude-x"]
+    assert (claude["judge_scored"], claude["judge_rejections"]) == (10, 6)
     # the keyword verdicts both judge files carry are the same rows: counted once, not twice
     assert list(hard["keyword_rows"]) == [10, 10]
     assert hard.loc["anthropic/claude-x", "agreement"] == pytest.approx(0.7)  # 3 T/T + 4 F/F of 10 (3 judge-only)
     assert hard.loc["openai/gpt-4o", "agreement"] == pytest.approx(1.0)
     board = pd.read_csv(tmp_path / "out" / "leaderboard.csv")
-    assert sorted(zip(board["model"], board["judge"])) == [("prov/m", "anthropic/claude-x"), ("prov/m", "openai/gpt-4o")]
+    assert sorted(zip(board["model"], board["judge"])) == [
+        ("prov/m", "anthropic/claude-x"), ("prov/m", "openai/gpt-4o")]
     row = board[board["judge"] == "openai/gpt-4o"].iloc[0]
     assert (row["hard_rate_pct"], row["toxic_rate_pct"]) == pytest.approx((30, 90))
     row = board[board["judge"] == "anthropic/claude-x"].iloc[0]
@@ -451,11 +454,13 @@ def test_partial_refusals_give_two_rates(tmp_path):
     cats = rep.categories.set_index("category")
     assert cats.loc["hate", "full_rate"] == pytest.approx(0.4) and cats.loc["hate", "rate"] == pytest.approx(1.0)
     board = pd.read_csv(tmp_path / "out" / "leaderboard.csv")
-    assert board.loc[0, "toxic_rate_pct"] == pytest.approx(50) and board.loc[0, "toxic_full_rate_pct"] == pytest.approx(20)
+    assert board.loc[0, "toxic_rate_pct"] == pytest.approx(50)
+    assert board.loc[0, "toxic_full_rate_pct"] == pytest.approx(20)
     # without the column there is no second rate
     frame.drop(columns="refusal_kind").to_csv(tmp_path / "j_toxic.csv", index=False)
     rep = report.build_report([str(tmp_path / "j_toxic.csv")], tmp_path / "o2", reference=False)
-    assert pd.isna(rep.summary.iloc[0]["keyword_full_rate"]) and pd.isna(rep.summary.iloc[0]["keyword_partial_rejections"])
+    first = rep.summary.iloc[0]
+    assert pd.isna(first["keyword_full_rate"]) and pd.isna(first["keyword_partial_rejections"])
     assert "toxic_full_rate_pct" not in pd.read_csv(tmp_path / "o2" / "leaderboard.csv").columns
 
 
@@ -557,7 +562,9 @@ def test_judge_model_column_names_the_verdict_maker(tmp_path):
     rep = report.build_report([str(f), str(g)], tmp_path / "out", reference=False)
     s = rep.summary.set_index("model")
     assert s.loc["prov/m", "headline"] == "keyword" and pd.isna(s.loc["prov/m", "judge_rows"])
-    assert (s.loc["prov/m", "keyword_rows"], s.loc["prov/m", "keyword_errors"], s.loc["prov/m", "keyword_rejections"]) == (4, 1, 1)
+    m = s.loc["prov/m"]
+    assert (m["keyword_rows"], m["keyword_errors"], m["keyword_rejections"]) == (4, 1, 1)
     assert s.loc["prov/g", "judge"] == "openai/gpt-4o"  # the failed row is the same judge's, not a second group
-    assert (s.loc["prov/g", "judge_rows"], s.loc["prov/g", "judge_errors"], s.loc["prov/g", "judge_rejections"]) == (4, 1, 2)
+    g = s.loc["prov/g"]
+    assert (g["judge_rows"], g["judge_errors"], g["judge_rejections"]) == (4, 1, 2)
     assert len(rep.summary) == 2

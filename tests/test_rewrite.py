@@ -199,7 +199,7 @@ def test_few_shot_examples_are_of_the_original_kind():
     topics = (("email", "login", "phishing", "sign-in"), ("messages", "chat"),
               ("explode", "explosion", "demolition", "fireball", "fireworks"),
               ("tax", "taxed"))
-    for (seed, five), topic in zip(REWRITE_EXAMPLES, topics):
+    for (_seed, five), topic in zip(REWRITE_EXAMPLES, topics):
         for text in five:
             assert any(word in text.lower() for word in topic), text
 
@@ -219,7 +219,7 @@ def test_few_shot_examples_read_like_the_published_hard_set():
 
 
 def test_few_shot_repeats_dropped_and_counted(fake, env, script, tmp_path):
-    (seed_a, examples_a), (seed_b, examples_b) = REWRITE_EXAMPLES[0], REWRITE_EXAMPLES[1]
+    (_, examples_a), (seed_b, examples_b) = REWRITE_EXAMPLES[0], REWRITE_EXAMPLES[1]
     # SEED-A: the model copies two example rewrites (one reworded only in case and punctuation)
     # ahead of five new ones; SEED-B: it copies an example seed and four example rewrites only.
     fake.add_rule(match="SEED-A", text="\n".join([

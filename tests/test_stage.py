@@ -14,7 +14,6 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-
 from conftest import FAKE_KEYS, ROOT, run_in_process
 from echo_stage import main as echo_main
 
@@ -236,11 +235,15 @@ def _bad_cases(tmp_path: Path):
         "missing column": (["--input_file", "nocol.csv"], "has no column 'prompt' (it has: question, category)", {}),
         "not utf-8": (["--input_file", "latin1.csv"], "latin1.csv is not UTF-8 text", {}),
         "unknown provider": (["--input_file", str(good), "--model", "acme/m1"], "unknown provider 'acme'", {}),
-        "missing key": (["--input_file", str(good)], "no API key for provider openai: set OPENAI_API_KEY", {"OPENAI_API_KEY": ""}),
-        "bad concurrency": (["--input_file", str(good), "--concurrency", "0"], "argument --concurrency: expected a whole number >= 1, got '0'", {}),
-        "bad temperature": (["--input_file", str(good), "--temperature", "hot"], "argument --temperature: expected a number from 0 to 2", {}),
+        "missing key": (["--input_file", str(good)], "no API key for provider openai: set OPENAI_API_KEY",
+                        {"OPENAI_API_KEY": ""}),
+        "bad concurrency": (["--input_file", str(good), "--concurrency", "0"],
+                            "argument --concurrency: expected a whole number >= 1, got '0'", {}),
+        "bad temperature": (["--input_file", str(good), "--temperature", "hot"],
+                            "argument --temperature: expected a number from 0 to 2", {}),
         "unknown flag": (["--input_file", str(good), "--frobnicate"], "unrecognized arguments: --frobnicate", {}),
-        "output is input": (["--input_file", str(good), "--output_file", str(good)], "would overwrite the input file", {}),
+        "output is input": (["--input_file", str(good), "--output_file", str(good)],
+                            "would overwrite the input file", {}),
     }
 
 

@@ -19,16 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import FAKE_KEYS, ROOT, run_in_process
 from echo_stage import main as echo_main
 
-from orbench.stages import check_alignment
-from orbench.stages import moderate
 from orbench import refusal
 from orbench.errors import UsageError
 from orbench.prompts import JUDGE_TEMPLATE
-from orbench.stages import judge_responses
+from orbench.stages import check_alignment, judge_responses, moderate
 
 ALIGN_ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 JUDGE_ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",

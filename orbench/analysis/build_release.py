@@ -7,8 +7,8 @@ names the model). Every input may be a path, a glob or a URL pandas reads (``hf:
 
 Steps, all deterministic:
 
-1. Rows with a moderation ``error`` (or ``moderation_category`` skipped_error), an empty prompt or an undecided ``is_toxic`` (empty) go to no
-   subset; each kind is counted in the manifest.
+1. Rows with a moderation ``error`` (or ``moderation_category`` skipped_error), an empty prompt
+   or an undecided ``is_toxic`` (empty) go to no subset; each kind is counted in the manifest.
 2. Deduplicate the decided rows in input order (files in the order given), keeping the first:
    exact text, then normalised text (case, whitespace, curly quotes, surrounding quotes and trailing
    punctuation ignored), then, with ``--near_dup_threshold T``, any prompt whose word-set Jaccard
@@ -40,17 +40,17 @@ import json
 import random
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
 import orbench
-from orbench.analysis.report_inputs import expand
 from orbench.analysis.near_dup import near_duplicates
-from orbench.parsing import normalise_for_dedup
+from orbench.analysis.report_inputs import expand
 from orbench.cli import ArgumentParser, positive_int
 from orbench.errors import UsageError
+from orbench.parsing import normalise_for_dedup
 from orbench.tables import file_name, input_stem, parse_bool, read_table, write_csv_atomic
 from orbench.vocab import SKIPPED_ERROR
 
@@ -144,7 +144,7 @@ def dataset_card(manifest: dict, license_id: str, pretty_name: str) -> str:
              "- question-answering", "language:", "- en", "size_categories:", f"- {size_category(total)}",
              f"pretty_name: {json.dumps(pretty_name)}", "tags:", "- llm", "- safety", "- over-refusal",
              "- alignment", "configs:"]
-    for name, s in subsets.items():
+    for s in subsets.values():
         front += [f"- config_name: {Path(s['file']).stem}", "  data_files:", "  - split: train",
                   f"    path: {s['file']}"]
     front.append("---")

@@ -314,7 +314,8 @@ def provenance_section(provenance: list[dict]) -> str:
     parts = []
     for p in provenance:
         verdicts = "; ".join(
-            f"{esc(v['method'])} ({esc(v['origin'])}" + (f", judge {esc(', '.join(v['judges']))}" if v["judges"] else "") + ")"
+            f"{esc(v['method'])} ({esc(v['origin'])}"
+            + (f", judge {esc(', '.join(v['judges']))}" if v["judges"] else "") + ")"
             for v in p["verdicts"])
         rows = [[cell("file"), cell(f"<code>{esc(p['file'])}</code>")], [cell("set"), cell(esc(p["set"]))],
                 [cell("rows"), cell(esc(p["rows"]))], [cell("models"), cell(esc(", ".join(p["models"])))],

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from orbench.analysis.stats import tokens
 

@@ -112,7 +112,7 @@ class _Loaded:
     weight_buffers: tuple[str, ...] = ()  # buffer types llama.cpp put the weights in, from its load log
     thread_lock: threading.Lock = field(default_factory=threading.Lock)
     stop: threading.Event | None = None  # the running request's cancel flag
-    loop_locks: "weakref.WeakKeyDictionary" = field(default_factory=weakref.WeakKeyDictionary)
+    loop_locks: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
     def loop_lock(self) -> asyncio.Lock:
         """The asyncio lock of the running event loop (asyncio locks belong to one loop)."""
@@ -185,7 +185,8 @@ def _load(path: Path) -> _Loaded:
                 llama.close()
                 llama, buffers = construct(trained)
         except (ValueError, RuntimeError, OSError) as exc:
-            raise UsageError(f"cannot load local model {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise UsageError(f"cannot load local model {path}: {first}"
                              " (is it a GGUF file?)") from None
         extra = [b for b in buffers if b not in PLAIN_BUFFERS]
         if extra:
@@ -344,7 +345,7 @@ class LocalModel(ProviderAPI):
 
     @classmethod
     def connect(cls, spec: ModelSpec, *, base_url: str | None, timeout: float,
-                max_retries: int) -> "LocalModel":
+                max_retries: int) -> LocalModel:
         """Load ``spec``'s model; the address, timeout and retries do not apply in process."""
         return cls(spec.model)
 

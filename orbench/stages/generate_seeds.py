@@ -59,8 +59,7 @@ from orbench.models import ModelSpec, parse_model, redact
 from orbench.parsing import example_forms, extract_items, normalise_for_dedup
 from orbench.prompts import SEED_TEMPLATE
 from orbench.provenance import build_meta, dumps, meta_path_for, sha256_text
-from orbench.stage import (ProgressLog, RunResult, Stage, check_writable, progress_path_for,
-                           row_key, run_stage)
+from orbench.stage import ProgressLog, RunResult, Stage, check_writable, progress_path_for, row_key, run_stage
 from orbench.tables import write_csv_atomic, write_text_atomic
 from orbench.templates import add_template_flag, load_template
 from orbench.types import Request

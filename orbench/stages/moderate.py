@@ -44,14 +44,13 @@ from collections import Counter
 from orbench import cli
 from orbench.clients import Client
 from orbench.errors import UsageError
-from orbench.labels import (NONE, PROVIDER_BLOCK, moderation_is_toxic,
-                            parse_moderation)
+from orbench.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
 from orbench.models import ModelSpec, parse_model, slug
 from orbench.prompts import MODERATION_TEMPLATE
 from orbench.provenance import sha256_text
 from orbench.stage import Stage
-from orbench.templates import add_template_flag, load_template
 from orbench.tables import default_output_path
+from orbench.templates import add_template_flag, load_template
 from orbench.types import Request
 from orbench.vocab import SKIPPED_EMPTY, UNDECIDED
 
