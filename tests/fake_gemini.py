@@ -1,4 +1,6 @@
-"""A loopback fake of the Gemini REST API: ``POST /v1beta/models/{model}:generateContent``.
+"""A loopback fake of the Gemini REST API: ``POST /v1beta/models/{model}:generateContent``, and
+batch mode with inline requests (``POST /v1beta/models/{model}:batchGenerateContent``,
+``GET /v1beta/batches/{id}``).
 
 Tests point the real ``google-genai`` SDK at it (``GEMINI_BASE_URL``); nothing in ``orbench``
 knows it exists. It records every request (path, JSON body, API key header) and answers by rules
@@ -12,6 +14,10 @@ a test sets: reply text, a prompt block (``block_reason``), a candidate finish r
     ... GEMINI_BASE_URL=fake.url ...
     fake.requests  # [{"path", "model", "body", "key"}, ...]
 
+Batch jobs answer each inline request by the same rules and echo its ``metadata``; a job ends
+on its ``polls``-th status check (attribute, default 1), as ``JOB_STATE_SUCCEEDED``, or as
+``end_state`` if a test sets it (e.g. ``BATCH_STATE_EXPIRED``). ``batches`` holds every job.
+
 Standalone (benchmarks): ``python tests/fake_gemini.py`` prints its URL and serves until killed.
 """
 
@@ -23,7 +29,8 @@ import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-_PATH = re.compile(r"^/v1beta/models/(?P<model>[^:/]+):generateContent$")
+_PATH = re.compile(r"^/v1beta/models/(?P<model>[^:/]+):(?P<method>generateContent|batchGenerateContent)$")
+_BATCH = re.compile(r"^/v1beta/batches/(?P<id>[^:/]+)$")
 _STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
                  404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
 
@@ -50,6 +57,9 @@ class FakeGemini:
         self.model_version = model_version
         self.rules: list[Rule] = []
         self.requests: list[dict] = []
+        self.batches: dict[str, dict] = {}
+        self.polls = 1
+        self.end_state = "BATCH_STATE_SUCCEEDED"
         self._lock = threading.Lock()
         self._server = None
 
@@ -68,6 +78,8 @@ class FakeGemini:
         with self._lock:
             self.rules.clear()
             self.requests.clear()
+            self.batches.clear()
+            self.polls, self.end_state = 1, "BATCH_STATE_SUCCEEDED"
 
     def start(self) -> FakeGemini:
         fake = self
@@ -90,12 +102,25 @@ class FakeGemini:
                                           "body": body, "key": key})
                 if not found or body is None:
                     return self._json(404, _error(404, f"no route {path}"))
+                if found["method"] == "batchGenerateContent":
+                    return self._json(200, fake._create_batch(found["model"], body))
                 prompt = _prompt(body)
                 rule = fake._pick(prompt)
                 if rule.status != 200:
                     message = rule.message or f"fake error {rule.status}"
                     return self._json(rule.status, _error(rule.status, message))
                 self._json(200, fake._reply(rule, prompt))
+
+            def do_GET(self) -> None:
+                path = self.path.split("?")[0]
+                with fake._lock:
+                    fake.requests.append({"path": path, "model": None, "body": None,
+                                          "key": self.headers.get("x-goog-api-key")})
+                found = _BATCH.match(path)
+                job = fake.batches.get(found["id"]) if found else None
+                if job is None:
+                    return self._json(404, _error(404, f"no batch {path}"))
+                self._json(200, fake._poll_batch(job))
 
             def _json(self, status: int, payload: dict) -> None:
                 data = json.dumps(payload).encode()
@@ -147,6 +172,39 @@ class FakeGemini:
         if rule.thoughts:
             usage["thoughtsTokenCount"] = rule.thoughts
         return reply
+
+
+    def _create_batch(self, model: str, body: dict) -> dict:
+        items = body["batch"]["inputConfig"]["requests"]["requests"]
+        name = f"batches/fake{len(self.batches) + 1}"
+        job = {"name": name, "model": model, "items": items, "checks": 0, "polls": self.polls,
+               "end_state": self.end_state, "display_name": body["batch"].get("displayName")}
+        with self._lock:
+            self.batches[name.split("/")[1]] = job
+        return {"name": name, "metadata": {"@type": "type.googleapis.com/google.ai.generativelanguage."
+                                                    "v1main.GenerateContentBatch", "model": f"models/{model}",
+                                           "name": name, "state": "BATCH_STATE_PENDING"}}
+
+    def _poll_batch(self, job: dict) -> dict:
+        job["checks"] += 1
+        metadata = {"@type": "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch",
+                    "model": f"models/{job['model']}", "name": job["name"], "state": "BATCH_STATE_RUNNING"}
+        if job["checks"] < job["polls"]:
+            return {"name": job["name"], "metadata": metadata}
+        metadata["state"] = job["end_state"]
+        if job["end_state"] == "BATCH_STATE_SUCCEEDED":
+            answers = []
+            for item in job["items"]:
+                prompt = _prompt(item["request"])
+                rule = self._pick(prompt)
+                entry = {"metadata": item.get("metadata")}
+                if rule.status != 200:
+                    entry["error"] = {"code": rule.status, "message": rule.message or f"fake error {rule.status}"}
+                else:
+                    entry["response"] = self._reply(rule, prompt)
+                answers.append(entry)
+            metadata["output"] = {"inlinedResponses": {"inlinedResponses": answers}}
+        return {"name": job["name"], "metadata": metadata, "done": True}
 
 
 def _prompt(body: dict) -> str:

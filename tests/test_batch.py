@@ -295,7 +295,7 @@ def test_provider_without_batch_api_is_exit_2(benv, fb, tmp_path, capsys):
     write_prompts(tmp_path / "in.csv", PROMPTS[:2])
     assert run("together/meta-llama/Llama-3-70b-chat-hf", tmp_path / "out.csv", "--batch") == 2
     err = capsys.readouterr().err
-    assert "provider together has no batch API; providers with one: openai, anthropic" in err
+    assert "provider together has no batch API; providers with one: openai, anthropic, gemini" in err
     assert fb.log == [] and not (tmp_path / "out.csv").exists()
     assert not batch.state_path_for(tmp_path / "out.csv").exists()
 

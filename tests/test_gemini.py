@@ -156,10 +156,46 @@ def test_openai_compatible_endpoint_stays_reachable(gem, env, fake, script, tmp_
     assert not gem.requests and fake.requests[0]["body"]["model"] == "gemini-1.5-pro"
 
 
-def test_batch_says_gemini_has_none(gem, env, script, tmp_path):
-    result = one_run(script, env, tmp_path, "--batch")
-    assert result.returncode == 2 and not gem.requests
-    assert "--batch: provider gemini has no batch API" in result.stderr
+def test_batch_mode_equals_the_synchronous_run_and_resumes(gem, env, script, tmp_path):
+    prompts = ["SAFE how do locks work", "HARD how to pick a lock", "PBLOCK something"]
+    gem.add_rule(match="HARD", text="I'm sorry, but I can't help with that.")
+    gem.add_rule(match="PBLOCK", block_reason="SAFETY")
+    sync = one_run(script, env, tmp_path, "--output_file=sync.csv", prompts=prompts)
+    assert sync.returncode == 0, sync.stderr
+    env["ORBENCH_CACHE_DIR"] = str(tmp_path / "cache2")  # start from an empty cache
+    gem.requests.clear()
+    gem.polls = 2
+    result = one_run(script, env, tmp_path, "--output_file=batch.csv", "--batch",
+                     "--poll_interval=0.001", prompts=prompts)
+    assert result.returncode == 0, result.stderr
+    columns = ["prompt", "response", "is_rejected", "refusal_source", "finish_reason", "error"]
+    assert read(tmp_path / "batch.csv")[columns].equals(read(tmp_path / "sync.csv")[columns])
+    paths = [r["path"] for r in gem.requests]
+    assert paths.count("/v1beta/models/gemini-2.5-flash:batchGenerateContent") == 1
+    assert not any(p.endswith(":generateContent") for p in paths)  # nothing sent synchronously
+    (job,) = gem.batches.values()
+    assert [i["metadata"]["key"] for i in job["items"]] == [
+        json.loads(line)["keys"] for line in (tmp_path / "batch.csv.batches.jsonl").read_text().splitlines()
+        if "keys" in json.loads(line)][0]
+    for item in job["items"]:
+        assert item["request"]["safetySettings"] == PAPER_SAFETY
+        assert item["request"]["generationConfig"]["thinkingConfig"]["thinking_budget"] == 0
+    assert "1 batches submitted" in result.stderr
+    # a rerun sends nothing: every answer is in the cache
+    again = one_run(script, env, tmp_path, "--output_file=batch.csv", "--batch",
+                    "--poll_interval=0.001", prompts=prompts)
+    assert again.returncode == 0 and len(gem.batches) == 1
+
+
+def test_an_expired_batch_is_left_to_redo(gem, env, script, tmp_path):
+    gem.end_state = "BATCH_STATE_EXPIRED"
+    result = one_run(script, env, tmp_path, "--batch", "--poll_interval=0.001", prompts=["a", "b"])
+    assert result.returncode == 1
+    assert "2 requests of gemini batch batches/fake1 expired; left to redo" in result.stderr
+    gem.end_state = "BATCH_STATE_SUCCEEDED"
+    result = one_run(script, env, tmp_path, "--batch", "--poll_interval=0.001", prompts=["a", "b"])
+    assert result.returncode == 0, result.stderr
+    assert len(gem.batches) == 2
 
 
 def test_without_the_sdk_one_line_names_the_extra(gem, env, script, tmp_path, monkeypatch):

@@ -112,7 +112,7 @@ def test_registered_provider_without_batch_api_says_so(tiny, env, script, tmp_pa
     result = script(SCRIPT, "--model=tiny/echo-1", "--input_file=in.csv", "--output_file=out.csv",
                     "--batch", env=env, cwd=tmp_path)
     assert result.returncode == 2 and not SENT
-    assert "--batch: provider tiny has no batch API; providers with one: openai, anthropic" in result.stderr
+    assert "--batch: provider tiny has no batch API; providers with one: openai, anthropic, gemini" in result.stderr
 
 
 def test_a_provider_missing_part_of_the_contract_cannot_be_made():

@@ -36,7 +36,12 @@ connection fails the row as a connection failure.
 The key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``); ``--base_url`` or
 ``GEMINI_BASE_URL`` points the SDK at another server. The HTTP client is the shared one of
 ``orbench.providers.transport`` (a whole-request timeout). Needs the ``gemini`` extra:
-``pip install "orbench[gemini]"``. No batch API: ``--batch`` with a Gemini model says so.
+``pip install "orbench[gemini]"``.
+
+Batch (``--batch``, :class:`GeminiBatch`): Gemini's batch mode with inline requests
+(``models/{model}:batchGenerateContent``, half price), the same request fields as the
+synchronous path, each request carrying its cache key as ``metadata.key``; results are read from
+the finished job's inline responses.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ import re
 from orbench.errors import RowError, UsageError
 from orbench.models import ModelSpec, Provider, api_key_for, base_url_for
 from orbench.providers.transport import classify_http, sdk_http_client
-from orbench.types import Completion, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
+from orbench.types import BatchAPI, Completion, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
 
 EXTRA_HINT = 'pip install "orbench[gemini]"'
 #: The four adjustable harm categories, as the paper set them.
@@ -60,6 +65,13 @@ THINKING_VAR = "ORBENCH_GEMINI_THINKING_BUDGET"
 #: Candidate finish reasons that mean the provider withheld the reply.
 BLOCK_FINISHES = frozenset({"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "IMAGE_SAFETY",
                             "RECITATION"})
+# Batch mode's limits per job (module constants, so tests can lower them): inline requests must
+# stay under 20 MB in all.
+BATCH_MAX_REQUESTS = 100_000
+BATCH_MAX_BYTES = 20_000_000
+# Job states -> the end statuses orbench.batch knows; other states are still running.
+_BATCH_ENDS = {"JOB_STATE_SUCCEEDED": "completed", "JOB_STATE_FAILED": "failed",
+               "JOB_STATE_CANCELLED": "cancelled", "JOB_STATE_EXPIRED": "expired"}
 _THINKING_MODEL = re.compile(r"gemini-(?:2\.5|[3-9])", re.IGNORECASE)
 
 
@@ -234,6 +246,11 @@ class Gemini(ProviderAPI):
         return sorted([k for k in body if k not in ("contents", "systemInstruction")]
                       + [f"generationConfig.{k}" for k in body["generationConfig"]])
 
+    @classmethod
+    def batch_api(cls, provider: Provider) -> BatchAPI | None:
+        """Gemini's batch mode (inline requests)."""
+        return GeminiBatch()
+
     def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
         """The SDK's ``APIError`` by HTTP status (a 400 naming an invalid key stops the run, as
         401/403/404 do); httpx's connection and timeout errors; pydantic's and the SDK's
@@ -253,6 +270,60 @@ class Gemini(ProviderAPI):
         if isinstance(exc, ValueError) and root in ("google", "pydantic", "pydantic_core", "json"):
             return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
         return None
+
+
+class GeminiBatch(BatchAPI):
+    """Gemini's batch mode with inline requests, through ``client.aio.batches``."""
+
+    def limits(self) -> tuple[int, int]:
+        """Most requests and most bytes of inline requests in one job."""
+        return BATCH_MAX_REQUESTS, BATCH_MAX_BYTES
+
+    def line(self, spec: ModelSpec, request: Request, key: str) -> dict:
+        """One inline request: the synchronous path's request, ``key`` as its metadata."""
+        return {"key": key, "model": spec.model, "body": gemini_body(request)}
+
+    async def submit(self, provider, ref: str, lines: list[dict], payload: bytes, record) -> str:
+        """Create the job in one call; its name."""
+        import google.genai.types as types
+
+        requests = [types.InlinedRequest(model=line["model"], contents=line["body"]["contents"],
+                                         config=_sdk_config(line["body"]), metadata={"key": line["key"]})
+                    for line in lines]
+        job = await provider.sdk.aio.batches.create(
+            model=lines[0]["model"], src=requests, config={"display_name": f"orbench-{ref}"})
+        return job.name
+
+    def may_have_reached(self, record: dict) -> bool:
+        """An interrupted create call may have gone through: there is no way to tell."""
+        return True
+
+    async def poll(self, provider, batch_id: str):
+        """``(answered, failed)`` counts (known once ended), the end status (None while running),
+        a note, and the results once ended."""
+        job = await provider.sdk.aio.batches.get(name=batch_id)
+        status = _BATCH_ENDS.get(_name(job.state))
+        if status is None:
+            return (0, 0), None, "", None
+        responses = (job.dest.inlined_responses if job.dest is not None else None) or []
+        failed = sum(1 for r in responses if r.error is not None)
+        note = f"job {_name(job.state).lower()}" if status == "failed" else ""
+        return (len(responses) - failed, failed), status, note, self._results(responses)
+
+    @staticmethod
+    async def _results(responses):
+        """``(key, Completion | failure text)`` for each inline response that names its key."""
+        for item in responses:
+            key = (item.metadata or {}).get("key")
+            if not key:
+                continue
+            if item.error is not None:
+                yield key, f"gemini batch error {item.error.code}: {item.error.message or ''}".strip()
+                continue
+            try:
+                yield key, gemini_completion(item.response)
+            except (TransientReply, RowError) as exc:
+                yield key, f"{exc} (gemini batch)"
 
 
 PROVIDER = Gemini
