@@ -106,8 +106,9 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     group.add_argument("--max_tokens", type=positive_int, default=max_tokens_default,
                        help=f"most tokens per reply (default: {max_tokens_default})")
     group.add_argument("--base_url", default=None,
-                       help="send requests to this OpenAI- or Anthropic-compatible address instead of "
-                            "the provider's (also settable per provider as <PROVIDER>_BASE_URL)")
+                       help="send requests to this address instead of the provider's (a server that "
+                            "speaks the provider's protocol: OpenAI-compatible, Anthropic, Gemini); also "
+                            "settable per provider as <PROVIDER>_BASE_URL")
     group.add_argument("--rpm", type=positive_float, default=None,
                        help="cap on requests per minute per provider (default: no cap)")
     group.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT,
@@ -122,8 +123,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     cost = parser.add_argument_group("scale and cost")
     cost.add_argument("--batch", action="store_true",
                       help="send the rows still to do through the provider's batch API (OpenAI Batch, "
-                           "Anthropic Message Batches: half price, results within 24 h); a rerun "
-                           "resumes polling and never submits the same rows twice")
+                           "Anthropic Message Batches, Gemini batch mode: half price, results within "
+                           "24 h); a rerun resumes polling and never submits the same rows twice")
     cost.add_argument("--poll_interval", type=positive_float, default=30.0,
                       help="seconds between batch status checks with --batch (default: 30)")
     cost.add_argument("--estimate", action="store_true",
