@@ -145,6 +145,20 @@ def test_thinking_tokens_and_overrides(gem, env, script, tmp_path):
     assert "ORBENCH_GEMINI_SAFETY='LOOSE' is not a safety threshold" in result.stderr
 
 
+def test_google_api_key_and_base_url_flag(gem, env, script, tmp_path):
+    env.pop("GEMINI_API_KEY")
+    env["GOOGLE_API_KEY"] = "google-SECRET-key-789789789"
+    env["GEMINI_BASE_URL"] = "http://127.0.0.1:9/"  # --base_url wins over it
+    result = one_run(script, env, tmp_path, f"--base_url={gem.url}")
+    assert result.returncode == 0, result.stderr
+    assert [r["key"] for r in gem.requests] == ["google-SECRET-key-789789789"]
+    meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
+    assert meta["models"][0]["base_url"] == gem.url
+    assert meta["models"][0]["parameters_sent"] == [
+        "generationConfig.maxOutputTokens", "generationConfig.temperature",
+        "generationConfig.thinkingConfig", "safetySettings"]
+
+
 def test_openai_compatible_endpoint_stays_reachable(gem, env, fake, script, tmp_path):
     fake.add_rule(text="Via the OpenAI-compatible endpoint.")
     env["GEMINI_OPENAI_BASE_URL"] = fake.openai_url

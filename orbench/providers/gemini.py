@@ -243,7 +243,7 @@ class Gemini(ProviderAPI):
     def parameters_sent(cls, spec: ModelSpec) -> list[str]:
         """The request fields sent for ``spec`` (for the meta file)."""
         body = gemini_body(Request.user(spec, "", system="s"))
-        return sorted([k for k in body if k not in ("contents", "systemInstruction")]
+        return sorted([k for k in body if k not in ("contents", "systemInstruction", "generationConfig")]
                       + [f"generationConfig.{k}" for k in body["generationConfig"]])
 
     @classmethod
