@@ -30,8 +30,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import audit  # noqa: E402
-from orbench.refusal import family_for_model, refusal_kind  # noqa: E402
+from orbench.analysis import audit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.refusal import family_for_model, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
 
 MODELS = {"gpt4": "openai/gpt-4", "llama2new": "meta-llama/Llama-2-70b-chat-hf",
           "llama2orig": "meta-llama/Llama-2-70b-chat-hf-orig-sysprompt",

@@ -57,15 +57,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from orbench import cli  # noqa: E402
-from orbench.errors import UsageError  # noqa: E402
-from orbench.models import slug  # noqa: E402
-from orbench.provenance import meta_path_for  # noqa: E402
-from orbench.refusal import family_for_model  # noqa: E402
-from orbench.vocab import DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSAL  # noqa: E402
-from refusal_accuracy import DEV_MODELS, scores  # noqa: E402
-from orbench.cascade import CLASSES, UNSURE, confidence  # noqa: E402
-from orbench.stages import judge_responses  # noqa: E402
+from refusal_accuracy import DEV_MODELS, scores  # noqa: E402 (needs the sys.path set-up above)
+
+from orbench import cli  # noqa: E402 (needs the sys.path set-up above)
+from orbench.cascade import CLASSES, UNSURE, confidence  # noqa: E402 (needs the sys.path set-up above)
+from orbench.errors import UsageError  # noqa: E402 (needs the sys.path set-up above)
+from orbench.models import slug  # noqa: E402 (needs the sys.path set-up above)
+from orbench.provenance import meta_path_for  # noqa: E402 (needs the sys.path set-up above)
+from orbench.refusal import family_for_model  # noqa: E402 (needs the sys.path set-up above)
+from orbench.stages import judge_responses  # noqa: E402 (needs the sys.path set-up above)
+from orbench.vocab import DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSAL  # noqa: E402 (needs the sys.path set-up above)
 
 #: XSTest v2 completion files (``xstest_v2_completions_<key>.csv``) -> the model that wrote them,
 #: as a provider/model id so the keyword matcher applies that model's family rules.

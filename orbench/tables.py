@@ -13,8 +13,8 @@ import difflib
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from orbench.analysis import audit, audit_page  # noqa: E402
+from orbench.analysis import audit, audit_page  # noqa: E402 (needs the sys.path set-up above)
 
 XSTEST = ROOT.parent / "shared" / "data" / "xstest-v2"
 SCRIPT = "analysis/audit.py"

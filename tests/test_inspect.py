@@ -22,13 +22,13 @@ import pytest
 pytest.importorskip("inspect_ai", reason='inspect_ai is not installed: pip install -e ".[dev]" '
                                          '(or ".[inspect]") to run the inspect task tests')
 
-from conftest import ROOT  # noqa: E402
-from inspect_ai import eval as inspect_eval  # noqa: E402
-from inspect_ai.log import read_eval_log  # noqa: E402
-from inspect_ai.model import ChatMessageAssistant, ContentText, ModelOutput, ModelUsage, get_model  # noqa: E402
+from conftest import ROOT  # noqa: E402 (after pytest.importorskip above)
+from inspect_ai import eval as inspect_eval  # noqa: E402 (after pytest.importorskip above)
+from inspect_ai.log import read_eval_log  # noqa: E402 (after pytest.importorskip above)
+from inspect_ai.model import ChatMessageAssistant, ContentText, ModelOutput, ModelUsage, get_model  # noqa: E402 (after pytest.importorskip above)
 
-from orbench.inspect_tasks import or_bench_80k, or_bench_dataset, or_bench_hard_1k, or_bench_toxic  # noqa: E402
-from orbench.sets import HUB_80K, data_path  # noqa: E402
+from orbench.inspect_tasks import or_bench_80k, or_bench_dataset, or_bench_hard_1k, or_bench_toxic  # noqa: E402 (after pytest.importorskip above)
+from orbench.sets import HUB_80K, data_path  # noqa: E402 (after pytest.importorskip above)
 
 N = 8
 TARGET = "openai/gpt-4o"

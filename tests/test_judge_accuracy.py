@@ -253,6 +253,7 @@ def test_real_judge_cascade_figures(env, fake, capsys, tmp_path):
     assert fake.count() == 1  # only the unsure row reaches the judge
     assert "stage 5 --cascade: 11 rows with a verdict source, 1 sent to the judge" in out
     real, perfect = out.split("the real judge)")[1].split("perfect judge, same rows)")
-    pooled = lambda text: next(l.split() for l in text.splitlines() if l.startswith("POOLED"))  # noqa: E731
+    def pooled(text):
+        return next(line.split() for line in text.splitlines() if line.startswith("POOLED"))
     assert pooled(real) == ["POOLED", "11", "0.091", "0.9000", "0.8182"]  # the judge got g3 wrong
     assert pooled(perfect) == ["POOLED", "11", "0.091", "0.9000", "0.9091"]

@@ -35,15 +35,24 @@ from __future__ import annotations
 import json
 import math
 import sys
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from orbench.analysis import audit_labels, audit_page, audit_stats
-from orbench.analysis.audit_sample import (LABELS, PROMPT, REFUSAL, REFUSAL_LABELS, SAFE, VERDICT, Sample,
-                                           read_sample, write_sample)
+from orbench.analysis.audit_sample import (
+    LABELS,
+    PROMPT,
+    REFUSAL,
+    REFUSAL_LABELS,
+    SAFE,
+    VERDICT,
+    Sample,
+    read_sample,
+    write_sample,
+)
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
 from orbench.tables import write_csv_atomic, write_text_atomic

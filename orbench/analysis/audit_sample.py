@@ -36,10 +36,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -109,7 +109,7 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
     n = len(frame)
     err = frame["error"].str.strip() != "" if "error" in cols else pd.Series(False, index=frame.index)
     rows, notes = [], []
-    col = lambda c: frame[c].tolist() if c in cols else [""] * n  # noqa: E731
+    col = lambda c: frame[c].tolist() if c in cols else [""] * n  # noqa: E731 (a one-line helper used just below)
     prompts, cats, responses, models = col("prompt"), col("category"), col("response"), col("model")
     if kind == PROMPT:
         tox = col("is_toxic")

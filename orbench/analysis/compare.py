@@ -55,8 +55,8 @@ RESAMPLES, SEED = 5000, 20240531
 def require_libraries(what: str) -> None:
     """``UsageError`` naming the extra to install when scipy or statsmodels is missing."""
     try:
-        import scipy.stats  # noqa: F401
-        import statsmodels.stats.contingency_tables  # noqa: F401
+        import scipy.stats  # noqa: F401 (imported only to check it is installed)
+        import statsmodels.stats.contingency_tables  # noqa: F401 (imported only to check it is installed)
     except ImportError as exc:
         raise UsageError(f"{what} needs scipy and statsmodels ({exc.name} is not installed): "
                          f"pip install 'orbench[stats]'") from None
@@ -242,8 +242,8 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
             if note:
                 out.notes.append(f"{a} vs {b} on {set_name}: {note}")
             if not chosen:
-                describe = lambda gs: ", ".join(
-                    codes["judge"].names[j] or codes["method"].names[m] for m, j in gs)
+                def describe(gs):
+                    return ", ".join(codes["judge"].names[j] or codes["method"].names[m] for m, j in gs)
                 out.notes.append(f"{a} vs {b} on {set_name}: not compared: no verdicts of the same "
                                  f"kind and judge (A: {describe(ga)}; B: {describe(gb)})")
                 continue
@@ -326,7 +326,8 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
     counts = scored.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
         k=("rejected", "sum"), n=("rejected", "size"), category=("category", "first")).reset_index()
     stats, shares = [], []
-    names = lambda kind, v: inp.codes[kind].names[v]
+    def names(kind, v):
+        return inp.codes[kind].names[v]
     for (s, m, me, j), part in counts.groupby(["set", "model", "method", "judge"], sort=True):
         if part["n"].max() <= 1:
             continue

@@ -54,17 +54,29 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
 from orbench.analysis import lineage, plots
+
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
-from orbench.analysis.report_inputs import (ERROR, HARD, NO_VERDICT, SCORED, Inputs, expand,  # noqa: F401
-                                    GROUP_KEYS, group_ids, infer_set, load, parse_spec)
+from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the comment above)
+    ERROR,
+    GROUP_KEYS,
+    HARD,
+    NO_VERDICT,
+    SCORED,
+    Inputs,
+    expand,
+    group_ids,
+    infer_set,
+    load,
+    parse_spec,
+)
 from orbench.analysis.report_inputs import TOX as TOXIC
 from orbench.analysis.report_inputs import _hash as prompt_hash
 from orbench.analysis.stats import balanced_accuracy_interval, quadratic_fit, spearman, wilson_interval
@@ -121,7 +133,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     status = data["status"].to_numpy()
     scored = status == SCORED
     rejected = scored & (data["rejected"].to_numpy() == 1)
-    count = lambda mask: np.bincount(gid, weights=mask, minlength=size).astype(np.int64)  # noqa: E731
+    count = lambda mask: np.bincount(gid, weights=mask, minlength=size).astype(np.int64)  # noqa: E731 (a one-line helper used just below)
     out["rows"] = np.bincount(gid, minlength=size)
     out["errors"] = count(status == ERROR)
     out["unparsed"] = count(status == NO_VERDICT)

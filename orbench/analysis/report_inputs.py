@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import glob
 import re
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,8 +24,16 @@ from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
 from orbench.tables import did_you_mean, file_name, input_stem, read_table
-from orbench.vocab import (JUDGE, JUDGE_CLASSES, KEYWORD, KEYWORD_CLASSES, PARTIAL,
-                           REJECTED_BY_CLASS, SKIPPED_ERROR, UNPARSED)
+from orbench.vocab import (
+    JUDGE,
+    JUDGE_CLASSES,
+    KEYWORD,
+    KEYWORD_CLASSES,
+    PARTIAL,
+    REJECTED_BY_CLASS,
+    SKIPPED_ERROR,
+    UNPARSED,
+)
 
 HARD, TOX, K80 = "hard", "toxic", "80k"
 # A set is named in a file name by one of these whole tokens (the bundled names or short names).
@@ -388,7 +396,7 @@ def _examples(frame, part, response, kinds, method, judge, codes, label, n, path
     starts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]])
     rank = np.arange(len(cell)) - np.repeat(starts, np.diff(np.r_[starts, len(cell)]))
     rows = scored[order[rank < n]]
-    names = lambda kind, values: np.asarray(codes[kind].names, dtype=object)[values]  # noqa: E731
+    names = lambda kind, values: np.asarray(codes[kind].names, dtype=object)[values]  # noqa: E731 (a one-line helper used just below)
     return pd.DataFrame({
         "set": label, "model": names("model", part["model"].to_numpy()[rows]), "method": method,
         "judge": judge if isinstance(judge, str) else judge[rows],
