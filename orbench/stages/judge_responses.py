@@ -146,8 +146,7 @@ def setup(args, client: Client) -> cli.Job:
         if is_provider_block(row.get("refusal_source")):
             extra = {"verdict_source": PROVIDER_BLOCK, "cascade_class": ""} if cascade else {}
             return {**base, **extra, "answer_category": PROVIDER_BLOCK, "is_rejected": True,
-                    "answer_type_response": "not judged: provider block (the tested model's "
-                                            "provider withheld the response)"}
+                    "answer_type_response": "not judged: the provider blocked the response"}
         if not row["response"].strip():
             extra = {"verdict_source": "", "cascade_class": ""} if cascade else {}
             return {**base, **extra, "answer_category": EMPTY_RESPONSE, "is_rejected": None,
