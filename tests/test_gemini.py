@@ -112,6 +112,19 @@ def test_429_and_500_are_retried_then_fail_the_row(gem, env, script, tmp_path):
     assert len(gem.requests) == 4  # each asked twice: the SDK's one retry
 
 
+def test_no_server_is_a_connection_failure_of_the_row(gem, env, script, tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env["GEMINI_BASE_URL"] = f"http://127.0.0.1:{port}/"
+    result = one_run(script, env, tmp_path, "--max_retries=0")
+    assert result.returncode == 1
+    assert read(tmp_path / "out.csv").error[0] == (
+        f"check_alignment: could not connect to gemini at http://127.0.0.1:{port}/ after retries")
+
+
 def test_empty_and_truncated_replies(gem, env, script, tmp_path):
     gem.add_rule(match="empty", no_candidates=True, times=1)
     gem.add_rule(match="long", text="A long answer that was cut", finish="MAX_TOKENS")

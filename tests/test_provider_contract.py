@@ -70,12 +70,13 @@ PROVIDER = Tiny
 
 
 @pytest.fixture
-def tiny(monkeypatch):
-    monkeypatch.setitem(providers.API_MODULES, "tiny", __name__)
-    monkeypatch.setitem(PROVIDERS, "tiny", Provider("tiny", "tiny", None, key_required=False))
+def tiny():
+    """This module registered as protocol ``tiny``, with a provider row of that name."""
+    providers.register("tiny", __name__, Provider("tiny", "tiny", None, key_required=False))
     SENT.clear()
     yield
     SENT.clear()
+    del providers.API_MODULES["tiny"], PROVIDERS["tiny"]
 
 
 def test_registered_provider_runs_a_stage(tiny, env, script, tmp_path):
@@ -131,3 +132,46 @@ def test_every_shipped_provider_implements_the_contract(api):
     spec = parse_model("local/smollm2" if api == "local" else "openai/gpt-4o")
     sent = cls.parameters_sent(spec)
     assert sent is None or isinstance(sent, list)
+
+
+def _http_request(http):
+    return http.Request("POST", "http://127.0.0.1:9/x")
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-4o", "anthropic/claude-3-haiku-20240307",
+                                   "gemini/gemini-2.5-flash"])
+def test_each_provider_sorts_its_own_exceptions(env, model):
+    """The outcomes the client and the pacer act on, from each SDK's own exception types."""
+    from orbench.clients import Client
+    from orbench.providers.transport import http_module
+
+    client = Client(cache=None)
+    spec = parse_model(model)
+    api = client.provider(spec)
+    if spec.provider.api == "gemini":
+        from google.genai import errors
+
+        from orbench.providers.gemini import _async_client_class
+
+        http = http_module(_async_client_class())
+        unauthorised = errors.ClientError(401, {"error": {"code": 401, "message": "bad key",
+                                                          "status": "UNAUTHENTICATED"}})
+        limited = errors.ClientError(429, {"error": {"code": 429, "message": "slow down",
+                                                     "status": "RESOURCE_EXHAUSTED"}})
+        no_server = http.ConnectError("refused", request=_http_request(http))
+    else:
+        sdk = __import__(spec.provider.api)
+        http = http_module(sdk.DefaultAsyncHttpxClient)
+
+        def error(cls, code):
+            response = http.Response(code, request=_http_request(http), json={"error": {"message": "x"}})
+            return cls("x", response=response, body={"error": {"message": "x"}})
+
+        unauthorised = error(sdk.AuthenticationError, 401)
+        limited = error(sdk.RateLimitError, 429)
+        no_server = sdk.APIConnectionError(request=_http_request(http))
+    assert client.classify(unauthorised, spec).outcome is Outcome.STOP
+    assert client.classify(limited, spec).outcome is Outcome.RATE_LIMIT
+    assert client.classify(no_server, spec).outcome is Outcome.CONNECTION
+    assert client.classify(KeyError("a bug"), spec) is None  # not the provider's: propagates
+    assert api is client.provider(spec)
