@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -47,6 +48,7 @@ class Rule:
     message: str | None = None
     thoughts: int = 0
     no_candidates: bool = False
+    delay: float = 0.0  # seconds before answering (benchmarks)
     times: int | None = None
 
 
@@ -106,6 +108,8 @@ class FakeGemini:
                     return self._json(200, fake._create_batch(found["model"], body))
                 prompt = _prompt(body)
                 rule = fake._pick(prompt)
+                if rule.delay:
+                    time.sleep(rule.delay)
                 if rule.status != 200:
                     message = rule.message or f"fake error {rule.status}"
                     return self._json(rule.status, _error(rule.status, message))
@@ -130,8 +134,7 @@ class FakeGemini:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
@@ -205,6 +208,11 @@ class FakeGemini:
                 answers.append(entry)
             metadata["output"] = {"inlinedResponses": {"inlinedResponses": answers}}
         return {"name": job["name"], "metadata": metadata, "done": True}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # the listen backlog; the default 5 drops bursts of connections
 
 
 def _prompt(body: dict) -> str:
