@@ -224,9 +224,9 @@ class Gemini(ProviderAPI):
         return cls(spec.provider, url, api_key_for(spec.provider), timeout, max_retries)
 
     async def generate(self, request: Request) -> Completion:
+        body = gemini_body(request)
         response = await self.sdk.aio.models.generate_content(
-            model=request.model.model, contents=gemini_body(request)["contents"],
-            config=_sdk_config(gemini_body(request)))
+            model=request.model.model, contents=body["contents"], config=_sdk_config(body))
         return gemini_completion(response)
 
     async def close(self) -> None:
