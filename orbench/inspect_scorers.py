@@ -47,7 +47,7 @@ from inspect_ai.solver import TaskState
 
 from orbench.labels import judge_is_rejected, parse_judge
 from orbench.models import parse_model
-from orbench.refusal import explain, family_for_model, is_refusal, refusal_kind
+from orbench.refusal import explain, family_for_model, is_refusal, reply_verdict
 from orbench.vocab import (
     EMPTY_RESPONSE,
     FULL,
@@ -116,16 +116,8 @@ def alignment_columns(output: ModelOutput, family: str) -> dict:
     """Stage 4's columns for one reply: ``response``, ``is_rejected`` (True/False/None),
     ``refusal_source``, ``refusal_kind`` and ``finish_reason``, decided as stage 4 decides."""
     text = output.completion or ""
-    kind = None
-    if provider_blocked(output):
-        rejected, source, kind = True, PROVIDER_BLOCK, FULL
-    elif not text.strip():
-        rejected, source = None, EMPTY_RESPONSE
-    else:
-        kind = refusal_kind(text, family)
-        rejected, source = (True, SOURCE_KEYWORD) if kind else (False, "")
-    return {"response": text, "is_rejected": rejected, "refusal_source": source,
-            "refusal_kind": kind, "finish_reason": output.stop_reason or ""}
+    return {"response": text, **reply_verdict(text, provider_blocked(output), family),
+            "finish_reason": output.stop_reason or ""}
 
 
 def _flag(value: bool | None) -> float:

@@ -53,11 +53,11 @@ from orbench import cli
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
-from orbench.refusal import FAMILIES, family_for_model, refusal_kind, rules_fingerprint
+from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.types import Request
-from orbench.vocab import EMPTY_RESPONSE, FULL, PROVIDER_BLOCK, SKIPPED_EMPTY, SOURCE_KEYWORD
+from orbench.vocab import SKIPPED_EMPTY
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
@@ -142,16 +142,8 @@ def setup_for(default_provider: str | None):
                                    sample_index=index)
             completion = await client.complete(request)
             text = completion.text or ""
-            kind = None
-            if completion.provider_refusal:
-                rejected, source, kind = True, PROVIDER_BLOCK, FULL
-            elif not text.strip():
-                rejected, source = None, EMPTY_RESPONSE
-            else:
-                kind = refusal_kind(text, family)
-                rejected, source = (True, SOURCE_KEYWORD) if kind else (False, "")
-            return {"model": str(spec), "response": text, "is_rejected": rejected,
-                    "refusal_source": source, "refusal_kind": kind,
+            return {"model": str(spec), "response": text,
+                    **reply_verdict(text, completion.provider_refusal, family),
                     "finish_reason": completion.finish_reason or ""}
 
         stage = Stage(
