@@ -15,7 +15,10 @@ reply with no answer in it. After the SDK gives up, the provider's own ``classif
 exception means (:class:`orbench.types.Outcome`) and :func:`apply_verdict` acts on it: a block
 becomes data (``provider_refusal=True``), a stop ends the run (``FatalProviderError``), a reply
 with no answer is asked again (``TransientReply``), anything else fails just that row
-(``RowError``).
+(``RowError``). Below the SDKs, ``orbench.ratelimit`` paces each (provider, base URL, model) to
+the limits the provider reports and waits out its 429s without spending those retries
+(``Client(patience=)``), and stops the run when the first attempts at an address all fail to
+connect.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from orbench import providers
+from orbench import providers, ratelimit
 from orbench.cache import Cache, cache_key
 from orbench.errors import FatalProviderError, RowError
 from orbench.models import ModelSpec, redact
@@ -63,6 +66,16 @@ def valid_text(text: str | None) -> str:
     if not text:
         return text or ""
     return _SURROGATE.sub("\ufffd", text)
+
+
+def _v1_hint(exc: BaseException, spec: ModelSpec, base_url: str | None) -> str:
+    """For a 404 from an OpenAI-compatible server whose base URL has no ``/v1``: say so."""
+    if getattr(exc, "status_code", None) != 404 or spec.provider.api != "openai" or not base_url:
+        return ""
+    if "/v1" in base_url:
+        return ""
+    return (f"; the base URL has no /v1 in it, and OpenAI-compatible servers answer under "
+            f"/v1: try {base_url.rstrip('/')}/v1")
 
 
 class RateLimiter:
@@ -107,6 +120,7 @@ class _Slot:
     semaphore: asyncio.Semaphore
     limiter: RateLimiter | None = None
     endpoint: str | None = None  # what the cache key records: the base URL, or the local weights' identity
+    reach: ratelimit.Reachability = field(default_factory=ratelimit.Reachability)
 
 
 class Client:
@@ -118,7 +132,8 @@ class Client:
 
     def __init__(self, *, cache: Cache | None = None, base_url: str | None = None,
                  concurrency: int = DEFAULT_CONCURRENCY, rpm: float | None = None,
-                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = DEFAULT_MAX_RETRIES):
+                 timeout: float = DEFAULT_TIMEOUT, max_retries: int = DEFAULT_MAX_RETRIES,
+                 patience: float = ratelimit.DEFAULT_PATIENCE):
         self.cache = cache
         self.base_url = base_url
         self.concurrency = concurrency
@@ -126,6 +141,7 @@ class Client:
         self.timeout = timeout
         self.max_retries = max_retries
         self.stats = CallStats()
+        self.rate_limits = ratelimit.RateLimits(patience)  # the pacers, kept for the meta file
         self._slots: dict[str, _Slot] = {}
         self._seen: dict[str, dict] = {}  # per slot: base URL and engine, for the meta file
         # Collecting mode (--batch, --estimate): requests are recorded, not sent (collecting()).
@@ -241,20 +257,40 @@ class Client:
             self.stats.sent += 1
             try:
                 try:
-                    return await slot.api.generate(request)
+                    return await self._generate(request, slot)
                 except TransientReply:
                     raise
                 except Exception as exc:
                     verdict = slot.api.classify(exc, request.model)
                     if verdict is None:
                         raise
-                    return apply_verdict(verdict)
+                    try:
+                        return apply_verdict(verdict)
+                    except FatalProviderError as fatal:
+                        raise FatalProviderError(f"{fatal}{_v1_hint(exc, request.model, slot.base_url)}") from None
             except TransientReply as exc:
                 self.stats.transient += 1
                 if attempt == attempts:
                     raise RowError(f"{exc} from {request.model.provider.name}, "
                                    f"{attempts} attempts") from None
         raise AssertionError("unreachable")
+
+    async def _generate(self, request: Request, slot: _Slot) -> Completion:
+        """``slot.api.generate(request)`` paced by ``orbench.ratelimit``; stops the run when the
+        address has never answered and keeps refusing connections."""
+        chars = len(request.system or "") + sum(len(content) for _, content in request.messages)
+        ticket = self.rate_limits.ticket(request.model.provider.name, slot.base_url, request.model.model,
+                                         prompt_chars=chars, max_tokens=request.max_tokens,
+                                         reach=slot.reach)
+        with ratelimit.attached(ticket):
+            answered, completion = await slot.reach.guard(slot.api.generate(request))
+        if not answered:
+            provider = request.model.provider
+            raise FatalProviderError(
+                f"cannot connect to {provider.name} at {slot.base_url or 'its default address'} "
+                f"({slot.reach.reason}); nothing there has answered: check the address (--base_url or "
+                f"{provider.name.upper()}_BASE_URL), that the server is running, and the network")
+        return completion
 
     def store(self, key: str, completion: Completion) -> None:
         """Put an answer obtained another way (a batch result) into the cache, exactly as

@@ -12,6 +12,7 @@ import asyncio
 import importlib
 import re
 
+from orbench import ratelimit
 from orbench.models import ModelSpec, api_key_for, base_url_for, redact
 from orbench.types import ErrorClass, Outcome, ProviderAPI
 
@@ -27,7 +28,9 @@ class WholeRequestTimeout:
     """An HTTP transport that bounds one attempt, reply body included, by ``timeout`` seconds.
 
     On expiry the SDK sees the library's ``ReadTimeout`` and retries as for any timeout.
-    ``http`` is the SDK's HTTP module.
+    ``http`` is the SDK's HTTP module. Every attempt goes through ``orbench.ratelimit.send``,
+    which paces model requests to the provider's limits and waits out its 429s (the wait is
+    outside the timeout).
     """
 
     def __init__(self, timeout: float, http):
@@ -36,6 +39,9 @@ class WholeRequestTimeout:
         self._inner = http.AsyncHTTPTransport()
 
     async def handle_async_request(self, request):
+        return await ratelimit.send(request, self._attempt)
+
+    async def _attempt(self, request):
         try:
             return await asyncio.wait_for(self._fetch(request), self.timeout)
         except asyncio.TimeoutError:
