@@ -23,6 +23,7 @@ from orbench.cache import Cache, default_cache_path
 from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, redact
+from orbench.ratelimit import DEFAULT_PATIENCE
 from orbench.provenance import build_meta, dumps, meta_path_for
 from orbench.stage import (
     RunResult,
@@ -110,7 +111,12 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
                             "speaks the provider's protocol: OpenAI-compatible, Anthropic, Gemini); also "
                             "settable per provider as <PROVIDER>_BASE_URL")
     group.add_argument("--rpm", type=positive_float, default=None,
-                       help="cap on requests per minute per provider (default: no cap)")
+                       help="hard cap on requests per minute per provider (default: no cap; without it "
+                            "requests are paced to the limits the provider reports)")
+    group.add_argument("--patience", type=positive_float, default=DEFAULT_PATIENCE,
+                       help="seconds one request may keep waiting out the provider's rate limit (429 "
+                            "answers) before the 429 counts as a failure and the SDK's retries apply "
+                            f"(default: {DEFAULT_PATIENCE:g})")
     group.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT,
                        help=f"seconds one attempt may take, the whole reply included (default: "
                             f"{DEFAULT_TIMEOUT:g})")
@@ -159,6 +165,7 @@ def make_client(args: argparse.Namespace) -> Client:
         rpm=getattr(args, "rpm", None),
         timeout=getattr(args, "timeout", DEFAULT_TIMEOUT),
         max_retries=getattr(args, "max_retries", DEFAULT_MAX_RETRIES),
+        patience=getattr(args, "patience", DEFAULT_PATIENCE),
     )
 
 
@@ -189,6 +196,9 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
         if s.reasoning_tokens:
             tokens += f" ({s.reasoning_tokens:,} reasoning)"
         parts.append(tokens)
+        paced = client.rate_limits.summary()
+        if paced:
+            parts.append(paced)
     parts.append(f"{result.elapsed:.1f}s")
     return " | ".join(parts)
 

@@ -5,7 +5,8 @@ the file can be traced: the stage, the package version, every model as typed and
 (provider, base URL, the model id the provider reported back; never a key), the SHA-256 of each
 prompt template, the keyword rules' fingerprint, the sampling settings, the input's path and
 SHA-256, row and request counts, tokens, start and end time, and the versions of Python, the
-SDKs and (for the local model) the engine with the settings it was loaded with.
+SDKs and (for the local model) the engine with the settings it was loaded with, and per
+provider, base URL and model the rate limits the provider reported and the 429s it sent.
 
 The report reads it when present. It is written atomically, after the output.
 """
@@ -92,7 +93,9 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
         "requests": None if stats is None else {
             "sent": stats.sent, "from_cache": stats.cached, "provider_blocks": stats.provider_blocks,
             "transient_replies_retried": stats.transient,
+            "rate_limit_429s": client.rate_limits.responses_429,
         },
+        "rate_limits": None if stats is None else client.rate_limits.describe(),
         "tokens": None if stats is None else {
             "input": stats.input_tokens, "output": stats.output_tokens,
             "reasoning": stats.reasoning_tokens,

@@ -178,7 +178,9 @@ class Bucket:
         self.level: float | None = None
         self.at = 0.0
         self.rates: deque = deque(maxlen=15)
-        self.burst: float | None = None  # learned: the most the provider lets through at once
+        # Learned: what the reported "remaining" counts that the provider does not let through
+        # at once (a per-minute limit enforced over shorter periods).
+        self.hidden = 0.0
         self.lowest_remaining: float | None = None
         self.sent = 0.0  # units sent so far (for "sent since" at re-anchoring)
 
@@ -187,8 +189,7 @@ class Bucket:
         return statistics.median(self.rates) if self.rates else None
 
     def cap(self) -> float:
-        cap = self.limit if self.limit is not None else math.inf
-        return min(cap, self.burst) if self.burst is not None else cap
+        return self.limit - self.hidden if self.limit is not None else math.inf
 
     def level_at(self, now: float, scale: float) -> float | None:
         if self.level is None:
@@ -222,21 +223,25 @@ class Bucket:
             self.level += cost
         self.sent -= cost
 
-    def observe(self, reading: Reading, sent_at: float, sent_before: float, now: float) -> None:
+    def observe(self, reading: Reading, sent_at: float, sent_before: float, now: float,
+                unsure: float = 0.0) -> None:
         """Re-anchor on what a reply reports: ``sent_before`` is ``self.sent`` just after that
-        request was sent, so what was sent since is not yet in the provider's count."""
+        request was sent, so what was sent since is not yet in the provider's count; ``unsure``
+        is what was sent before it and is still in flight (it may have reached the provider
+        after it): counted as spent, to be safe."""
         if reading.limit is not None and reading.limit > 0:
             self.limit = reading.limit
         if reading.remaining is None:
             return
-        remaining = reading.remaining
-        self.lowest_remaining = (remaining if self.lowest_remaining is None
-                                 else min(self.lowest_remaining, remaining))
-        if (self.limit and reading.reset and reading.reset > 0 and remaining < self.limit):
-            self.rates.append((self.limit - remaining) / reading.reset)
+        remaining = reading.remaining - self.hidden
+        reported = reading.remaining
+        self.lowest_remaining = (reported if self.lowest_remaining is None
+                                 else min(self.lowest_remaining, reported))
+        if self.limit and reading.reset and reading.reset > 0 and reported < self.limit:
+            self.rates.append((self.limit - reported) / reading.reset)
         rate = self.rate or 0.0
         since = max(0.0, self.sent - sent_before)
-        self.level = min(self.cap(), remaining + rate * max(0.0, now - sent_at)) - since
+        self.level = min(self.cap(), remaining + rate * max(0.0, now - sent_at)) - since - unsure
         self.at = now
 
 
@@ -253,6 +258,7 @@ class Ticket:
     level_after: dict = field(default_factory=dict)
     first_429: float | None = None
     not_before: float = 0.0
+    seq: int = 0
 
     def cost(self, resource: str) -> float:
         return self.costs.get(resource_kind(resource), 0.0)
@@ -280,6 +286,8 @@ class Pacer:
         self.next_start = 0.0
         self.backoff = 0
         self.successes: deque = deque(maxlen=400)
+        self.in_flight: dict[int, Ticket] = {}
+        self._seq = 0
         # For the meta file and the summary.
         self.responses_429 = 0
         self.resent = 0
@@ -318,9 +326,13 @@ class Pacer:
         if self.aimd_rate and not self.headers_seen:
             self.next_start = max(self.next_start, now) + 1 / self.aimd_rate
         ticket.sent_at = now
+        self._seq += 1
+        ticket.seq = self._seq
+        self.in_flight[ticket.seq] = ticket
 
     def refund(self, ticket: Ticket) -> None:
         """The request never reached the provider (connection failed): give its units back."""
+        self.in_flight.pop(ticket.seq, None)
         for name, bucket in self.buckets.items():
             if name in ticket.sent_before:
                 bucket.refund(ticket.cost(name))
@@ -328,29 +340,34 @@ class Pacer:
     def observe(self, ticket: Ticket, status: int, headers) -> float | None:
         """Take in a reply; for a 429 to wait out, the seconds to wait, else None."""
         now = clock()
+        self.in_flight.pop(ticket.seq, None)
         readings, style = read_limits(headers)
         self.style = self.style or style
+        earlier = [t for seq, t in self.in_flight.items() if seq < ticket.seq] if readings else []
         for name, reading in readings.items():
             bucket = self.buckets.get(name)
             if bucket is None:
                 bucket = self.buckets[name] = Bucket()
                 # A budget first heard of now: what was sent since this request is unknown to it.
                 ticket.sent_before[name] = 0.0
-            bucket.observe(reading, ticket.sent_at, ticket.sent_before.get(name, bucket.sent), now)
+            bucket.observe(reading, ticket.sent_at, ticket.sent_before.get(name, bucket.sent), now,
+                           sum(t.cost(name) for t in earlier))
         if status != 429:
             if 200 <= status < 300:
                 self.successes.append(now)
                 self.backoff = 0
                 self.scale = min(1.0, self.scale * _INCREASE)
-                if self.aimd_rate:
-                    self.aimd_rate *= _INCREASE
+                if self.aimd_rate:  # faster while no 429 has come for a while
+                    calm = now - self.last_decrease > 2.0
+                    self.aimd_rate *= _INCREASE ** (5 if calm else 1)
             return None
         self.responses_429 += 1
         told = retry_after(headers)
         exhausted = [(name, r) for name, r in readings.items() if r.remaining is not None
                      and r.remaining < max(1.0, ticket.cost(name))]
-        if ticket.sent_at > self.last_decrease:  # one decrease per congestion event
+        if ticket.sent_at > self.last_decrease:  # one decrease (and backoff step) per congestion event
             self.last_decrease = now
+            self.backoff += 1
             self._slow_down(ticket, readings, now)
         if told is None:
             told = self._own_wait(ticket, exhausted, now)
@@ -360,23 +377,32 @@ class Pacer:
     def _slow_down(self, ticket: Ticket, readings: dict, now: float) -> None:
         if self.headers_seen:
             self.scale = max(0.25, self.scale * _DECREASE)
+            rooms = {}
             for name, bucket in self.buckets.items():
-                predicted = ticket.level_after.get(name)
-                if predicted is not None and predicted > 0.25 * (bucket.limit or 0) and not (
-                        name in readings and readings[name].remaining is not None):
-                    # The model said there was room, the provider said no and did not say why:
-                    # it lets less through at once than the limit says (quantised enforcement).
-                    cost = ticket.cost(name)
-                    bucket.burst = max(2 * cost, (predicted + cost) / 2)
+                reading = readings.get(name)
+                if reading is not None and reading.remaining is not None:
+                    rooms[name] = reading.remaining - bucket.hidden
+                elif ticket.level_after.get(name) is not None:
+                    rooms[name] = ticket.level_after[name] + ticket.cost(name)
+            costs = {name: max(1.0, ticket.cost(name)) for name in rooms}
+            if rooms and all(rooms[n] >= costs[n] for n in rooms):
+                # Every budget had room, yet the provider said no: it lets less through at once
+                # than its limit says. Take the tightest budget's room as not really there.
+                name = min(rooms, key=lambda n: rooms[n] / costs[n])
+                bucket = self.buckets[name]
+                if bucket.limit:
+                    bucket.hidden = min(bucket.limit - costs[name], bucket.hidden + rooms[name])
+            for bucket in self.buckets.values():
                 if bucket.level is not None:
                     bucket.level = min(bucket.level, 0.0)
                     bucket.at = now
             return
-        recent = [t for t in self.successes if t > now - 2.0]
-        measured = len(recent) / 2.0 if len(recent) >= 4 else None
-        base = self.aimd_rate if self.aimd_rate else measured
-        if base is None:  # too few answers to measure: start from the sending rate
-            base = max(1.0, len(self.successes) / max(0.5, now - (self.successes[0] if self.successes else now)))
+        if self.aimd_rate:
+            base = self.aimd_rate
+        else:  # the first 429: start from the rate answers came at (over at least a second)
+            recent = [t for t in self.successes if t > now - 2.0]
+            span = min(2.0, max(1.0, now - recent[0])) if recent else 1.0
+            base = max(1.0, len(recent) / span)
         self.aimd_rate = max(0.05, base * _DECREASE)
         self.next_start = max(self.next_start, now + 1 / self.aimd_rate)
 
@@ -391,9 +417,8 @@ class Pacer:
                 waits.append(reading.reset)
         if waits:
             return min(max(waits), 60.0)
-        self.backoff += 1
         rate = self.aimd_rate or 1.0
-        return min(8.0, (2.0 / rate) * 2 ** (self.backoff - 1))
+        return min(8.0, (2.0 / rate) * 2 ** max(0, self.backoff - 1))
 
     def describe(self) -> dict:
         """What the meta file records about this pacer."""
@@ -534,7 +559,8 @@ async def send(request, attempt):
         await pacer.acquire(ticket)
         try:
             response = await attempt(request)
-        except Exception as exc:
+        except BaseException as exc:
+            pacer.in_flight.pop(ticket.seq, None)
             if is_connect_failure(exc):
                 pacer.refund(ticket)
                 if ticket.reach is not None:
