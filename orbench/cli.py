@@ -23,8 +23,8 @@ from orbench.cache import Cache, default_cache_path
 from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, redact
-from orbench.ratelimit import DEFAULT_PATIENCE
 from orbench.provenance import build_meta, dumps, meta_path_for
+from orbench.ratelimit import DEFAULT_PATIENCE
 from orbench.stage import (
     RunResult,
     Stage,

@@ -23,7 +23,9 @@ adds, an async function for one row, and the settings that change its results) a
   existing output or its progress file: rows done earlier stay in both.
 - **Order and atomicity.** The output keeps every input column, adds the stage's columns and an
   ``error`` column, lists rows in input order, and is written through a temporary file and a rename.
-- **Bounded concurrency** (``concurrency`` rows in flight) with a tqdm progress bar.
+- **Bounded concurrency** (``concurrency`` rows in flight) with a tqdm progress bar on a
+  terminal, and one plain progress line every ``PROGRESS_EVERY`` seconds when stderr is not one
+  (CI, ``nohup``, a job scheduler); ``quiet`` silences both.
 - **Failures are data.** A row that fails after the retries keeps its place with an ``error``
   text naming the stage. A ``FatalProviderError`` (bad key, unknown model) stops the run at once;
   so does a full disk (``UsageError``), keeping every finished row.
@@ -53,6 +55,7 @@ from orbench.models import redact
 from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
 
 RowResult = dict | list[dict]
+PROGRESS_EVERY = 30.0  # seconds between plain progress lines when stderr is not a terminal
 
 
 @dataclass
@@ -431,6 +434,10 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
     queue.reverse()  # pop() from the end keeps input order
     bar = tqdm(total=len(queue), desc=stage.name, unit="row", disable=True if quiet else None,
                file=sys.stderr, mininterval=0.5, smoothing=0.1, dynamic_ncols=True)
+    counts = {"done": 0, "errors": 0}
+    lines = None
+    if not quiet and not sys.stderr.isatty():
+        lines = asyncio.ensure_future(_progress_lines(stage.name, len(queue), counts, client))
 
     async def worker() -> None:
         while queue:
@@ -445,6 +452,8 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
                 entry = {"key": key, "rows": None, "error": f"{stage.stage_id}: {text}"[:500]}
             log.append(entry)
             bar.update(1)
+            counts["done"] += 1
+            counts["errors"] += entry["error"] is not None
 
     workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(queue))))]
     try:
@@ -457,8 +466,32 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
             raise failures[0]
     finally:
         bar.close()
+        if lines is not None:
+            lines.cancel()
         if client is not None:  # SDK connections belong to this event loop; close them in it
             await client.close()
+
+
+def progress_line(name: str, done: int, total: int, errors: int, elapsed: float, paced: bool) -> str:
+    """One plain progress line: rows done / total, rate, errors, paced or not, time left."""
+    rate = done / elapsed if elapsed > 0 else 0.0
+    if rate > 0:
+        seconds = round((total - done) / rate)
+        left = f"ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    else:
+        left = "ETA unknown"
+    paced_text = "paced by the provider's rate limit" if paced else "not paced"
+    return (f"{name}: {done:,}/{total:,} rows, {rate:.1f} rows/s, {errors:,} errors, {paced_text}, "
+            f"{left}")
+
+
+async def _progress_lines(name: str, total: int, counts: dict, client: Client | None) -> None:
+    started = time.monotonic()
+    while True:
+        await asyncio.sleep(PROGRESS_EVERY)
+        paced = bool(getattr(getattr(client, "rate_limits", None), "paced", False))
+        print(progress_line(name, counts["done"], total, counts["errors"], time.monotonic() - started,
+                            paced), file=sys.stderr, flush=True)
 
 
 def _assemble(stage: Stage, input_columns, picked: list[tuple[dict, str, bool]],
