@@ -113,6 +113,27 @@ def resolve_input(path: str | os.PathLike) -> str:
     return name if Path(name).exists() else (resolve_set(name) or name)
 
 
+def read_csv_text(path: str | os.PathLike, sep: str = ",", columns=None) -> pd.DataFrame:
+    """A CSV as text cells (empty cells ""), only ``columns`` when given (names as in the
+    header, or a test of a name). Read with pyarrow (columnar, multi-threaded) when it is
+    installed; with pandas' own parser when it is not or when pyarrow refuses the file, so
+    the cells and the error messages are the same either way."""
+    kwargs = {"dtype": str, "keep_default_na": False, "encoding": "utf-8", "sep": sep}
+    if callable(columns):
+        header = pd.read_csv(path, nrows=0, **kwargs).columns
+        columns = [c for c in header if columns(c)]
+    if columns is not None:
+        kwargs["usecols"] = list(columns)
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return pd.read_csv(path, **kwargs)
+    try:
+        return pd.read_csv(path, engine="pyarrow", **kwargs)
+    except Exception:  # noqa: BLE001 - pandas' parser reads it or gives the one-line message
+        return pd.read_csv(path, **kwargs)
+
+
 def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "input file",
                sep: str | None = None) -> pd.DataFrame:
     """Read ``path`` as a table of strings; ``UsageError`` (one line, naming the file) on any problem.
@@ -145,7 +166,7 @@ def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "
             frame = pd.read_parquet(name)
             frame = frame.fillna("").astype(str)
         else:
-            frame = pd.read_csv(name, dtype=str, keep_default_na=False, encoding="utf-8", sep=local_sep)
+            frame = read_csv_text(name, sep=local_sep)
     except UnicodeDecodeError as exc:
         raise UsageError(
             f"{what} {name} is not UTF-8 text (bad byte at position {exc.start}); re-save it as UTF-8"

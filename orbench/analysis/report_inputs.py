@@ -23,7 +23,7 @@ from orbench.analysis import lineage
 from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
-from orbench.tables import did_you_mean, file_name, input_stem, read_table
+from orbench.tables import did_you_mean, file_name, input_stem, read_csv_text, read_table
 from orbench.vocab import (
     JUDGE,
     JUDGE_CLASSES,
@@ -169,8 +169,7 @@ def read_results(path: str) -> pd.DataFrame:
     lower = path.lower()
     if "://" not in path and lower.endswith(".csv") and Path(path).is_file():
         try:
-            frame = pd.read_csv(path, dtype=object, na_filter=False, encoding="utf-8",
-                                usecols=lambda c: str(c).strip() in COLUMNS)
+            frame = read_csv_text(path, columns=lambda c: str(c).strip() in COLUMNS)
             frame.columns = [str(c).strip() for c in frame.columns]
             if not frame.empty and "prompt" in frame.columns:
                 return frame
