@@ -376,7 +376,6 @@ class Pacer:
 
     def _slow_down(self, ticket: Ticket, readings: dict, now: float) -> None:
         if self.headers_seen:
-            self.scale = max(0.25, self.scale * _DECREASE)
             rooms = {}
             for name, bucket in self.buckets.items():
                 reading = readings.get(name)
@@ -392,6 +391,8 @@ class Pacer:
                 bucket = self.buckets[name]
                 if bucket.limit:
                     bucket.hidden = min(bucket.limit - costs[name], bucket.hidden + rooms[name])
+            else:  # the budget model was right but sent too much: slow its refill estimate
+                self.scale = max(0.25, self.scale * _DECREASE)
             for bucket in self.buckets.values():
                 if bucket.level is not None:
                     bucket.level = min(bucket.level, 0.0)
