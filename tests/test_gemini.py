@@ -104,12 +104,21 @@ def test_a_bad_key_stops_the_run_with_one_line(gem, env, script, tmp_path, statu
 def test_429_and_500_are_retried_then_fail_the_row(gem, env, script, tmp_path):
     gem.add_rule(match="flaky", status=500, times=1)
     gem.add_rule(match="limited", status=429)
-    result = one_run(script, env, tmp_path, "--max_retries=1", prompts=["flaky one", "limited two"])
+    # A 429 is waited out (and the request sent again) for --patience seconds; a wait longer
+    # than that goes back to the SDK at once, whose retries apply, then the row fails.
+    result = one_run(script, env, tmp_path, "--max_retries=1", "--patience=0.5",
+                     prompts=["flaky one", "limited two"])
     assert result.returncode == 1, result.stderr
     table = read(tmp_path / "out.csv")
     assert table.response[0].startswith("Fake Gemini answer") and table.error[0] == ""
     assert table.error[1].startswith("check_alignment: HTTP 429 from gemini (rate limited")
-    assert len(gem.requests) == 4  # each asked twice: the SDK's one retry
+    asked = [json.dumps(r["body"]) for r in gem.requests]
+    assert sum("flaky" in b for b in asked) == 2  # the 500: the SDK's one retry
+    limited = sum("limited" in b for b in asked)
+    assert limited >= 2  # at least the SDK's one retry
+    meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
+    assert meta["rate_limits"][0]["responses_429"] == limited
+    assert meta["rate_limits"][0]["passed_to_sdk_after_patience"] == 2
 
 
 def test_no_server_is_a_connection_failure_of_the_row(gem, env, script, tmp_path):
