@@ -365,7 +365,9 @@ class Pacer:
         told = retry_after(headers)
         exhausted = [(name, r) for name, r in readings.items() if r.remaining is not None
                      and r.remaining < max(1.0, ticket.cost(name))]
-        if ticket.sent_at > self.last_decrease:  # one decrease (and backoff step) per congestion event
+        # One decrease (and backoff step) per congestion event. A bare 429 that says how long to
+        # wait is waited out as told; the rate is only cut when the provider says nothing at all.
+        if ticket.sent_at > self.last_decrease and (readings or told is None):
             self.last_decrease = now
             self.backoff += 1
             self._slow_down(ticket, readings, now)
@@ -402,8 +404,9 @@ class Pacer:
             base = self.aimd_rate
         else:  # the first 429: start from the rate answers came at (over at least a second)
             recent = [t for t in self.successes if t > now - 2.0]
-            span = min(2.0, max(1.0, now - recent[0])) if recent else 1.0
-            base = max(1.0, len(recent) / span)
+            if len(recent) < 4:
+                return  # too few answers to measure a rate: back off only
+            base = len(recent) / min(2.0, max(1.0, now - recent[0]))
         self.aimd_rate = max(0.05, base * _DECREASE)
         self.next_start = max(self.next_start, now + 1 / self.aimd_rate)
 
