@@ -12,8 +12,9 @@ base URL and model) with :func:`attached`; :func:`send` then
   tokens}``, Anthropic's ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*``,
   and the bare / IETF ``ratelimit-*`` forms) and re-anchors the estimate on them;
 - on a 429 waits as told (``retry-after-ms``, ``retry-after``, or the reset of the exhausted
-  budget; without any header, an AIMD controller cuts the rate by 15 % and backs off) and sends the same request again, so the SDK never spends a retry and the row
-  never fails while the provider merely asks to wait. Past the patience bound (``--patience``
+  budget; without any header, an AIMD controller cuts the rate by 15 % and backs off) and
+  sends the same request again, so the SDK never spends a retry and the row never fails while
+  the provider merely asks to wait. Past the patience bound (``--patience``
   seconds since the request's first 429) the 429 goes back to the SDK as before.
 
 The budget model is a token bucket per reported resource: capacity ``limit``, refill rate
@@ -525,8 +526,9 @@ class Reachability:
                 done, _ = await asyncio.wait({task}, timeout=0.2)
                 if done:
                     return True, task.result()
-        except BaseException:
+        except BaseException:  # cancelled: cancel the work too, and let it finish unwinding
             task.cancel()
+            await asyncio.wait({task})
             raise
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -125,7 +125,7 @@ def read_csv_text(path: str | os.PathLike, sep: str = ",", columns=None) -> pd.D
     if columns is not None:
         kwargs["usecols"] = list(columns)
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow  # noqa: F401 - only whether it is installed
     except ImportError:
         return pd.read_csv(path, **kwargs)
     try:
