@@ -520,19 +520,35 @@ class Reachability:
     async def guard(self, work) -> tuple[bool, object]:
         """``(True, result)`` of awaiting ``work``; ``(False, None)`` when the address is found
         dead meanwhile (``work`` is then cancelled: the SDK may be sleeping before a retry)."""
-        task = asyncio.ensure_future(work)
+        task = asyncio.ensure_future(_captured(work))
         try:
             while not self.dead:
                 done, _ = await asyncio.wait({task}, timeout=0.2)
                 if done:
-                    return True, task.result()
+                    ok, value = task.result()
+                    if not ok:
+                        raise value
+                    return True, value
         except BaseException:  # cancelled: cancel the work too, and let it finish unwinding
             task.cancel()
-            await asyncio.wait({task})
+            try:
+                await asyncio.wait({task})
+            finally:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: not "never retrieved" at shutdown
             raise
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return False, None
+
+
+async def _captured(work) -> tuple[bool, object]:
+    """``(True, result)`` or ``(False, exception)`` of ``work``: the task that runs it never ends
+    in an exception of its own, which asyncio.run would report at an interrupted run's shutdown."""
+    try:
+        return True, await work
+    except Exception as exc:  # noqa: BLE001 - handed back to the caller, which raises it
+        return False, exc
 
 
 # -- the transport hook ------------------------------------------------------------------------
