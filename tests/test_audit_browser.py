@@ -41,6 +41,8 @@ def browser():
                 "--allow-file-access-from-files", "--window-size=1200,900"):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    driver.set_page_load_timeout(30)  # a stuck browser fails the test instead of hanging the suite
+    driver.set_script_timeout(30)
     yield driver
     driver.quit()
 

@@ -32,8 +32,8 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     assert ".[local]" in main_job and "scripts/demo.sh" in main_job
     assert ".[dev,local]" in tests and "pytest" in tests
     ci = (ROOT / ".ci" / "run").read_text()
-    assert 'pip install --quiet -e ".[dev,local]"' in ci and "python -m pytest -q" in ci
-    assert "python -m pytest -q" in tests
+    assert 'pip install --quiet -e ".[dev,local]"' in ci and "python -m pytest -q -n 2" in ci
+    assert "python -m pytest -q -n 2" in tests
     # The README's commands and CI build the same engine.
     build = re.search(r'export CMAKE_ARGS="([^"]*)"', ci).group(1)
     assert "-DGGML_NATIVE=OFF" in build
