@@ -320,7 +320,10 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
     samples with a prompt-level bootstrap interval and the share of prompts whose samples
     disagree; and the per-prompt refusal shares (prompt as its hash; see :func:`with_texts`)."""
     d = inp.data
-    if d.empty or "sample" not in d.columns:
+    if d.empty or "sample" not in d.columns or not d["sample"].any():
+        # No sample index: ``load`` has already refused a prompt repeated within a (set, model,
+        # method, judge) group, so no prompt has more than one sample (and grouping 2.4M rows by
+        # prompt only to find that out is the report's costliest step at scale).
         return pd.DataFrame(columns=SAMPLE_COLUMNS), pd.DataFrame(columns=SHARE_COLUMNS)
     scored = d[d["status"] == SCORED]
     counts = scored.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(

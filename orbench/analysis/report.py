@@ -133,7 +133,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     status = data["status"].to_numpy()
     scored = status == SCORED
     rejected = scored & (data["rejected"].to_numpy() == 1)
-    count = lambda mask: np.bincount(gid, weights=mask, minlength=size).astype(np.int64)  # noqa: E731 (a one-line helper used just below)
+    count = lambda mask: np.bincount(gid[np.asarray(mask, dtype=bool)], minlength=size).astype(np.int64)  # noqa: E731 (a one-line helper used just below)
     out["rows"] = np.bincount(gid, minlength=size)
     out["errors"] = count(status == ERROR)
     out["unparsed"] = count(status == NO_VERDICT)
