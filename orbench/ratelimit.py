@@ -44,9 +44,12 @@ DEFAULT_PATIENCE = 600.0
 # Connection failures, with no reply ever received from the address, that stop the run.
 DEAD_AFTER_FAILURES = 3
 _DECREASE = 0.85       # rate factor after a 429 the budget model did not foresee
+_SHORT_DECREASE = 0.97  # the same once a short enforcement window is learned
 _INCREASE = 1.002      # rate factor per success, back up to what the headers allow
 _MARGIN = 0.02         # share of a budget kept in hand
 _MAX_SLEEP = 0.5       # re-check the budget at least this often while waiting
+_SHORT_PACE = 0.97     # share of the refill used once a short enforcement window is learned
+SLOW_START = 4         # requests in flight before the first reply (the limits are not yet known)
 
 _CURRENT: ContextVar[Ticket | None] = ContextVar("orbench_rate_ticket", default=None)
 
@@ -184,6 +187,9 @@ class Bucket:
         self.hidden = 0.0
         self.lowest_remaining: float | None = None
         self.sent = 0.0  # units sent so far (for "sent since" at re-anchoring)
+        # Share of the refill rate to use: just under 1 once a short window is learned, so
+        # the requests go evenly spaced instead of in bursts the short window refuses.
+        self.pace = 1.0
 
     @property
     def rate(self) -> float | None:
@@ -196,7 +202,7 @@ class Bucket:
         if self.level is None:
             return None
         rate = self.rate
-        grown = self.level + (rate * scale * (now - self.at) if rate else 0.0)
+        grown = self.level + (rate * scale * self.pace * (now - self.at) if rate else 0.0)
         return min(self.cap(), grown)
 
     def wait(self, cost: float, now: float, scale: float) -> float:
@@ -211,7 +217,7 @@ class Bucket:
         rate = self.rate
         if not rate:
             return 0.0  # no refill known: only the 429s can tell
-        return (need - level) / (rate * scale)
+        return (need - level) / (rate * scale * self.pace)
 
     def take(self, cost: float, now: float, scale: float) -> None:
         level = self.level_at(now, scale)
@@ -240,6 +246,11 @@ class Bucket:
                                  else min(self.lowest_remaining, reported))
         if self.limit and reading.reset and reading.reset > 0 and reported < self.limit:
             self.rates.append((self.limit - reported) / reading.reset)
+        if self.hidden and self.level is not None:
+            # A short window learned: its level is below what "remaining" can show (and that is
+            # rounded to whole units), so the bucket is kept by its own count, refilled at just
+            # under the reported rate and emptied on a 429.
+            return
         rate = self.rate or 0.0
         since = max(0.0, self.sent - sent_before)
         self.level = min(self.cap(), remaining + rate * max(0.0, now - sent_at)) - since - unsure
@@ -295,6 +306,7 @@ class Pacer:
         self.gave_up = 0
         self.waited = 0.0       # seconds requests spent held by this pacer
         self.waited_requests = 0
+        self.replies = 0        # replies of any kind: until the first, only SLOW_START go out
 
     @property
     def headers_seen(self) -> bool:
@@ -308,10 +320,20 @@ class Pacer:
             wait = max(wait, self.next_start - now)
         return wait
 
+    @property
+    def slow_starting(self) -> bool:
+        """Before the first reply (which tells the limits) only ``SLOW_START`` requests go out:
+        a burst of the whole concurrency would overrun a budget smaller than it."""
+        return not self.replies and len(self.in_flight) >= SLOW_START
+
     async def acquire(self, ticket: Ticket) -> None:
         """Wait until the request fits the budget, then book it."""
         started = clock()
         while True:
+            if self.slow_starting:  # not a wait for the provider's limit: not counted as held
+                await asyncio.sleep(0.01)
+                started = clock()
+                continue
             now = clock()
             wait = self._wait(ticket, now)
             if wait <= 0:
@@ -342,6 +364,7 @@ class Pacer:
         """Take in a reply; for a 429 to wait out, the seconds to wait, else None."""
         now = clock()
         self.in_flight.pop(ticket.seq, None)
+        self.replies += 1
         readings, style = read_limits(headers)
         self.style = self.style or style
         earlier = [t for seq, t in self.in_flight.items() if seq < ticket.seq] if readings else []
@@ -394,8 +417,14 @@ class Pacer:
                 bucket = self.buckets[name]
                 if bucket.limit:
                     bucket.hidden = min(bucket.limit - costs[name], bucket.hidden + rooms[name])
-            else:  # the budget model was right but sent too much: slow its refill estimate
-                self.scale = max(0.25, self.scale * _DECREASE)
+                    bucket.pace = _SHORT_PACE
+            else:
+                # The budget model was right but sent too much: slow its refill estimate. With a
+                # short window learned, most such 429s come from timing (two requests a little
+                # closer than the even spacing): a gentle cut, still enough to follow a limit
+                # that really drops.
+                short = any(b.hidden for b in self.buckets.values())
+                self.scale = max(0.25, self.scale * (_SHORT_DECREASE if short else _DECREASE))
             for bucket in self.buckets.values():
                 if bucket.level is not None:
                     bucket.level = min(bucket.level, 0.0)

@@ -133,6 +133,55 @@ def test_without_headers_the_rate_is_cut_on_a_429_and_grows_back():
     assert pacer.aimd_rate == pytest.approx(cut * 1.002 ** 100)
 
 
+def _headers(limit: int, remaining: int, reset: str) -> dict:
+    return {"x-ratelimit-limit-requests": str(limit), "x-ratelimit-remaining-requests": str(remaining),
+            "x-ratelimit-reset-requests": reset}
+
+
+def test_a_short_window_is_learned_and_paced_evenly_without_cutting_the_refill():
+    pacer = Pacer("openai", None, "m")
+    ticket = _ticket(pacer)
+    pacer.observe(ticket, 200, _headers(60, 50, "1s"))  # 60 a minute, refilling 10 per second
+    assert pacer.buckets["requests"].rate == pytest.approx(10.0)
+    # A 429 while the headers say 48 are left: the provider lets only a few through at once.
+    later = _ticket(pacer)
+    later.sent_at = ratelimit.clock()
+    pacer.observe(later, 429, {**_headers(60, 48, "1.2s"), "retry-after-ms": "50"})
+    bucket = pacer.buckets["requests"]
+    assert bucket.hidden == 48 and bucket.cap() == 12
+    assert bucket.pace == ratelimit._SHORT_PACE and pacer.scale == 1.0
+    # The bucket now keeps its own count: a reply's rounded "remaining" does not re-anchor it.
+    bucket.level, bucket.at = 5.0, ratelimit.clock()
+    pacer.observe(_ticket(pacer), 200, _headers(60, 59, "0.1s"))
+    assert bucket.level == 5.0
+    # A later 429 with no room left is mostly timing: a gentle cut only, the level is spent, and
+    # the next request waits its share at just under the reported refill.
+    again = _ticket(pacer)
+    again.sent_at = ratelimit.clock()
+    pacer.observe(again, 429, {**_headers(60, 48, "1.2s"), "retry-after-ms": "20"})
+    assert pacer.scale == pytest.approx(ratelimit._SHORT_DECREASE)
+    assert bucket.level == 0.0
+    assert bucket.wait(1, now=bucket.at, scale=pacer.scale) == pytest.approx(
+        min(1 + 0.02 * 60, 12) / (bucket.rate * ratelimit._SHORT_DECREASE * ratelimit._SHORT_PACE))
+
+
+def test_slow_start_holds_requests_until_the_first_reply():
+    async def scenario():
+        pacer = Pacer("openai", None, "m")
+        tickets = [_ticket(pacer) for _ in range(ratelimit.SLOW_START + 2)]
+        first = [asyncio.ensure_future(pacer.acquire(t)) for t in tickets]
+        await asyncio.sleep(0.05)
+        sent = sum(task.done() for task in first)
+        held_before = pacer.waited_requests
+        pacer.observe(tickets[0], 200, {})  # the first reply, even without limits, opens up
+        await asyncio.wait_for(asyncio.gather(*first), 5)
+        return sent, held_before, pacer.waited_requests, pacer.slow_starting
+
+    sent, held_before, held_after, slow = asyncio.run(scenario())
+    assert sent == ratelimit.SLOW_START and held_before == 0
+    assert held_after == 0 and slow is False  # not a wait for the provider's limit
+
+
 def test_reachability_stops_only_when_nothing_ever_answered():
     class ConnectError(Exception):
         pass
