@@ -19,7 +19,11 @@ base URL and model) with :func:`attached`; :func:`send` then
 
 The budget model is a token bucket per reported resource: capacity ``limit``, refill rate
 ``(limit - remaining) / reset`` (the reset headers give the time until the budget is full
-again), level re-read from ``remaining`` on every reply minus what was sent since.
+again), level re-read from ``remaining`` on every reply minus what was sent since. A 429 while
+every budget still had room means the provider enforces its limit over a shorter period than it
+reports: the room it did not grant is learned as not there (``Bucket.hidden``), and from then on
+that bucket keeps its own count, refilled at just under the reported rate (``_SHORT_PACE``), so
+requests go evenly spaced. Until a pacer's first reply only ``SLOW_START`` requests go out.
 
 :class:`Reachability` counts, per provider address, replies and connection failures; when the
 first attempts all fail to connect (refused, unknown host, TLS) before anything has answered,
