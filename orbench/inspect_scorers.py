@@ -7,7 +7,7 @@ code:
 - :func:`keyword_refusal` is stage 4 (``orbench-check-alignment``): a reply the provider blocked
   (inspect's ``stop_reason`` ``content_filter``, which is how inspect reports OpenAI's
   ``content_filter`` finish and Anthropic's ``refusal`` stop reason, or a reply marked as a
-  refusal, OpenAI's ``message.refusal``) is a rejection of kind ``full`` with source ``provider``;
+  refusal, OpenAI's ``message.refusal``) is a rejection of kind ``full`` with source ``provider_block``;
   an empty reply is unscored (``empty_response``); any other reply is read by
   :func:`orbench.refusal.refusal_kind` under the family chosen from the tested model's name
   (:func:`orbench.refusal.family_for_model`), or the ``matcher`` given: ``full``, ``partial`` or
