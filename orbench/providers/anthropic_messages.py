@@ -6,11 +6,9 @@ A stop reason ``refusal`` is a provider block (``Completion.provider_refusal``).
 
 from __future__ import annotations
 
-import json
-
 from orbench.models import ModelSpec, Provider
-from orbench.providers.transport import SDKProvider, classify_http, sdk_http_client
-from orbench.types import BatchAPI, Completion, ErrorClass, Outcome, Request
+from orbench.providers.transport import SDKProvider, sdk_http_client
+from orbench.types import BatchAPI, Completion, Request
 
 # Message Batches' documented limits per batch (module constants, so tests can lower them).
 BATCH_MAX_REQUESTS = 100_000
@@ -48,6 +46,8 @@ def anthropic_completion(response) -> Completion:
 class AnthropicMessages(SDKProvider):
     """The messages API through the official ``anthropic`` SDK."""
 
+    sdk_package = "anthropic"
+
     def __init__(self, provider: Provider, base_url: str | None, api_key: str | None,
                  timeout: float, max_retries: int):
         from anthropic import AsyncAnthropic, DefaultAsyncHttpxClient
@@ -62,17 +62,6 @@ class AnthropicMessages(SDKProvider):
     def parameters_sent(cls, spec: ModelSpec) -> list[str]:
         """The request parameters this provider sends for ``spec`` (for the meta file)."""
         return sorted(k for k in anthropic_params(Request.user(spec, "")) if k not in ("model", "messages"))
-
-    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
-        """The ``anthropic`` SDK's exceptions by HTTP status (``classify_http``); an undecodable
-        reply is asked again. Anything else is not this provider's to sort."""
-        if isinstance(exc, json.JSONDecodeError) or type(exc).__name__ == "APIResponseValidationError":
-            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
-        if type(exc).__module__.split(".")[0] != "anthropic":
-            return None
-        if isinstance(exc, ValueError):
-            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
-        return classify_http(exc, spec, self.base_url, getattr(exc, "status_code", None))
 
     @classmethod
     def batch_api(cls, provider: Provider) -> BatchAPI | None:

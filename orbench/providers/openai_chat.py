@@ -13,8 +13,8 @@ import json
 import re
 
 from orbench.models import ModelSpec, Provider
-from orbench.providers.transport import SDKProvider, classify_http, sdk_http_client
-from orbench.types import BatchAPI, Completion, ErrorClass, Outcome, Request, TransientReply
+from orbench.providers.transport import SDKProvider, sdk_http_client
+from orbench.types import BatchAPI, Completion, Request, TransientReply
 
 # The Batch API's documented limits per batch (module constants, so tests can lower them).
 BATCH_MAX_REQUESTS = 50_000
@@ -83,6 +83,8 @@ def openai_completion(response) -> Completion:
 class OpenAIChat(SDKProvider):
     """Chat completions through the official ``openai`` SDK (also every OpenAI-compatible server)."""
 
+    sdk_package = "openai"
+
     def __init__(self, provider: Provider, base_url: str | None, api_key: str | None,
                  timeout: float, max_retries: int):
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
@@ -97,17 +99,6 @@ class OpenAIChat(SDKProvider):
     def parameters_sent(cls, spec: ModelSpec) -> list[str]:
         """The request parameters this provider sends for ``spec`` (for the meta file)."""
         return sorted(k for k in openai_params(spec.provider.name, Request.user(spec, "")) if k != "model")
-
-    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
-        """The ``openai`` SDK's exceptions by HTTP status (``classify_http``); an undecodable
-        reply is asked again. Anything else is not this provider's to sort."""
-        if isinstance(exc, json.JSONDecodeError) or type(exc).__name__ == "APIResponseValidationError":
-            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
-        if type(exc).__module__.split(".")[0] != "openai":
-            return None
-        if isinstance(exc, ValueError):
-            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
-        return classify_http(exc, spec, self.base_url, getattr(exc, "status_code", None))
 
     @classmethod
     def batch_api(cls, provider: Provider) -> BatchAPI | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import re
 
 from orbench import ratelimit
@@ -138,10 +139,24 @@ class SDKProvider(ProviderAPI):
     """What the SDK-backed providers share: set up from the provider table, closed after the run.
 
     A subclass's ``__init__(provider, base_url, api_key, timeout, max_retries)`` builds ``self.sdk``;
-    it implements ``generate``, ``parameters_sent`` and ``classify``.
+    it implements ``generate`` and ``parameters_sent``, and names in ``sdk_package`` the SDK whose
+    exceptions :meth:`classify` sorts (or overrides ``classify`` when its SDK differs).
     """
 
     sdk = None
+    #: The top-level package of the SDK's exceptions (``openai``, ``anthropic``).
+    sdk_package = ""
+
+    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
+        """The SDK's exceptions by HTTP status (:func:`classify_http`); an undecodable reply is
+        asked again. Anything else is not this provider's to sort."""
+        if isinstance(exc, json.JSONDecodeError) or type(exc).__name__ == "APIResponseValidationError":
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        if type(exc).__module__.split(".")[0] != self.sdk_package:
+            return None
+        if isinstance(exc, ValueError):
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        return classify_http(exc, spec, self.base_url, getattr(exc, "status_code", None))
 
     @classmethod
     def connect(cls, spec: ModelSpec, *, base_url: str | None, timeout: float, max_retries: int):
