@@ -30,8 +30,9 @@ What comes back:
 - ``modelVersion`` is the reported model (the meta file's ``reported_model``).
 
 Errors (``classify``): 401/403, a 400 naming an invalid API key, and 404 stop the run with one
-line; 429 and 5xx are retried by the SDK (``--max_retries``) and then fail the row; no
-connection fails the row as a connection failure.
+line; a 429 is waited out by the client's pacer (``orbench.ratelimit``, up to ``--patience``),
+5xx are retried by the SDK (``--max_retries``), and what is left fails the row; no connection
+fails the row as a connection failure (and stops the run if the address never answered).
 
 The key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``); ``--base_url`` or
 ``GEMINI_BASE_URL`` points the SDK at another server. The HTTP client is the shared one of
