@@ -35,6 +35,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fake_provider import serve_in_thread, serve_until_killed
+
 
 def _last_user_text(messages: list) -> str:
     for message in reversed(messages or []):
@@ -68,9 +70,7 @@ class FakeBatch:
     # -- control ---------------------------------------------------------------
     def start(self, port: int = 0) -> FakeBatch:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(("127.0.0.1", port), handler)
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                         daemon=True).start()  # stop() waits at most one poll interval
+        self._server = serve_in_thread(_Server(("127.0.0.1", port), handler))
         return self
 
     def stop(self) -> None:
@@ -394,14 +394,7 @@ def main() -> None:
     args = parser.parse_args()
     fake = FakeBatch()
     fake.polls = args.polls
-    fake.start(args.port)
-    print(fake.url, flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        fake.stop()
+    serve_until_killed(fake.start(args.port))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fake_provider import serve_in_thread
+
 _PATH = re.compile(r"^/v1beta/models/(?P<model>[^:/]+):(?P<method>generateContent|batchGenerateContent)$")
 _BATCH = re.compile(r"^/v1beta/batches/(?P<id>[^:/]+)$")
 _STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
@@ -134,8 +136,7 @@ class FakeGemini:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = serve_in_thread(_Server(("127.0.0.1", 0), Handler))
         return self
 
     def stop(self) -> None:

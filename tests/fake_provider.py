@@ -130,9 +130,7 @@ class FakeProvider:
 
     def start(self, port: int = 0) -> FakeProvider:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(("127.0.0.1", port), handler)
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                         daemon=True).start()  # stop() waits at most one poll interval
+        self._server = serve_in_thread(_Server(("127.0.0.1", port), handler))
         return self
 
     def stop(self) -> None:
@@ -331,13 +329,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"rules": [asdict(r) for r in self.fake.rules]})
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Serve the fake provider on 127.0.0.1 until killed.")
-    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
-    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each default reply")
-    parser.add_argument("--text", default="Fake answer to: {prompt}", help="default reply text")
-    args = parser.parse_args()
-    fake = FakeProvider(default_text=args.text, default_delay=args.delay).start(args.port)
+def serve_in_thread(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
+    """Run ``server`` in a daemon thread; ``shutdown()`` then waits at most one 20 ms poll."""
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    return server
+
+
+def serve_until_killed(fake) -> None:
+    """A fake's command-line mode: print its URL, serve until Ctrl-C or a kill, then stop it."""
     print(fake.url, flush=True)
     try:
         threading.Event().wait()
@@ -345,6 +344,15 @@ def main() -> None:
         pass
     finally:
         fake.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve the fake provider on 127.0.0.1 until killed.")
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free port)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each default reply")
+    parser.add_argument("--text", default="Fake answer to: {prompt}", help="default reply text")
+    args = parser.parse_args()
+    serve_until_killed(FakeProvider(default_text=args.text, default_delay=args.delay).start(args.port))
 
 
 if __name__ == "__main__":

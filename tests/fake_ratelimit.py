@@ -29,6 +29,8 @@ import time
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fake_provider import serve_in_thread, serve_until_killed
+
 
 def _openai_duration(seconds: float) -> str:
     """A reset as OpenAI writes it: ``"20ms"``, ``"1.5s"``, ``"6m0s"``."""
@@ -107,9 +109,7 @@ class FakeRateLimited:
 
     def start(self, port: int = 0) -> FakeRateLimited:
         handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = _Server(("127.0.0.1", port), handler)
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                         daemon=True).start()
+        self._server = serve_in_thread(_Server(("127.0.0.1", port), handler))
         return self
 
     def stop(self) -> None:
@@ -244,13 +244,7 @@ def main() -> None:
     fake = FakeRateLimited(rpm=args.rpm, tpm=args.tpm, window=args.window, style=args.style,
                            latency=args.latency, burst=args.burst, share=args.share,
                            share_after=args.share_after).start(args.port)
-    print(fake.url, flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        fake.stop()
+    serve_until_killed(fake)
 
 
 if __name__ == "__main__":
