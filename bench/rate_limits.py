@@ -1,28 +1,44 @@
-"""Runs at a provider's rate limit: achieved / allowed rate, 429s per success, error rows.
+"""Runs at a server's limit, of every shape: achieved / allowed rate, 429s per success, error rows.
 
-Starts ``tests/fake_ratelimit.py`` (a loopback server that enforces requests and tokens per
-"minute" with 429s, in OpenAI's, Anthropic's or no header style) in its own process for each
-scenario, runs the rows through the stage runner and ``Client`` in process with the cache off
-and no ``--rpm``, and prints one line per scenario beside the goals (>= 0.90 of the allowed
-rate, <= 0.05 429s per success, <= 0.2 with no headers, 0 error rows).
+Starts ``tests/fake_ratelimit.py`` (a loopback server that enforces limits the ways providers
+and gateways do: token buckets and fixed windows on requests and tokens, enforced over shorter
+periods than the headers say, headers whose reset means "until the next request" or whose limit
+promises more than is given, bare 429s, a cap on requests in flight, 503/529 "overloaded"
+answers, a limit that halves once the pacer has settled) in its own process for each scenario,
+runs the rows through the stage runner and ``Client`` in process (the real openai, anthropic or
+google-genai SDK) with the cache off and no ``--rpm``, and prints one line per scenario beside
+the goals: >= 0.90 of the allowed rate, <= 0.05 429s per success (0.2 where the 429s carry no
+header), 0 error rows.
 
-Time is scaled down: the provider's "minute" is ``--window`` seconds (default 3), so 3,000 RPM
-becomes 150 requests per 3 s (50 req/s) and a scenario takes seconds. The server's budgets start
-full, as a provider's do; the allowed time counts that: ``(rows - bucket) / refill rate`` (and,
-when another job takes half the key mid-run, the rows after that at half the rate). The ratio
-printed is allowed time / wall time, for the rows that succeeded.
+Time is scaled down 20 x: the provider's "minute" is 3 s (``--window``), so 3,000 RPM is 150
+requests per 3 s, still 50 requests a second; a limit "enforced over 1 s" holds 1/60 of it.
+"Allowed" is the time the server's capacity needs for the rows that succeeded, plus one reply's
+latency: a bucket starts full, as a provider's does (``(rows - bucket) / refill``, and when
+another job takes half the key mid-run, the rows after that at half the rate), a fixed window
+admits its whole count at its start, a cap on requests in flight admits ``cap / latency`` per
+second, and a client never runs more than ``--concurrency`` requests at once. The ratio is
+allowed time / wall time (a fixed window's burst can make it a little over 1).
 
-    python bench/rate_limits.py                      # every scenario, this checkout
+The named scenarios are the issue's; ``--random N`` also runs N seeds of every shape with its
+numbers drawn afresh (limits x0.5-2, enforcement windows 1-60 s, caps 4-48, concurrency 32 and
+64, the SDK among the three), so no rule is tuned to one server's numbers. The last lines time
+how fast a run stops at an address that answers only "overloaded", and at a closed port.
+
+    python bench/rate_limits.py                      # the named scenarios, this checkout
+    python bench/rate_limits.py --random 3           # ... and 3 seeds of every randomised shape
+    python bench/rate_limits.py --only cap-8-c32 --rows 600
     python bench/rate_limits.py --code /work/main    # the same with another checkout's orbench
-    python bench/rate_limits.py --only rpm-c32 --rows 600
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
+import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,38 +48,95 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_ratelimit import Shape  # noqa: E402 (tests/ is put on sys.path just above)
+
 PROMPT = "Please explain, briefly and plainly, how a household smoke detector works. Row {i:05d}."
+SCALE = 20        # real seconds per bench second
+MINUTE = 60 / SCALE
+RPM, TPM = 3000, 1_200_000
+MODELS = {"openai": "openai/bench-model", "anthropic": "anthropic/bench-model", "gemini": "gemini/bench-model"}
 
 
 @dataclass
 class Scenario:
     name: str
-    style: str = "openai"
-    rpm: float = 0          # requests per window
-    tpm: float = 0          # tokens per window
+    shape: Shape
+    sdk: str = "openai"
     concurrency: int = 32
     max_tokens: int = 100
-    share_after: int | None = None  # another job takes half the key after this many requests
-    burst: float = 1.0
     rows: int | None = None
 
+    @property
+    def bare(self) -> bool:
+        """Whether the 429s carry no header (the goal is then 0.2 429s per success)."""
+        return self.shape.style == "none" or bool(self.shape.cap)
 
-def scenarios(window: float) -> list[Scenario]:
-    """The issue's cases at 3,000 RPM and 1.2M TPM (per ``window`` seconds)."""
-    rpm = 3000 * window / 60
-    tpm = 1_200_000 * window / 60
-    found = [Scenario(f"rpm-c{c}", rpm=rpm, concurrency=c) for c in (4, 8, 16, 32, 64)]
-    found += [
-        Scenario("tpm-c32", tpm=tpm, max_tokens=1000, rows=600),
-        Scenario("tpm-c64", tpm=tpm, max_tokens=1000, concurrency=64, rows=600),
-        Scenario("anthropic-rpm-c32", style="anthropic", rpm=rpm),
-        Scenario("anthropic-tpm-c64", style="anthropic", tpm=tpm, max_tokens=1000, concurrency=64, rows=600),
-        Scenario("halves-mid-run-c32", rpm=rpm, share_after=500),
-        # "enforced over short periods": the budget holds a second's worth, the headers the minute's
-        Scenario("per-second-rpm-c32", rpm=rpm, burst=1 / 60),
-        Scenario("no-headers-c32", style="none", rpm=rpm),
-        Scenario("no-headers-c64", style="none", rpm=rpm, concurrency=64),
+
+def per_minute(rpm: float = 0, tpm: float = 0, **fields) -> Shape:
+    """A shape whose limits are given per real minute, scaled to the bench's minute."""
+    return Shape(rpm=rpm * MINUTE / 60, tpm=tpm * MINUTE / 60, window=MINUTE, **fields)
+
+
+def scenarios() -> list[Scenario]:
+    """The issue's shapes, and the honest ones the pacer must not lose."""
+    short = {"burst": 1 / 60, "reset": "next", "latency": 0.05}  # enforced over 1 s, reset "until next"
+    return [
+        Scenario("honest-rpm-c32", per_minute(RPM, latency=0.05)),
+        Scenario("honest-rpm-c64", per_minute(RPM, latency=0.05), concurrency=64),
+        Scenario("honest-tpm-anthropic-c64", per_minute(tpm=TPM, style="anthropic", latency=0.05),
+                 sdk="anthropic", concurrency=64, max_tokens=1000, rows=600),
+        Scenario("reset-next-c32", per_minute(RPM, **short), rows=1500),
+        Scenario("reset-next-tpm-c64", per_minute(tpm=TPM, **short), concurrency=64, max_tokens=1000, rows=600),
+        Scenario("reset-next-halves-c32", per_minute(RPM, share=0.5, share_after=600, **short), rows=1500),
+        Scenario("reset-next-overload-c32", per_minute(RPM, overload_every=20, **short)),
+        Scenario("reset-next-anthropic-c64", per_minute(RPM, style="anthropic", overload_every=10, **short),
+                 sdk="anthropic", concurrency=64),
+        Scenario("lying-limit-c32", per_minute(RPM, claim=2.0, burst=0.2, latency=0.05)),
+        Scenario("cap-8-c32", Shape(cap=8, style="none", latency=0.2)),
+        Scenario("cap-6-gemini-c64", Shape(cap=6, style="none", latency=0.2), sdk="gemini", concurrency=64),
+        Scenario("bare-c32", per_minute(1800, style="none", latency=0.05), rows=900),
+        Scenario("bare-short-gemini-c32", per_minute(RPM, style="none", burst=1 / 60, latency=0.05),
+                 sdk="gemini"),
+        Scenario("fixed-10s-c32", Shape(rpm=RPM / 60 * 10 / SCALE, window=10 / SCALE, fixed=True,
+                                        remaining_only=True, latency=0.05), rows=1500),
     ]
+
+
+def randomised(seed: int) -> list[Scenario]:
+    """Every shape once per concurrency (32 and 64), with its numbers drawn by ``seed``."""
+    rng = random.Random(seed)
+    found = []
+    for concurrency in (32, 64):
+        for kind in ("honest", "reset-next", "lying", "halves", "overload", "bare", "fixed", "cap"):
+            sdk = rng.choice(["openai", "anthropic", "gemini"])
+            style = {"openai": "openai", "anthropic": "anthropic", "gemini": "none"}[sdk]
+            if kind in ("bare", "cap"):
+                style = "none"
+            rate = RPM / 60 * rng.uniform(0.5, 2)               # requests per second
+            period = rng.uniform(1, 60) / SCALE                  # the window that enforces it
+            fields = {"style": style, "latency": 0.05, "jitter": 0.3, "seed": seed}
+            if kind == "cap":
+                cap = rng.randint(4, 48)
+                fields["latency"] = max(0.05, cap / 150)
+                shape = Shape(cap=cap, **fields)
+            elif kind == "fixed":
+                shape = Shape(rpm=rate * period, window=period, fixed=True,
+                              remaining_only=style != "none", **fields)
+            else:
+                tokens = rng.random() < 0.3
+                limit = {"tpm": rate * cost_of(100) * MINUTE} if tokens else {"rpm": rate * MINUTE}
+                fields.update(burst=min(1.0, period / MINUTE), reset="next" if kind != "honest" else "full")
+                if kind == "honest":
+                    fields["burst"] = 1.0
+                if kind == "lying":
+                    fields.update(claim=rng.uniform(1.5, 3), reset="full")
+                if kind == "halves":
+                    fields.update(share=0.5, share_after=400)
+                if kind == "overload":
+                    fields["overload_every"] = rng.randint(5, 30)
+                shape = Shape(window=MINUTE, **limit, **fields)
+            found.append(Scenario(f"random-{kind}-s{seed}-c{concurrency}", shape, sdk, concurrency))
     return found
 
 
@@ -71,93 +144,163 @@ def cost_of(max_tokens: int) -> int:
     return math.ceil(len(PROMPT.format(i=0)) / 4) + max_tokens
 
 
-def allowed_seconds(s: Scenario, rows: int, window: float) -> float:
-    """The least time the server's budget allows for ``rows`` (see the module docstring)."""
-    if s.rpm:
-        rate, bucket = s.rpm / window, s.rpm * s.burst
-    else:
-        per = cost_of(s.max_tokens)
-        rate, bucket = s.tpm / window / per, s.tpm * s.burst / per
-    if s.share_after is None or rows <= s.share_after:
-        return max(0.0, rows - bucket) / rate
-    first = max(0.0, s.share_after - bucket) / rate
-    return first + (rows - s.share_after) / (rate / 2)
+def allowed_seconds(s: Scenario, rows: int) -> float:
+    """The least time the server (and the client's concurrency) allows for ``rows``."""
+    shape, latency = s.shape, s.shape.latency
+    per = cost_of(s.max_tokens)
+    floors = [rows * latency / s.concurrency]
+    if shape.cap:
+        floors.append(rows * latency / min(shape.cap, s.concurrency))
+    limits = [(shape.rpm, 1.0), (shape.tpm, per)]
+    limits = [(limit / unit) for limit, unit in limits if limit]
+    if limits:
+        count = min(limits)  # requests per window
+        if shape.fixed:
+            floors.append((math.ceil(rows / count) - 1) * shape.window)
+        else:
+            rate, bucket = count / shape.window, count * shape.burst
+            if shape.share_after and rows > shape.share_after:
+                first = max(0.0, shape.share_after - bucket) / rate
+                floors.append(first + (rows - shape.share_after) / (rate * (1 - shape.share)))
+            else:
+                floors.append(max(0.0, rows - bucket) / rate)
+    return max(floors) + latency
 
 
-def start_fake(s: Scenario, window: float, latency: float) -> tuple[subprocess.Popen, str]:
-    argv = [sys.executable, str(ROOT / "tests" / "fake_ratelimit.py"), "--window", str(window),
-            "--style", s.style, "--latency", str(latency), "--rpm", str(s.rpm), "--tpm", str(s.tpm),
-            "--burst", str(s.burst)]
-    if s.share_after:
-        argv += ["--share", "0.5", "--share_after", str(s.share_after)]
+def start_fake(shape: Shape) -> tuple[subprocess.Popen, str]:
+    argv = [sys.executable, str(ROOT / "tests" / "fake_ratelimit.py")]
+    for f in dataclasses.fields(Shape):
+        value = getattr(shape, f.name)
+        if isinstance(value, bool):
+            argv += [f"--{f.name}"] if value else []
+        elif value != f.default:
+            argv += [f"--{f.name}", str(value)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().strip()
 
 
-def run_one(s: Scenario, rows: int, window: float, latency: float) -> dict:
+def point_sdks_at(url: str) -> None:
+    os.environ.update(OPENAI_API_KEY="sk-bench-not-a-key", ANTHROPIC_API_KEY="sk-ant-bench-not-a-key",
+                      GEMINI_API_KEY="gemini-bench-not-a-key", OPENAI_BASE_URL=url + "/v1",
+                      ANTHROPIC_BASE_URL=url, GEMINI_BASE_URL=url + "/")
+
+
+def run_rows(s: Scenario, rows: int):
+    """Run ``rows`` through the stage runner; ``(result, wall seconds, client)``."""
     import pandas as pd
 
     from orbench.clients import Client, Request
     from orbench.models import parse_model
     from orbench.stage import Stage, run_stage
 
-    proc, url = start_fake(s, window, latency)
+    spec = parse_model(MODELS[s.sdk])
+    client = Client(cache=None, concurrency=s.concurrency)
+    client.prepare(spec)
+
+    async def run_row(row: dict) -> dict:
+        completion = await client.complete(Request.user(spec, row["prompt"], max_tokens=s.max_tokens))
+        return {"response": completion.text}
+
+    stage = Stage("bench", needs=["prompt"], adds=["response"], run_row=run_row)
+    table = pd.DataFrame({"prompt": [PROMPT.format(i=i) for i in range(rows)]})
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        result = run_stage(stage, table, Path(tmp) / "out.csv", concurrency=s.concurrency,
+                           client=client, quiet=True)
+        return result, time.perf_counter() - started, client
+
+
+def run_one(s: Scenario, rows: int) -> dict:
+    proc, url = start_fake(s.shape)
     try:
-        os.environ.update(OPENAI_API_KEY="sk-bench-not-a-key", ANTHROPIC_API_KEY="sk-ant-bench-not-a-key",
-                          OPENAI_BASE_URL=url + "/v1", ANTHROPIC_BASE_URL=url)
-        spec = parse_model("anthropic/bench-model" if s.style == "anthropic" else "openai/bench-model")
-        client = Client(cache=None, concurrency=s.concurrency)
-        client.prepare(spec)
-
-        async def run_row(row: dict) -> dict:
-            completion = await client.complete(Request.user(spec, row["prompt"], max_tokens=s.max_tokens))
-            return {"response": completion.text}
-
-        stage = Stage("bench", needs=["prompt"], adds=["response"], run_row=run_row)
-        table = pd.DataFrame({"prompt": [PROMPT.format(i=i) for i in range(rows)]})
-        with tempfile.TemporaryDirectory() as tmp:
-            started = time.perf_counter()
-            result = run_stage(stage, table, Path(tmp) / "out.csv", concurrency=s.concurrency,
-                               client=client, quiet=True)
-            wall = time.perf_counter() - started
+        point_sdks_at(url)
+        result, wall, client = run_rows(s, rows)
         with urllib.request.urlopen(url + "/_stats") as reply:
             stats = json.load(reply)
     finally:
         proc.terminate()
         proc.wait()
-    ideal = allowed_seconds(s, rows - result.errors, window)  # the rows it did get through
-    return {"scenario": s.name, "rows": rows, "errors": result.errors, "ok": stats["ok"],
-            "429": stats["rejected"], "wall": wall, "ratio": ideal / wall if wall else 0.0,
-            "per_success": stats["rejected"] / max(1, stats["ok"])}
+    [pacer] = client.rate_limits.describe()
+    refused = stats["rejected"] + stats["capped"]
+    ideal = allowed_seconds(s, rows - result.errors)
+    return {"scenario": s.name, "sdk": s.sdk, "concurrency": s.concurrency, "rows": rows,
+            "errors": result.errors, "ok": stats["ok"], "429": refused, "overloaded": stats["overloaded"],
+            "wall": wall, "ratio": ideal / wall if wall else 0.0, "per_success": refused / max(1, stats["ok"]),
+            "goal_429": 0.2 if s.bare else 0.05, "following": pacer["following"],
+            "max_in_flight": stats["max_in_flight"], "shape": dataclasses.asdict(s.shape)}
+
+
+def stop_time(url: str, sdk: str = "openai") -> tuple[float, str]:
+    """Seconds until a run against ``url`` stops, and its one line."""
+    from orbench.errors import FatalProviderError
+
+    point_sdks_at(url)
+    s = Scenario("stop", Shape(), sdk=sdk, concurrency=32)
+    started = time.perf_counter()
+    try:
+        run_rows(s, 200)
+    except FatalProviderError as exc:
+        return time.perf_counter() - started, str(exc)
+    return time.perf_counter() - started, "did not stop"
+
+
+def stops() -> list[str]:
+    lines = []
+    proc, url = start_fake(Shape(overload_only=True))
+    try:
+        took, text = stop_time(url)
+    finally:
+        proc.terminate()
+        proc.wait()
+    lines.append(f"only 'overloaded' answers: stopped after {took:.1f} s: {text[:110]}")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    took, text = stop_time(f"http://127.0.0.1:{port}")
+    lines.append(f"a closed port: stopped after {took:.1f} s: {text[:110]}")
+    return lines
+
+
+def verdict(row: dict) -> str:
+    ok = row["ratio"] >= 0.9 and row["per_success"] <= row["goal_429"] and row["errors"] == 0
+    return "ok" if ok else "MISSED"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1000, help="rows per RPM scenario (default: 1000)")
-    parser.add_argument("--window", type=float, default=3.0, help="seconds in the provider's minute (default: 3)")
-    parser.add_argument("--latency", type=float, default=0.05, help="fake reply latency (default: 0.05 s)")
+    parser.add_argument("--rows", type=int, default=1000, help="rows per scenario that names none (default: 1000)")
+    parser.add_argument("--random", type=int, default=0, metavar="N", help="also N seeds of randomised shapes")
+    parser.add_argument("--random_only", action="store_true", help="skip the named scenarios")
     parser.add_argument("--code", default=str(ROOT), help="the checkout whose orbench runs (default: this one)")
-    parser.add_argument("--only", default=None, help="comma-separated scenario names")
+    parser.add_argument("--only", default=None, help="comma-separated scenario names (or name prefixes)")
+    parser.add_argument("--no_stops", action="store_true", help="skip the overload-only and closed-port timings")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(args.code).resolve()))
     os.environ["ORBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="orbench-bench-cache-")
-    chosen = scenarios(args.window)
+    chosen = [] if args.random_only else scenarios()
+    for seed in range(1, args.random + 1):
+        chosen += randomised(seed)
     if args.only:
-        names = set(args.only.split(","))
-        chosen = [s for s in chosen if s.name in names]
-    print(f"orbench from {args.code}; a provider minute = {args.window:g} s; reply latency "
-          f"{args.latency * 1000:.0f} ms; allowed = 3,000 RPM or 1.2M TPM scaled")
-    print(f"{'scenario':22s} {'rows':>5s} {'wall s':>7s} {'rate/allowed':>12s} {'429s':>6s} "
-          f"{'429/success':>11s} {'error rows':>10s}   goal")
+        names = args.only.split(",")
+        chosen = [s for s in chosen if any(s.name == n or s.name.startswith(n) for n in names)]
+    print(f"orbench from {args.code}; time scaled {SCALE}x (a provider minute = {MINUTE:g} s); goals: "
+          f">= 0.90 of allowed, <= 0.05 429s per success (0.2 for bare 429s), 0 error rows")
+    print(f"{'scenario':30s} {'sdk':9s} {'rows':>5s} {'wall s':>7s} {'of allowed':>10s} {'429s':>5s} "
+          f"{'429/success':>11s} {'503s':>5s} {'errors':>6s} {'following':>11s}  goal")
     figures = []
     for s in chosen:
-        rows = s.rows or args.rows
-        row = run_one(s, rows, args.window, args.latency)
+        row = run_one(s, s.rows or args.rows)
         figures.append(row)
-        cap = 0.2 if s.style == "none" else 0.05
-        print(f"{s.name:22s} {rows:5d} {row['wall']:7.1f} {row['ratio']:12.2f} {row['429']:6d} "
-              f"{row['per_success']:11.3f} {row['errors']:10d}   >=0.90, <={cap}, 0", flush=True)
+        print(f"{s.name:30s} {s.sdk:9s} {row['rows']:5d} {row['wall']:7.1f} {row['ratio']:10.2f} "
+              f"{row['429']:5d} {row['per_success']:11.3f} {row['overloaded']:5d} {row['errors']:6d} "
+              f"{row['following']:>11s}  {verdict(row)} (>=0.90, <={row['goal_429']}, 0)", flush=True)
+    missed = [r["scenario"] for r in figures if verdict(r) != "ok"]
+    print(f"{len(figures) - len(missed)} of {len(figures)} scenarios met every goal"
+          + (f"; missed: {', '.join(missed)}" if missed else ""))
+    if not args.no_stops:
+        for line in stops():
+            print(line, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
 

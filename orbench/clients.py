@@ -4,9 +4,9 @@ The providers live in ``orbench.providers``, one module per wire protocol, and a
 provider table's ``api`` name (``orbench.providers.provider_class``); each implements the
 contract :class:`orbench.types.ProviderAPI`. ``Client`` adds what every provider shares: one
 provider instance per provider and base URL (per model file for the local model), a concurrency
-bound and an optional requests-per-minute cap per provider, the response cache, counters for the
-run summary, and the modes a run needs (:meth:`Client.collecting` for ``--batch`` and
-``--estimate``, :meth:`Client.answer_from_batches` for the pass after a batch). The request and
+bound per provider, the response cache, counters for the run summary, and the modes a run needs
+(:meth:`Client.collecting` for ``--batch`` and ``--estimate``, :meth:`Client.answer_from_batches`
+for the pass after a batch). The request and
 answer types are in ``orbench.types`` and re-exported here.
 
 Retries are the SDKs' own (408, 409, 429, 5xx and connection errors, with exponential backoff
@@ -16,9 +16,10 @@ exception means (:class:`orbench.types.Outcome`) and :func:`apply_verdict` acts 
 becomes data (``provider_refusal=True``), a stop ends the run (``FatalProviderError``), a reply
 with no answer is asked again (``TransientReply``), anything else fails just that row
 (``RowError``). Below the SDKs, ``orbench.ratelimit`` paces each (provider, base URL, model) to
-the limits the provider reports and waits out its 429s without spending those retries
+the limits its 429s reveal (its headers a hint), with ``Client(rpm=)`` as a fixed cap inside the
+same pacer, waits out its 429s and "overloaded" answers without spending those retries
 (``Client(patience=)``), and stops the run when the first attempts at an address all fail to
-connect.
+connect or are all answered "overloaded".
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from orbench.errors import FatalProviderError, RowError
 from orbench.models import ModelSpec, redact
 from orbench.types import Completion, Deferred, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
 
-__all__ = ["Client", "CallStats", "RateLimiter", "apply_verdict", "valid_text",
+__all__ = ["Client", "CallStats", "apply_verdict", "valid_text",
            "Request", "Completion", "Deferred", "TransientReply", "ProviderAPI",
            "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "DEFAULT_CONCURRENCY"]
 
@@ -78,25 +79,16 @@ def _v1_hint(exc: BaseException, spec: ModelSpec, base_url: str | None) -> str:
             f"/v1: try {base_url.rstrip('/')}/v1")
 
 
-class RateLimiter:
-    """Spaces request starts at least ``60 / rpm`` seconds apart (a simple, fair pacer)."""
-
-    def __init__(self, rpm: float):
-        self.interval = 60.0 / rpm
-        self._next = 0.0
-
-    def reserve(self, now: float) -> float:
-        """The start time granted to a request that asks at ``now``; books the next slot."""
-        start = max(now, self._next)
-        self._next = start + self.interval
-        return start
-
-    async def wait(self) -> None:
-        # reserve() has no await, so concurrent tasks cannot interleave inside it.
-        now = time.monotonic()
-        start = self.reserve(now)
-        if start > now:
-            await asyncio.sleep(start - now)
+def _unreachable(provider, slot: _Slot) -> str:
+    """The one line that stops a run whose address has never answered (or only "overloaded")."""
+    where = f"{provider.name} at {slot.base_url or 'its default address'}"
+    check = f"the address (--base_url or {provider.name.upper()}_BASE_URL)"
+    if slot.reach.kind == "overloaded":
+        return (f"{where} has answered nothing but \"overloaded\" since the run started "
+                f"({slot.reach.reason}): check {check} and that the server has a model loaded, "
+                f"or try again later")
+    return (f"cannot connect to {where} ({slot.reach.reason}); nothing there has answered: check "
+            f"{check}, that the server is running, and the network")
 
 
 @dataclass
@@ -118,7 +110,6 @@ class _Slot:
     api: ProviderAPI
     base_url: str | None
     semaphore: asyncio.Semaphore
-    limiter: RateLimiter | None = None
     endpoint: str | None = None  # what the cache key records: the base URL, or the local weights' identity
     reach: ratelimit.Reachability = field(default_factory=ratelimit.Reachability)
 
@@ -141,7 +132,8 @@ class Client:
         self.timeout = timeout
         self.max_retries = max_retries
         self.stats = CallStats()
-        self.rate_limits = ratelimit.RateLimits(patience)  # the pacers, kept for the meta file
+        # The pacers (``--rpm`` is a fixed cap inside each), kept for the meta file.
+        self.rate_limits = ratelimit.RateLimits(patience, rpm)
         self._slots: dict[str, _Slot] = {}
         self._seen: dict[str, dict] = {}  # per slot: base URL and engine, for the meta file
         # Collecting mode (--batch, --estimate): requests are recorded, not sent (collecting()).
@@ -190,8 +182,7 @@ class Client:
             api = providers.provider_class(provider.api).connect(
                 spec, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries)
             base_url = api.base_url
-            slot = _Slot(api, base_url, asyncio.Semaphore(self.concurrency),
-                         RateLimiter(self.rpm) if self.rpm else None, api.endpoint)
+            slot = _Slot(api, base_url, asyncio.Semaphore(self.concurrency), api.endpoint)
             self._slots[slot_key] = slot
             self._seen[slot_key] = {"base_url": base_url, "engine": api.describe()}
         return slot
@@ -252,8 +243,6 @@ class Client:
         """One provider answer; replies with no answer in them are asked again, a bounded number of times."""
         attempts = self.max_retries + 1
         for attempt in range(1, attempts + 1):
-            if slot.limiter:
-                await slot.limiter.wait()
             self.stats.sent += 1
             try:
                 try:
@@ -285,11 +274,7 @@ class Client:
         with ratelimit.attached(ticket):
             answered, completion = await slot.reach.guard(slot.api.generate(request))
         if not answered:
-            provider = request.model.provider
-            raise FatalProviderError(
-                f"cannot connect to {provider.name} at {slot.base_url or 'its default address'} "
-                f"({slot.reach.reason}); nothing there has answered: check the address (--base_url or "
-                f"{provider.name.upper()}_BASE_URL), that the server is running, and the network")
+            raise FatalProviderError(_unreachable(request.model.provider, slot))
         return completion
 
     def store(self, key: str, completion: Completion) -> None:

@@ -1,35 +1,70 @@
-"""A loopback fake provider that enforces a rate limit the way OpenAI and Anthropic document it.
+"""A loopback fake provider that enforces limits the ways providers and gateways do.
 
-It speaks OpenAI chat completions (``/v1/chat/completions``) and Anthropic messages
-(``/v1/messages``), and admits a request only when two token buckets cover it: requests
-(capacity ``rpm``, refilled at ``rpm`` per ``window`` seconds) and tokens (capacity ``tpm``;
-a request costs its prompt characters / 4 plus its ``max_tokens``, counted before generation).
-Otherwise it answers 429. ``window`` is the length of the provider's "minute": tests and the
-bench shrink it to a few seconds so a run at the limit takes seconds.
+It speaks OpenAI chat completions (``/v1/chat/completions``), Anthropic messages
+(``/v1/messages``) and Gemini (``/v1beta/models/{model}:generateContent``), and decides each
+request by its :class:`Shape`:
 
-Header styles (``style``): ``openai`` (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``
-with resets like ``"1s"`` / ``"20ms"``, and ``retry-after`` + ``retry-after-ms`` on a 429),
-``anthropic`` (``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
-remaining,reset}`` with RFC 3339 resets, whole-second ``retry-after`` on a 429) and ``none``
-(a bare 429, no header at all). ``burst`` (0..1] shrinks the buckets' capacity to that share
-of the limit while the headers still report the full limit (enforcement "over short periods").
-``share`` makes another job on the same key take that share of the refill (the headers still
-report the full limit): :meth:`set_share` mid-run halves what is left for the test's client.
+- **Overload** first: ``overload_only`` answers every request, ``overload_every`` every n-th,
+  with 503 (529 for Anthropic) "overloaded", before any limit is counted.
+- **A cap on requests in flight** (``cap``): a request beyond it gets a bare 429 at once.
+- **Rate limits**: requests (``rpm``) and tokens (``tpm``, a request costs its prompt
+  characters / 4 plus its ``max_tokens``, counted before generation) per ``window`` seconds, as
+  token buckets (capacity ``burst`` x the limit: a per-minute limit enforced over shorter
+  periods when ``burst`` < 1; the headers still report the whole limit) or as ``fixed`` windows
+  (counts reset every ``window`` seconds). ``share_after`` admissions in, another job on the key
+  takes ``share`` of the refill (the headers do not say so).
 
-    python tests/fake_ratelimit.py --rpm 600 --tpm 0 --window 6 --style openai --latency 0.2
+Headers (``style``): ``openai`` (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``,
+``retry-after`` and ``retry-after-ms`` on a 429), ``anthropic`` (``anthropic-ratelimit-*`` with
+RFC 3339 resets, whole-second ``retry-after``) or ``none`` (bare 429s). What they say can be
+bent: ``reset="next"`` makes the reset mean "until one more request's worth is free" instead
+of "until the budget is full again"; ``claim`` multiplies the reported limit and remaining (a
+limit that promises more than is given); ``remaining_only`` sends the remaining count alone
+(and ``retry-after`` on a 429). Latency is ``latency`` seconds, varied by +-``jitter`` of it.
+
+    python tests/fake_ratelimit.py --rpm 150 --window 3 --burst 0.0167 --reset next --latency 0.05
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import random
+import re
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from fake_provider import serve_in_thread, serve_until_killed
+
+_GEMINI = re.compile(r"^/v1beta/models/(?P<model>[^:/]+):generateContent$")
+
+
+@dataclass
+class Shape:
+    """How the server limits; see the module docstring."""
+
+    rpm: float = 0
+    tpm: float = 0
+    window: float = 60.0
+    fixed: bool = False
+    burst: float = 1.0
+    style: str = "openai"
+    reset: str = "full"
+    claim: float = 1.0
+    remaining_only: bool = False
+    cap: int = 0
+    overload_every: int = 0
+    overload_only: bool = False
+    latency: float = 0.0
+    jitter: float = 0.0
+    share: float = 0.0
+    share_after: int = 0
+    seed: int = 0
 
 
 def _openai_duration(seconds: float) -> str:
@@ -41,66 +76,79 @@ def _openai_duration(seconds: float) -> str:
 
 
 class _Bucket:
-    def __init__(self, limit: float, window: float, burst: float):
+    """A token bucket: ``limit`` per ``window`` seconds, holding ``burst`` x ``limit``."""
+
+    def __init__(self, limit: float, window: float, burst: float, now: float):
         self.limit, self.window = limit, window
         self.capacity = limit * burst
-        self.level = self.capacity
-        self.at = time.monotonic()
+        self.level, self.at, self.share = self.capacity, now, 0.0
 
     @property
     def rate(self) -> float:
         return self.limit / self.window
 
-    def refill(self, now: float, share: float) -> None:
-        self.level = min(self.capacity, self.level + self.rate * (1 - share) * (now - self.at))
+    def update(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + self.rate * (1 - self.share) * (now - self.at))
         self.at = now
 
-    def remaining(self) -> int:
-        """As the headers say it: out of the whole limit (a burst cap is not shown)."""
-        return max(0, int(self.level + self.limit - self.capacity))
+    def wait_for(self, cost: float) -> float:
+        return max(0.0, (min(cost, self.capacity) - self.level) / (self.rate * (1 - self.share)))
 
-    def reset_in(self) -> float:
+    def take(self, cost: float) -> None:
+        self.level -= cost
+
+    def remaining(self) -> float:
+        """As the headers say it: out of the whole limit (a burst cap is not shown)."""
+        return max(0.0, self.level + self.limit - self.capacity)
+
+    def reset_in(self, cost: float, meaning: str) -> float:
+        if meaning == "next":
+            return cost / self.rate
         return (self.capacity - self.level) / self.rate
 
-    def wait_for(self, cost: float, share: float) -> float:
-        return max(0.0, (min(cost, self.capacity) - self.level) / (self.rate * (1 - share)))
+
+class _Window:
+    """A fixed window: ``limit`` per window, the count starting again every ``window`` seconds."""
+
+    def __init__(self, limit: float, window: float, burst: float, now: float):
+        self.limit, self.window, self.start, self.used, self.share = limit, window, now, 0.0, 0.0
+        self.now = now
+
+    def update(self, now: float) -> None:
+        self.now = now
+        if now >= self.start + self.window:
+            self.start += self.window * math.floor((now - self.start) / self.window)
+            self.used = 0.0
+
+    def wait_for(self, cost: float) -> float:
+        return 0.0 if self.used + cost <= self.limit else self.start + self.window - self.now
+
+    def take(self, cost: float) -> None:
+        self.used += cost
+
+    def remaining(self) -> float:
+        return max(0.0, self.limit - self.used)
+
+    def reset_in(self, cost: float, meaning: str) -> float:
+        return max(0.0, self.start + self.window - self.now)
 
 
 class FakeRateLimited:
-    """The server and its buckets; ``start()`` binds 127.0.0.1 on a free port."""
+    """The server and its limits; ``start()`` binds 127.0.0.1 on a free port."""
 
-    def __init__(self, *, rpm: float = 0, tpm: float = 0, window: float = 60.0, style: str = "openai",
-                 latency: float = 0.0, burst: float = 1.0, share: float = 0.0,
-                 share_after: int | None = None):
-        self.style, self.latency, self.share = style, latency, 0.0 if share_after else share
-        self.share_after, self.later_share = share_after, share
-        self.window, self.burst = window, burst
+    def __init__(self, shape: Shape | None = None, **fields):
+        self.shape = shape or Shape(**fields)
         self._lock = threading.Lock()
-        self.buckets = {}
-        self.set_limits(rpm, tpm)
-        self.ok = 0
-        self.rejected = 0
+        self._random = random.Random(self.shape.seed)
+        now = time.monotonic()
+        kind = _Window if self.shape.fixed else _Bucket
+        self.limits = {name: kind(limit, self.shape.window, self.shape.burst, now)
+                       for name, limit in (("requests", self.shape.rpm), ("tokens", self.shape.tpm)) if limit}
+        self.ok = self.rejected = self.capped = self.overloaded = 0
+        self.received = self.in_flight = self.max_in_flight = 0
         self.admitted: list[float] = []
         self.shared_since: float | None = None
         self._server: ThreadingHTTPServer | None = None
-
-    def set_limits(self, rpm: float, tpm: float) -> None:
-        """Change the limits (the buckets start full)."""
-        with self._lock:
-            self.rpm, self.tpm = rpm, tpm
-            self.buckets = {}
-            if rpm:
-                self.buckets["requests"] = _Bucket(rpm, self.window, self.burst)
-            if tpm:
-                self.buckets["tokens"] = _Bucket(tpm, self.window, self.burst)
-
-    def set_share(self, share: float) -> None:
-        """Let another job on the same key take ``share`` of the refill from now on."""
-        with self._lock:
-            now = time.monotonic()
-            for bucket in self.buckets.values():
-                bucket.refill(now, self.share)
-            self.share = share
 
     @property
     def url(self) -> str:
@@ -118,56 +166,151 @@ class FakeRateLimited:
             self._server.server_close()
             self._server = None
 
-    def admit(self, costs: dict[str, float]) -> tuple[bool, dict, float]:
-        """Take ``costs`` from the buckets or refuse; the headers to send and the wait if refused."""
+    def set_share(self, share: float) -> None:
+        """Let another job on the same key take ``share`` of the refill from now on."""
         with self._lock:
-            now = time.monotonic()
-            for bucket in self.buckets.values():
-                bucket.refill(now, self.share)
-            wait = max((b.wait_for(costs[k], self.share) for k, b in self.buckets.items()), default=0.0)
-            ok = wait <= 0
-            if ok:
-                for name, bucket in self.buckets.items():
-                    bucket.level -= costs[name]
-                self.ok += 1
-                self.admitted.append(now)
-                if self.share_after and self.ok == self.share_after:  # another job starts
-                    for bucket in self.buckets.values():
-                        bucket.refill(now, self.share)
-                    self.share = self.later_share
-                    self.shared_since = now
-            else:
-                self.rejected += 1
-            return ok, self._headers(ok, wait), wait
+            self._share(share, time.monotonic())
 
-    def _headers(self, ok: bool, wait: float) -> dict:
-        headers: dict[str, str] = {}
-        if self.style == "openai":
-            for name, bucket in self.buckets.items():
-                headers[f"x-ratelimit-limit-{name}"] = str(int(bucket.limit))
-                headers[f"x-ratelimit-remaining-{name}"] = str(bucket.remaining())
-                headers[f"x-ratelimit-reset-{name}"] = _openai_duration(bucket.reset_in())
-            if not ok:
+    def _share(self, share: float, now: float) -> None:
+        for limit in self.limits.values():
+            limit.update(now)
+            limit.share = share
+        self.shared_since = now
+
+    def decide(self, costs: dict[str, float]) -> tuple[str, dict]:
+        """``ok``, ``overloaded``, ``capped`` or ``limited``, and the headers to send."""
+        shape = self.shape
+        with self._lock:
+            self.received += 1
+            if shape.overload_only or (shape.overload_every and self.received % shape.overload_every == 0):
+                self.overloaded += 1
+                return "overloaded", {}
+            if shape.cap and self.in_flight >= shape.cap:
+                self.capped += 1
+                return "capped", {}
+            now = time.monotonic()
+            for limit in self.limits.values():
+                limit.update(now)
+            wait = max((limit.wait_for(costs[name]) for name, limit in self.limits.items()), default=0.0)
+            if wait > 0:
+                self.rejected += 1
+                return "limited", self._headers(costs, wait)
+            for name, limit in self.limits.items():
+                limit.take(costs[name])
+            self.ok += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.admitted.append(now)
+            if shape.share_after and self.ok == shape.share_after:  # another job starts
+                self._share(shape.share, now)
+            return "ok", self._headers(costs, 0.0)
+
+    def done(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def latency(self) -> float:
+        with self._lock:
+            spread = self._random.uniform(-1, 1) * self.shape.jitter
+        return max(0.0, self.shape.latency * (1 + spread))
+
+    def _headers(self, costs: dict, wait: float) -> dict:
+        shape, headers = self.shape, {}
+        if shape.style == "none":
+            return headers
+        for name, limit in self.limits.items():
+            kinds = [name] if name == "requests" or shape.style == "openai" else \
+                ["tokens", "input-tokens", "output-tokens"]
+            reset = limit.reset_in(costs[name], shape.reset)
+            for kind in kinds:
+                if shape.style == "openai":
+                    pre, post = "x-ratelimit-", f"-{kind}"
+                    stamp = _openai_duration(reset)
+                else:
+                    pre, post = f"anthropic-ratelimit-{kind}-", ""
+                    full = datetime.fromtimestamp(time.time() + reset, tz=timezone.utc)
+                    stamp = full.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                headers[f"{pre}remaining{post}"] = str(int(limit.remaining() * shape.claim))
+                if not shape.remaining_only:
+                    headers[f"{pre}limit{post}"] = str(int(limit.limit * shape.claim))
+                    headers[f"{pre}reset{post}"] = stamp
+        if wait > 0:
+            headers["retry-after"] = str(max(1, math.ceil(wait)))
+            if shape.style == "openai":
                 headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
-                headers["retry-after"] = str(max(1, math.ceil(wait)))
-        elif self.style == "anthropic":
-            wall = time.time()
-            for name, bucket in self.buckets.items():
-                full = datetime.fromtimestamp(wall + bucket.reset_in(), tz=timezone.utc)
-                stamp = full.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-                kinds = [name] if name == "requests" else ["tokens", "input-tokens", "output-tokens"]
-                for kind in kinds:
-                    headers[f"anthropic-ratelimit-{kind}-limit"] = str(int(bucket.limit))
-                    headers[f"anthropic-ratelimit-{kind}-remaining"] = str(bucket.remaining())
-                    headers[f"anthropic-ratelimit-{kind}-reset"] = stamp
-            if not ok:
-                headers["retry-after"] = str(max(1, math.ceil(wait)))
         return headers
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"ok": self.ok, "rejected": self.rejected, "capped": self.capped,
+                    "overloaded": self.overloaded, "max_in_flight": self.max_in_flight,
+                    "first": self.admitted[:1], "last": self.admitted[-1:],
+                    "shared_since": self.shared_since, "now": time.monotonic()}
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # the listen backlog; the default 5 refuses bursts of connections
+
+
+def _request(path: str, body: dict) -> tuple[str, str, int, str]:
+    """``(protocol, model, prompt characters, last prompt)`` of a request body."""
+    gemini = _GEMINI.match(path)
+    if gemini:
+        texts = [p.get("text", "") for c in body.get("contents", []) for p in c.get("parts", [])]
+        system = body.get("systemInstruction") or body.get("system_instruction") or {}
+        chars = sum(map(len, texts)) + sum(len(p.get("text", "")) for p in system.get("parts", []))
+        return "gemini", gemini.group("model"), chars, texts[-1] if texts else ""
+    messages = body.get("messages", [])
+    chars = sum(len(str(m.get("content", ""))) for m in messages) + len(str(body.get("system") or ""))
+    protocol = "anthropic" if path.rstrip("/").endswith("/messages") else "openai"
+    return protocol, body.get("model", ""), chars, str(messages[-1].get("content", "")) if messages else ""
+
+
+def _max_tokens(body: dict) -> int:
+    config = body.get("generationConfig") or body.get("generation_config") or {}
+    return (body.get("max_tokens") or body.get("max_completion_tokens") or config.get("maxOutputTokens")
+            or config.get("max_output_tokens") or 0)
+
+
+_ERRORS = {  # (protocol, outcome) -> (status, body)
+    ("openai", "limited"): (429, {"error": {"message": "Rate limit reached; please try again later.",
+                                            "type": "requests", "code": "rate_limit_exceeded"}}),
+    ("openai", "capped"): (429, {"error": {"message": "Too many concurrent requests.", "type": "requests",
+                                           "code": "rate_limit_exceeded"}}),
+    ("openai", "overloaded"): (503, {"error": {"message": "The engine is currently overloaded, please try "
+                                                          "again later.", "type": "server_error"}}),
+    ("anthropic", "limited"): (429, {"type": "error", "error": {"type": "rate_limit_error",
+                                                                "message": "Rate limit reached."}}),
+    ("anthropic", "capped"): (429, {"type": "error", "error": {"type": "rate_limit_error",
+                                                               "message": "Too many concurrent requests."}}),
+    ("anthropic", "overloaded"): (529, {"type": "error", "error": {"type": "overloaded_error",
+                                                                   "message": "Overloaded"}}),
+    ("gemini", "limited"): (429, {"error": {"code": 429, "message": "Resource has been exhausted.",
+                                            "status": "RESOURCE_EXHAUSTED"}}),
+    ("gemini", "capped"): (429, {"error": {"code": 429, "message": "Too many concurrent requests.",
+                                           "status": "RESOURCE_EXHAUSTED"}}),
+    ("gemini", "overloaded"): (503, {"error": {"code": 503, "message": "The model is overloaded. Please "
+                                                                       "try again later.",
+                                               "status": "UNAVAILABLE"}}),
+}
+
+
+def _answer(protocol: str, model: str, text: str, prompt_tokens: int) -> dict:
+    if protocol == "anthropic":
+        return {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": len(text.split())}}
+    if protocol == "gemini":
+        return {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": "STOP",
+                                "index": 0}],
+                "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": len(text.split()),
+                                  "totalTokenCount": prompt_tokens + len(text.split())},
+                "modelVersion": model}
+    return {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                         "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1}}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -189,62 +332,38 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        fake = self.fake
-        with fake._lock:
-            stats = {"ok": fake.ok, "rejected": fake.rejected, "first": fake.admitted[:1],
-                     "last": fake.admitted[-1:], "shared_since": fake.shared_since,
-                     "now": time.monotonic()}
-        self._json(200, stats, {})
+        self._json(200, self.fake.stats(), {})
 
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = json.loads(raw or b"{}")
-        anthropic = self.path.rstrip("/").endswith("/messages")
-        messages = body.get("messages", [])
-        chars = sum(len(str(m.get("content", ""))) for m in messages) + len(str(body.get("system") or ""))
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        protocol, model, chars, prompt = _request(self.path.split("?")[0], body)
+        max_tokens = _max_tokens(body)
         costs = {"requests": 1, "tokens": math.ceil(chars / 4) + max_tokens}
-        ok, headers, _ = self.fake.admit(costs)
-        if not ok:
-            error = {"message": "Rate limit reached; please try again later.",
-                     "type": "rate_limit_error" if anthropic else "requests", "code": "rate_limit_exceeded"}
-            return self._json(429, {"type": "error", "error": error} if anthropic else {"error": error},
-                              headers)
-        if self.fake.latency:
-            time.sleep(self.fake.latency)
-        prompt = str(messages[-1].get("content", "")) if messages else ""
-        text = f"Fake answer to: {prompt}"
-        model = body.get("model", "")
-        if anthropic:
-            payload = {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
-                       "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-                       "stop_sequence": None, "usage": {"input_tokens": costs["tokens"] - max_tokens,
-                                                        "output_tokens": len(text.split())}}
-        else:
-            payload = {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
-                       "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                                    "message": {"role": "assistant", "content": text}}],
-                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
-        self._json(200, payload, headers)
+        outcome, headers = self.fake.decide(costs)
+        if outcome != "ok":
+            status, payload = _ERRORS[(protocol, outcome)]
+            return self._json(status, payload, headers)
+        try:
+            time.sleep(self.fake.latency())
+        finally:
+            self.fake.done()  # no longer in flight once the answer is ready to go
+        self._json(200, _answer(protocol, model, f"Fake answer to: {prompt}", costs["tokens"] - max_tokens),
+                   headers)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve the rate-limited fake on 127.0.0.1 until killed.")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--rpm", type=float, default=0, help="requests per window (0: no limit)")
-    parser.add_argument("--tpm", type=float, default=0, help="tokens per window (0: no limit)")
-    parser.add_argument("--window", type=float, default=60.0, help="the window in seconds (default: 60)")
-    parser.add_argument("--style", choices=("openai", "anthropic", "none"), default="openai")
-    parser.add_argument("--latency", type=float, default=0.0)
-    parser.add_argument("--burst", type=float, default=1.0, help="bucket capacity as a share of the limit")
-    parser.add_argument("--share", type=float, default=0.0, help="share of the refill another job takes")
-    parser.add_argument("--share_after", type=int, default=None,
-                        help="the other job starts after this many admitted requests")
-    args = parser.parse_args()
-    fake = FakeRateLimited(rpm=args.rpm, tpm=args.tpm, window=args.window, style=args.style,
-                           latency=args.latency, burst=args.burst, share=args.share,
-                           share_after=args.share_after).start(args.port)
-    serve_until_killed(fake)
+    for f in dataclasses.fields(Shape):
+        kind = {"float": float, "int": int, "str": str}.get(str(f.type))
+        if str(f.type) == "bool":
+            parser.add_argument(f"--{f.name}", action="store_true")
+        else:
+            parser.add_argument(f"--{f.name}", type=kind, default=f.default)
+    args = vars(parser.parse_args())
+    port = args.pop("port")
+    serve_until_killed(FakeRateLimited(Shape(**args)).start(port))
 
 
 if __name__ == "__main__":

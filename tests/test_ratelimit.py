@@ -1,20 +1,24 @@
-"""Pacing to a provider's rate limits, and stopping when nothing answers.
+"""Pacing to a provider's limits, and stopping when nothing answers.
 
-The arithmetic of ``orbench.ratelimit`` (header reading, the budget model, the 429 waits) is
-tested directly; the behaviour through the real openai and anthropic SDKs talking HTTP to
-``tests/fake_ratelimit.py``, a loopback server that enforces requests and tokens per (tiny)
-window with 429s, in both providers' header styles and with none.
+The arithmetic of ``orbench.ratelimit`` (header reading, the headers' budget model, the cut of
+the rate by what was admitted and refused, the concurrency cap found from the 429s, the waits)
+is tested directly, each expected value worked out by hand; the behaviour through the real
+openai, anthropic and google-genai SDKs talking HTTP to ``tests/fake_ratelimit.py``, a loopback
+server that enforces limits with 429s (in both providers' header styles, with headers that
+mean something else, with none), caps requests in flight and answers "overloaded".
 """
 
 import asyncio
 import json
+import math
+import random
 import socket
 import time
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
-from fake_ratelimit import FakeRateLimited
+from fake_ratelimit import FakeRateLimited, Shape
 
 from orbench import ratelimit
 from orbench.clients import Client, Request
@@ -25,9 +29,14 @@ from orbench.ratelimit import (
     Pacer,
     Reachability,
     Reading,
+    Sent,
     Ticket,
+    backoff,
+    cap_from,
+    cut_factor,
     parse_duration,
     read_limits,
+    sent_rate,
 )
 from orbench.stages import check_alignment
 
@@ -98,39 +107,36 @@ def test_bucket_rate_from_remaining_and_reset_and_level_net_of_later_sends():
     assert bucket.wait(1, now=5.5, scale=0.5) == pytest.approx(0.6)
 
 
-def _ticket(pacer: Pacer, tokens: int = 0) -> Ticket:
-    return Ticket(pacer, ratelimit.request_costs(4 * tokens, 0))
+def test_a_budget_with_no_refill_known_is_spent_until_the_time_a_429_names():
+    bucket = Bucket()  # remaining alone, as a fixed window's headers may say it
+    bucket.observe(Reading(remaining=24), sent_at=0.0, sent_before=0.0, now=0.1)
+    assert bucket.wait(1, now=0.1, scale=1.0) == 0.0
+    bucket.take(24, now=0.2, scale=1.0)
+    assert bucket.wait(1, now=0.3, scale=1.0) == math.inf  # only a 429 can tell when it is back
+    bucket.full_at = 2.0                                     # a 429 said: 1.7 s from 0.3
+    assert bucket.wait(1, now=0.3, scale=1.0) == pytest.approx(1.7)
+    assert bucket.wait(1, now=2.0, scale=1.0) == 0.0 and bucket.level == 24  # full again, as first seen
 
 
-def test_429_waits_prefer_retry_after_ms_then_retry_after_then_the_budget():
-    pacer = Pacer("openai", None, "m")
-    ticket = _ticket(pacer)
-    assert pacer.observe(ticket, 429, {"retry-after-ms": "250", "retry-after": "1"}) == pytest.approx(0.25)
-    assert pacer.observe(ticket, 429, {"retry-after": "2"}) == pytest.approx(2.0)
-    waited = pacer.observe(ticket, 429, {"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "0",
-                                         "x-ratelimit-reset-requests": "6s"})
-    assert waited == pytest.approx(1 / (10 * pacer.scale))  # one request's worth of a 10/s refill
-    assert pacer.responses_429 == 3 and pacer.observe(ticket, 200, {}) is None
+class Clock:
+    """A clock the test moves (``ratelimit.clock`` is patched to it)."""
+
+    def __init__(self, now: float = 100.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def test_without_headers_the_rate_is_cut_on_a_429_and_grows_back():
-    pacer = Pacer("openai", None, "m")
-    start = ratelimit.clock()
-    for i in range(40):  # 20 answers a second for two seconds
-        pacer.successes.append(start - 2 + i * 0.05)
-    ticket = _ticket(pacer)
-    ticket.sent_at = start
-    wait = pacer.observe(ticket, 429, {})
-    assert pacer.aimd_rate == pytest.approx(20 * 0.85, rel=0.1)
-    assert 0 < wait <= 1.0
-    cut = pacer.aimd_rate
-    again = _ticket(pacer)
-    again.sent_at = start - 1  # sent before the cut: the same congestion, no second cut
-    pacer.observe(again, 429, {})
-    assert pacer.aimd_rate == cut
-    for _ in range(100):
-        pacer.observe(ticket, 200, {})
-    assert pacer.aimd_rate == pytest.approx(cut * 1.002 ** 100)
+@pytest.fixture
+def clock(monkeypatch):
+    fake = Clock()
+    monkeypatch.setattr(ratelimit, "clock", fake)
+    return fake
+
+
+def _ticket(pacer: Pacer, sent_at: float = 0.0, depth: int = 1, tokens: int = 0, **fields) -> Ticket:
+    return Ticket(pacer, ratelimit.request_costs(4 * tokens, 0), sent_at=sent_at, depth=depth, **fields)
 
 
 def _headers(limit: int, remaining: int, reset: str) -> dict:
@@ -138,48 +144,211 @@ def _headers(limit: int, remaining: int, reset: str) -> dict:
             "x-ratelimit-reset-requests": reset}
 
 
-def test_a_short_window_is_learned_and_paced_evenly_without_cutting_the_refill():
+def test_cut_factor_is_the_admitted_share_between_a_half_and_nine_tenths():
+    assert cut_factor(14, 6) == pytest.approx(0.7)   # 14 of 20 admitted
+    assert cut_factor(18, 2) == pytest.approx(0.9)   # 18 of 20
+    assert cut_factor(99, 1) == pytest.approx(0.9)   # 99 of 100, but at least a tenth off
+    assert cut_factor(2, 18) == pytest.approx(0.5)   # 2 of 20, but at most halved
+    assert cut_factor(5, 4) is None                   # 9 requests tell too little
+
+
+def test_sent_rate_from_the_spacing_of_the_last_sends():
+    assert sent_rate([0.0, 0.1, 0.2, 0.3, 0.4]) == pytest.approx(10.0)   # 4 gaps in 0.4 s
+    assert sent_rate([float(i) for i in range(40)]) == pytest.approx(1.0)  # the last 16 only
+    assert sent_rate([0.0] * 10 + [0.5]) == pytest.approx(20.0)  # a burst: 10 gaps in 0.5 s
+    assert sent_rate([5.0, 5.0, 5.0]) is None and sent_rate([1.0]) is None
+
+
+def test_a_concurrency_cap_is_where_the_429s_start():
+    def sent(*runs: tuple[int, int, bool]) -> list[Sent]:  # (how many, requests in flight, admitted)
+        return [Sent(float(i), depth, ok) for i, (depth, ok) in
+                enumerate((depth, ok) for count, depth, ok in runs for _ in range(count))]
+
+    below = (3, 8, True), *((3, depth, True) for depth in range(1, 8))  # admitted with 1 to 8 in flight
+    assert cap_from(sent(*below, (3, 9, False), (1, 8, True))) == 8
+    assert cap_from(sent(*below, (3, 9, False), (1, 8, True)), latency=2.0) is None  # 3 at once: a burst
+    assert cap_from(sent(*below, (3, 9, False))) is None             # nothing admitted at 8 since
+    assert cap_from(sent(*below, (2, 9, False), (1, 8, True))) is None  # two 429s: too few
+    assert cap_from(sent(*below, (3, 9, False), (3, 10, True), (1, 8, True))) == 8      # 3 of 6 above
+    assert cap_from(sent(*below, (3, 9, False), (4, 10, True), (1, 8, True))) is None   # 3 of 7 above
+    assert cap_from(sent(*below, (3, 1, False), (1, 8, True))) is None  # refused with 1 in flight
+    # A rate limit: 3 of the 33 sent with 3 in flight refused, none of those with 2.
+    assert cap_from(sent((30, 3, True), (10, 2, True), (3, 3, False), (5, 2, True))) is None
+
+
+def test_backoff_doubles_with_jitter_up_to_the_longest():
+    random.seed(7)
+    waits = [backoff(3, 0.5, 30.0) for _ in range(200)]  # 0.5 x 2^2 = 2 s, +- half
+    assert 1.0 <= min(waits) and max(waits) <= 3.0 and max(waits) - min(waits) > 1.0
+    assert backoff(40, 0.5, 30.0) == 30.0
+
+
+def test_a_429_the_headers_foresaw_holds_everyone_as_told_and_cuts_their_refill(clock):
     pacer = Pacer("openai", None, "m")
-    ticket = _ticket(pacer)
-    pacer.observe(ticket, 200, _headers(60, 50, "1s"))  # 60 a minute, refilling 10 per second
-    assert pacer.buckets["requests"].rate == pytest.approx(10.0)
-    # A 429 while the headers say 48 are left: the provider lets only a few through at once.
-    later = _ticket(pacer)
-    later.sent_at = ratelimit.clock()
-    pacer.observe(later, 429, {**_headers(60, 48, "1.2s"), "retry-after-ms": "50"})
-    bucket = pacer.buckets["requests"]
-    assert bucket.hidden == 48 and bucket.cap() == 12
-    assert bucket.pace == ratelimit._SHORT_PACE and pacer.scale == 1.0
-    # The bucket now keeps its own count: a reply's rounded "remaining" does not re-anchor it.
-    bucket.level, bucket.at = 5.0, ratelimit.clock()
-    pacer.observe(_ticket(pacer), 200, _headers(60, 59, "0.1s"))
-    assert bucket.level == 5.0
-    # A later 429 with no room left is mostly timing: a gentle cut only, the level is spent, and
-    # the next request waits its share at just under the reported refill.
-    again = _ticket(pacer)
-    again.sent_at = ratelimit.clock()
-    pacer.observe(again, 429, {**_headers(60, 48, "1.2s"), "retry-after-ms": "20"})
-    assert pacer.scale == pytest.approx(ratelimit._SHORT_DECREASE)
-    assert bucket.level == 0.0
-    assert bucket.wait(1, now=bucket.at, scale=pacer.scale) == pytest.approx(
-        min(1 + 0.02 * 60, 12) / (bucket.rate * ratelimit._SHORT_DECREASE * ratelimit._SHORT_PACE))
+    pacer.observe(_ticket(pacer, 100.0), 200, _headers(60, 50, "1s"))  # refilling 10 per second
+    assert pacer.trusted and pacer.buckets["requests"].rate == pytest.approx(10.0)
+    assert pacer.observe(_ticket(pacer, 100.0), 429, {**_headers(60, 0, "6s"), "retry-after-ms": "250"}) \
+        == pytest.approx(0.25)
+    assert pacer.hold_until == pytest.approx(100.25) and pacer.scale == pytest.approx(0.85)
+    # A second event, without a retry header: the refill cut by 15 % again (to 10 x 0.85 x 0.85
+    # = 7.225 a second), and the wait one request's worth of it.
+    clock.now = 101.0
+    assert pacer.observe(_ticket(pacer, 100.9), 429, _headers(60, 0, "6s")) == pytest.approx(1 / 7.225)
+    clock.now = 101.1  # sent before that cut: the same event, no further cut
+    assert pacer.observe(_ticket(pacer, 100.95), 429, _headers(60, 0, "6s")) == pytest.approx(1 / 7.225)
+    assert pacer.signal() == ("headers", "every 429 came with headers showing its budget spent")
 
 
-def test_slow_start_holds_requests_until_the_first_reply():
+def test_a_429_while_the_headers_show_room_ends_their_trust(clock):
+    pacer = Pacer("openai", None, "m")
+    pacer.observe(_ticket(pacer, 99.9), 200, _headers(3000, 2990, "20ms"))
+    pacer.observe(_ticket(pacer, 100.0, depth=2), 429, {**_headers(3000, 2950, "20ms"), "retry-after-ms": "20"})
+    following, why = pacer.signal()
+    assert pacer.trusted is False and following == "429s"
+    assert why.startswith("a 429 came while its headers showed 2950 requests remaining")
+
+
+def _history(pacer: Pacer, *sends: tuple[float, int, bool]) -> None:
+    for sent_at, depth, admitted in sends:
+        pacer.history.append(Sent(sent_at, depth, admitted))
+    pacer.latencies.extend([0.1] * 5)
+
+
+def test_a_429_cuts_the_rate_to_the_share_admitted_once_per_round_trip(clock):
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 90.0
+    # Since the last cut: 16 answered, 2 refused and 2 still in flight (counted as admitted),
+    # then this 429: 18 of 21 admitted, and the rate is cut to that share of itself.
+    _history(pacer, *[(95.0 + i * 0.1, 2, True) for i in range(16)], (97.0, 2, False), (97.1, 2, False))
+    for i in range(2):
+        ticket = _ticket(pacer, 97.2 + i * 0.01)
+        pacer.in_flight[100 + i] = ticket
+    clock.now = 98.0
+    pacer.observe(_ticket(pacer, 97.9, depth=3), 429, {})
+    assert pacer.rate == pytest.approx(40 * 18 / 21)  # 16 + 2 in flight admitted, 3 refused
+    # A 429 of a request sent within one reply's time (0.1 s) of that cut: the same event.
+    clock.now = 98.05
+    pacer.observe(_ticket(pacer, 98.02, depth=3), 429, {})
+    assert pacer.rate == pytest.approx(40 * 18 / 21)
+    assert pacer.last_cut == 98.0 and pacer.fast is False
+
+
+def test_when_nothing_got_through_since_the_last_cut_everyone_waits_instead(clock):
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 98.0
+    _history(pacer, *[(97.0 + i * 0.05, 2, True) for i in range(20)], (98.2, 2, False), (98.3, 2, False))
+    clock.now = 98.5
+    random.seed(1)
+    pacer.observe(_ticket(pacer, 98.4, depth=2), 429, {})
+    assert pacer.rate == 40.0 and pacer.shut == 1
+    assert 98.5 + 0.1 <= pacer.hold_until <= 98.5 + 0.3  # 2 replies' time (0.2 s) +- half
+
+
+def test_the_slow_starts_429_is_taken_for_a_cap_then_a_429_within_it_cuts_a_rate(clock):
+    pacer = Pacer("openai", None, "m")
+    # Slow start: 12 answered, sent 0.05 s apart (20 a second), then a 429 with 5 in flight.
+    _history(pacer, *[(99.0 + i * 0.05, 4, True) for i in range(12)])
+    pacer.successes = 12
+    clock.now = 99.7
+    assert pacer.observe(_ticket(pacer, 99.6, depth=5), 429, {}) == 0.0
+    assert (pacer.cap, pacer.window, pacer.rate) == (4, None, None)
+    # A 429 with 3 in flight: a rate is to blame too. None was set: the rate the requests went
+    # at (14 sent over 0.7 s: 13 gaps, 18.57 a second), cut to the share admitted (12 of 14);
+    # from a rate that held nothing back, it grows fast (5 % per answer).
+    clock.now = 99.75
+    assert pacer.observe(_ticket(pacer, 99.7, depth=3), 429, {}) == 0.0
+    assert pacer.rate == pytest.approx(13 / 0.7 * 12 / 14) and pacer.cap == 4 and pacer.fast
+    pacer.observe(_ticket(pacer, 99.75, rate_bound=True), 200, {})
+    assert pacer.rate == pytest.approx(13 / 0.7 * 12 / 14 * 1.05)
+
+
+def test_a_concurrency_cap_is_learned_held_and_tried_above(clock):
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.first_answer = 30.0, None, 0.0
+    _history(pacer, *[(90.0 + i * 0.01, 1 + i % 4, True) for i in range(40)], (95.0, 5, False), (95.1, 5, False),
+             (95.2, 4, True))
+    pacer.successes = 40
+    clock.now = 96.0
+    assert pacer.observe(_ticket(pacer, 95.9, depth=5), 429, {}) == 0.0
+    assert (pacer.cap, pacer.rate) == (4, None)  # the cap explains the cuts: they are undone
+    pacer.in_flight = {i: _ticket(pacer, 95.95, depth=i) for i in range(1, 5)}
+    pacer.last_send = 95.99
+    assert pacer._room(96.0) == ratelimit._MAX_SLEEP  # full: until one of them is answered
+    assert pacer._wait(_ticket(pacer), 96.0) == (ratelimit._MAX_SLEEP, True)
+    assert pacer.signal()[0] == "concurrency"  # the cap held a request back
+    pacer.successes = pacer.probe_at  # a try above the cap is due, a quarter reply (0.025 s) after the last
+    assert pacer._room(96.0) == pytest.approx(0.015)
+    assert pacer._room(96.1) == 0.0
+    probe = _ticket(pacer, 96.1, depth=5, probe=True)
+    pacer.observe(probe, 429, {})  # refused: the cap holds, the next try twice as late
+    assert pacer.cap == 4 and pacer.probe_every == 2 * ratelimit.PROBE_EVERY and pacer.rate is None
+    for _ in range(2):  # admitted above the cap twice in a row: one more, on trial
+        pacer.observe(_ticket(pacer, 96.2, depth=5, probe=True), 200, {})
+    assert pacer.cap == 5
+    clock.now = 96.5
+    pacer.observe(_ticket(pacer, 96.45, depth=5), 429, {})  # refused at it: back to 4, no rate cut
+    assert (pacer.cap, pacer.rate) == (4, None)
+    pacer.cap, pacer.cap_trial = 1, True  # a cap is never below one request
+    pacer.observe(_ticket(pacer, 96.5, depth=1), 429, {})
+    assert pacer.cap == 1 and pacer.rate is not None
+
+
+def test_a_429_asking_for_no_wait_is_sent_again_at_once_unless_429s_abound(clock):
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window = 40.0, None
+    _history(pacer, *[(90.0 + i * 0.01, 2, i % 5 != 0) for i in range(40)])  # 8 of 40 refused
+    clock.now = 96.0
+    assert pacer.observe(_ticket(pacer, 95.9, depth=2), 429, {"retry-after": "0"}) == 0.0  # 9 of 41
+    assert pacer.rate == 40.0 and pacer.cap is None
+    _history(pacer, *[(96.0 + i * 0.01, 2, False) for i in range(4)])  # with the next: 14 of 46
+    assert pacer.observe(_ticket(pacer, 96.1, depth=2), 429, {"retry-after": "0"}) == 0.0
+    assert pacer.rate < 40.0
+
+
+def test_overload_makes_that_request_wait_and_changes_nothing_else(clock):
+    pacer = Pacer("anthropic", None, "m")
+    pacer.rate, pacer.cap = 20.0, 6
+    pacer.latencies.extend([0.4] * 3)
+    ticket = _ticket(pacer, 99.0)
+    random.seed(3)
+    first = pacer.overloaded(ticket)
+    second = pacer.overloaded(ticket)
+    assert 0.2 <= first <= 0.6 and 0.4 <= second <= 1.2  # from one reply's time (0.4 s), doubling
+    assert (pacer.rate, pacer.cap, pacer.responses_overloaded, pacer.responses_429) == (20.0, 6, 2, 0)
+
+
+def test_rpm_is_a_fixed_cap_inside_the_pacer(clock):
+    pacer = Pacer("openai", None, "m", rpm=600)  # one request every 0.1 s
+    first, second = _ticket(pacer), _ticket(pacer)
+    pacer._book(first, 10.0)
+    pacer._book(second, 10.1)
+    assert pacer.next_start == pytest.approx(10.2)
+    assert pacer._wait(_ticket(pacer), 10.05)[0] == pytest.approx(0.15)
+    pacer._book(_ticket(pacer), 10.23)  # woken 0.03 s late: the next start keeps the beat
+    assert pacer.next_start == pytest.approx(10.3)
+    pacer._book(_ticket(pacer), 12.0)  # after a pause: no credit for the time idle
+    assert pacer.next_start == pytest.approx(12.1)
+    pacer.rate = 5.0  # a learned rate below the cap governs; above it, the cap does
+    assert pacer.send_rate == 5.0
+    pacer.rate = 50.0
+    assert pacer.send_rate == pytest.approx(10.0)
+    assert pacer.describe()["rpm_cap"] == 600
+
+
+def test_slow_start_sends_a_few_until_the_first_success_then_one_more_per_success():
     async def scenario():
         pacer = Pacer("openai", None, "m")
         tickets = [_ticket(pacer) for _ in range(ratelimit.SLOW_START + 2)]
         first = [asyncio.ensure_future(pacer.acquire(t)) for t in tickets]
         await asyncio.sleep(0.05)
         sent = sum(task.done() for task in first)
-        held_before = pacer.waited_requests
-        pacer.observe(tickets[0], 200, {})  # the first reply, even without limits, opens up
+        pacer.observe(tickets[0], 200, {})  # one answer: one leaves, one more may be out
         await asyncio.wait_for(asyncio.gather(*first), 5)
-        return sent, held_before, pacer.waited_requests, pacer.slow_starting
+        return sent, pacer.window, pacer.waited_requests
 
-    sent, held_before, held_after, slow = asyncio.run(scenario())
-    assert sent == ratelimit.SLOW_START and held_before == 0
-    assert held_after == 0 and slow is False  # not a wait for the provider's limit
+    sent, window, held = asyncio.run(scenario())
+    assert sent == ratelimit.SLOW_START and window == ratelimit.SLOW_START + 1
+    assert held == 0  # not a wait for the provider's limit
 
 
 def test_reachability_stops_only_when_nothing_ever_answered():
@@ -193,22 +362,40 @@ def test_reachability_stops_only_when_nothing_ever_answered():
     for _ in range(3):
         cold.note_failure(ConnectError("All connection attempts failed"))
     assert cold.dead and not warm.dead and "connection attempts failed" in cold.reason
+    assert cold.kind == "connect"
     assert ratelimit.is_connect_failure(ConnectError()) and not ratelimit.is_connect_failure(ValueError())
+
+
+def test_an_address_that_only_ever_answers_overloaded_is_dead_after_a_few_seconds(clock):
+    gateway, busy = Reachability(), Reachability()
+    busy.note_reply()
+    for second in (0.0, 0.1, 0.5, 1.0, 1.5, 1.9):  # six answers, under 2 s
+        clock.now = 100 + second
+        gateway.note_overload(503)
+        busy.note_overload(503)
+    assert not gateway.dead
+    clock.now = 103.0
+    gateway.note_overload(503)
+    busy.note_overload(503)
+    assert gateway.dead and gateway.kind == "overloaded" and not busy.dead
+    assert gateway.reason == "7 answers in 3 s, all HTTP 503 overloaded"
 
 
 # -- through the real SDKs -------------------------------------------------------------------
 
 @pytest.fixture
 def limited(env, monkeypatch):
-    """A rate-limited fake factory; every provider pointed at it."""
+    """A limiting fake factory (``Shape`` fields); every provider pointed at it."""
     servers = []
 
-    def start(**kwargs) -> FakeRateLimited:
-        server = FakeRateLimited(**kwargs).start()
+    def start(**fields) -> FakeRateLimited:
+        server = FakeRateLimited(Shape(**fields)).start()
         servers.append(server)
-        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
-        env.update(OPENAI_BASE_URL=server.url + "/v1", ANTHROPIC_BASE_URL=server.url)
+        urls = {"OPENAI_BASE_URL": server.url + "/v1", "ANTHROPIC_BASE_URL": server.url,
+                "GEMINI_BASE_URL": server.url + "/"}
+        for name, url in urls.items():
+            monkeypatch.setenv(name, url)
+        env.update(urls)
         return server
 
     yield start
@@ -227,37 +414,103 @@ def _run(script, env, model: str, *extra: str):
                   "--no_cache", *extra, env=env)
 
 
-@pytest.mark.parametrize("model, style, limits", [
-    ("openai/gpt-test", "openai", {"rpm": 30}),
-    ("anthropic/claude-test", "anthropic", {"tpm": 3000}),   # max_tokens 100: ~25 a window
-    ("openai/gpt-test", "none", {"rpm": 30}),
-])
-def test_a_run_at_the_limit_has_no_error_row_and_records_the_429s(script, env, limited, tmp_path,
-                                                                  model, style, limits):
-    server = limited(window=1.0, style=style, burst=0.3 if style == "none" else 1.0, **limits)
-    prompts = _input(tmp_path, 60)
-    # --max_retries 0: a 429 handed to the SDK would fail its row at once.
-    proc = _run(script, env, model, "--concurrency", "16", "--max_retries", "0", "--max_tokens", "100")
+def _finished(proc, tmp_path, prompts) -> dict:
+    """The run's meta file's one pacer, after checking every row was answered."""
     assert proc.returncode == 0, proc.stderr
     out = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
     assert (out.error == "").all() and list(out.response) == [f"Fake answer to: {p}" for p in prompts]
     meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
     [paced] = meta["rate_limits"]
-    assert (paced["provider"], paced["model"]) == (model.split("/")[0], model.split("/")[1])
-    assert paced["responses_429"] == server.rejected == meta["requests"]["rate_limit_429s"]
     assert paced["passed_to_sdk_after_patience"] == 0
-    assert server.ok == 60
-    if style == "none":
-        assert paced["limits_seen"] == {} and paced["header_style"] is None
-        assert server.rejected > 0 and paced["adaptive_requests_per_minute"] > 0
-    else:
-        assert paced["header_style"] == style
-        kind = "requests" if "rpm" in limits else "tokens"
-        seen = paced["limits_seen"][kind]
-        assert seen["limit"] == next(iter(limits.values()))
-        assert seen["refill_per_minute"] == pytest.approx(seen["limit"] * 60, rel=0.1)
-        assert server.rejected <= 15  # paced from the headers (the bench measures the rate goals)
+    assert paced["responses_429"] == meta["requests"]["rate_limit_429s"]
+    return paced
+
+
+@pytest.mark.parametrize("model, shape", [
+    ("openai/gpt-test", {"rpm": 30, "style": "openai"}),
+    ("anthropic/claude-test", {"tpm": 3000, "style": "anthropic"}),   # max_tokens 100: ~25 a window
+])
+def test_honest_headers_are_followed_with_no_error_row(script, env, limited, tmp_path, model, shape):
+    server = limited(window=1.0, **shape)
+    prompts = _input(tmp_path, 60)
+    # --max_retries 0: a 429 handed to the SDK would fail its row at once.
+    proc = _run(script, env, model, "--concurrency", "16", "--max_retries", "0", "--max_tokens", "100")
+    paced = _finished(proc, tmp_path, prompts)
+    assert (paced["provider"], paced["model"]) == tuple(model.split("/"))
+    assert paced["responses_429"] == server.rejected and server.ok == 60
+    assert (paced["following"], paced["header_style"]) == ("headers", shape["style"])
+    seen = paced["limits_seen"]["requests" if "rpm" in shape else "tokens"]
+    assert seen["limit"] == next(iter(shape.values()))
+    assert seen["refill_per_minute"] == pytest.approx(seen["limit"] * 60, rel=0.1)
+    assert server.rejected <= 15  # paced from the headers (the bench measures the rate goals)
     assert "paced by the provider's rate limit" in proc.stderr
+
+
+@pytest.mark.parametrize("model, shape, following", [
+    # Headers whose reset means "until the next request" on a limit enforced over a short period.
+    ("openai/gpt-test", {"rpm": 60, "window": 1.0, "burst": 0.1, "reset": "next", "latency": 0.05}, "429s"),
+    # Bare 429s through google-genai, and a gateway that allows 3 requests in flight.
+    ("gemini/gemini-test", {"rpm": 60, "window": 1.0, "burst": 0.1, "style": "none", "latency": 0.05}, "429s"),
+    ("gemini/gemini-test", {"cap": 3, "style": "none", "latency": 0.03}, "concurrency"),
+])
+def test_the_429s_outrank_the_headers_and_a_cap_on_requests_in_flight_is_found(
+        script, env, limited, tmp_path, model, shape, following):
+    server = limited(**shape)
+    prompts = _input(tmp_path, 80 if "cap" in shape else 40)
+    proc = _run(script, env, model, "--concurrency", "16", "--max_retries", "0")
+    paced = _finished(proc, tmp_path, prompts)
+    assert paced["responses_429"] == server.rejected + server.capped > 0
+    assert paced["following"] == following, json.dumps(paced)
+    if following == "concurrency":
+        assert paced["concurrency_cap"] == 3 and server.max_in_flight == 3
+        assert paced["learned_requests_per_minute"] is None
+    else:
+        assert paced["learned_requests_per_minute"] > 0
+    if "reset" in shape:
+        assert paced["why"].startswith("a 429 came while its headers showed"), paced["why"]
+
+
+def test_overload_is_waited_out_and_counted_apart_from_429s(script, env, limited, tmp_path):
+    server = limited(overload_every=3, style="anthropic")
+    prompts = _input(tmp_path, 30)
+    proc = _run(script, env, "anthropic/claude-test", "--concurrency", "8", "--max_retries", "0")
+    paced = _finished(proc, tmp_path, prompts)
+    assert paced["responses_overloaded"] == server.overloaded >= 10
+    assert paced["responses_429"] == 0 and paced["learned_requests_per_minute"] is None
+    assert f"0 429 answers waited out, {server.overloaded} overload answers waited out" in proc.stderr
+
+
+def test_an_address_that_only_answers_overloaded_stops_the_run_within_seconds(script, env, limited,
+                                                                                  tmp_path, monkeypatch):
+    monkeypatch.setattr(ratelimit, "OVERLOADED_AFTER", (4, 0.3))  # the same rule, sooner
+    server = limited(overload_only=True)
+    _input(tmp_path, 50)
+    started = time.monotonic()
+    proc = _run(script, env, "openai/gpt-test")
+    assert proc.returncode == 2 and time.monotonic() - started < 10
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: openai at {server.url}/v1 has answered nothing but \"overloaded\" since the run started"), lines
+    assert "HTTP 503 overloaded" in lines[0] and "has a model loaded" in lines[0]
+
+
+def test_rpm_caps_the_rate_inside_the_pacer(env, limited):
+    server = limited()  # no limit of its own
+    client = Client(cache=None, rpm=1200)  # one start every 0.05 s
+
+    async def go():
+        try:
+            return await asyncio.gather(*(client.complete(Request.user(parse_model("openai/gpt-test"), f"q{i}"))
+                                          for i in range(5)))
+        finally:
+            await client.close()
+
+    asyncio.run(go())
+    gaps = [b - a for a, b in zip(server.admitted, server.admitted[1:])]
+    assert len(gaps) == 4 and min(gaps) >= 0.025  # at worst half a gap late, then on the beat
+    assert server.admitted[-1] - server.admitted[0] >= 0.2 - 0.025
+    [paced] = client.rate_limits.describe()
+    assert paced["rpm_cap"] == 1200 and paced["learned_requests_per_minute"] is None
 
 
 def test_patience_bounds_the_wait_then_the_429_is_an_error(script, env, limited, tmp_path):
