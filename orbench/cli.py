@@ -28,6 +28,7 @@ from orbench.ratelimit import DEFAULT_PATIENCE
 from orbench.stage import (
     RunResult,
     Stage,
+    check_existing,
     check_writable,
     collect_requests,
     pending_records,
@@ -90,6 +91,11 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
         group.add_argument("--retry_upstream_errors", action="store_true",
                            help="also process input rows whose 'error' is set by an earlier stage "
                                 "(default: pass them through untouched, their error kept)")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace an existing output (finished or partly done) that was made with other "
+                            "settings (default: stop with exit 2 naming the setting that differs, so a "
+                            "finished output is never replaced silently; a change of the project's own rules "
+                            "re-scores in place either way)")
     group.add_argument("--quiet", action="store_true",
                        help="no progress bar and no summary line; only the output path on stdout")
 
@@ -200,6 +206,7 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
         if paced:
             parts.append(paced)
     parts.append(f"{result.elapsed:.1f}s")
+    parts.extend(result.notes)
     return " | ".join(parts)
 
 
@@ -259,7 +266,9 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
             client.prepare(spec)
         quiet = getattr(args, "quiet", False)
         limit, retry_upstream = getattr(args, "limit", None), getattr(args, "retry_upstream_errors", False)
+        overwrite = getattr(args, "overwrite", False)
         if getattr(args, "estimate", False) or getattr(args, "batch", False):
+            check_existing(job.stage, table, output, overwrite=overwrite)  # before anything is submitted
             estimate = send_pending(job.stage, table, output, args, client, job.models)
             if estimate is not None:
                 print(estimate)
@@ -267,7 +276,7 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
         result = run_stage(job.stage, table, output,
                            concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
                            limit=limit, input_name=name, client=client,
-                           retry_upstream=retry_upstream, quiet=quiet)
+                           retry_upstream=retry_upstream, quiet=quiet, overwrite=overwrite)
         typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
         meta = build_meta(stage=job.stage, result=result, client=client,
                           models=[client.describe(s, t) for s, t in zip(job.models, typed)],

@@ -69,7 +69,7 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
                input_rows: int, output: Path, argv: list[str] | None) -> dict:
     """The provenance record of one finished run (see the module docstring)."""
     stats = client.stats if client is not None else None
-    settings = {k: v for k, v in stage.config.items() if k != "stage"}
+    settings = {**stage.settings, **stage.rules}  # as earlier versions recorded them: one dict
     meta = {
         "stage": stage.stage_id,
         "stage_name": stage.name,
@@ -79,6 +79,7 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
         "templates": dict(stage.provenance.get("templates", {})),
         "rules_fingerprint": stage.provenance.get("rules_fingerprint"),
         "settings": settings,
+        "rules": dict(stage.rules),  # which of the settings are the project's rules, not the user's
         "input": {"path": input_path, "sha256": sha256_file(input_path) if input_path else None,
                   "rows": input_rows},
         "output": str(output),

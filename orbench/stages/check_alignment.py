@@ -151,11 +151,12 @@ def setup_for(default_provider: str | None):
             needs=["prompt"],
             adds=ADDS + ([SAMPLE] if samples is not None else []),
             run_row=run_row,
+            stage_id="check_alignment",
+            settings={"model": str(spec), "system": system, "temperature": temperature,
+                      "max_tokens": max_tokens, "matcher": family,
+                      **({"samples": samples} if samples is not None else {})},
             # The rules' fingerprint is in the key: improved rules re-score instead of resuming.
-            config={"stage": "check_alignment", "model": str(spec), "system": system,
-                    "temperature": temperature, "max_tokens": max_tokens, "matcher": family,
-                    "rules": rules_fingerprint(),
-                    **({"samples": samples} if samples is not None else {})},
+            rules={"rules": rules_fingerprint()},
             provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
         )
         output = args.output_file or default_output(args.model, args.input_file)

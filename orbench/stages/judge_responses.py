@@ -203,13 +203,14 @@ def setup(args, client: Client) -> cli.Job:
         needs=["prompt", "response"],
         adds=ADDS + (CASCADE_ADDS if cascade else []),
         run_row=run_row,
-        config={"stage": "check_response", "judge": judge_name,
-                "template": None if keyword_mode else sha256_text(template), "matcher": args.matcher,
-                "rules": rules_fingerprint(),  # improved keyword rules re-score, not resume
-                # a keyword re-score calls no model: no sampling settings to record
-                "temperature": None if keyword_mode else temperature,
-                "max_tokens": None if keyword_mode else max_tokens,
-                **({"cascade": cascade_fingerprint()} if cascade else {})},
+        stage_id="check_response",
+        # a keyword re-score calls no model: no sampling settings to record
+        settings={"judge": judge_name, "matcher": args.matcher,
+                  "temperature": None if keyword_mode else temperature,
+                  "max_tokens": None if keyword_mode else max_tokens},
+        # improved keyword rules, templates or cascade classes re-score, not resume
+        rules={"template": None if keyword_mode else sha256_text(template), "rules": rules_fingerprint(),
+               **({"cascade": cascade_fingerprint()} if cascade else {})},
         key_columns=["prompt", "response", "refusal_source", "model"],
         finalise=count_sources if cascade else None,
         provenance=provenance,

@@ -164,9 +164,10 @@ def setup(args, client: Client) -> cli.Job:
         run_row=run_row,
         # The column names are part of the key: the same moderator typed another way
         # (gpt4, then its full id) writes other columns, so its rows are redone.
-        config={"stage": "moderate", "moderators": [str(s) for s in specs], "column": column,
-                "columns": moderator_columns(names), "template": sha256_text(template),
-                "temperature": temperature, "max_tokens": max_tokens},
+        stage_id="moderate",
+        settings={"moderators": [str(s) for s in specs], "column": column,
+                  "columns": moderator_columns(names), "temperature": temperature, "max_tokens": max_tokens},
+        rules={"template": sha256_text(template)},
         key_columns=[column],
         provenance={"templates": {"moderation": sha256_text(template)},
                     "template_source": template_source},

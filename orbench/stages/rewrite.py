@@ -128,10 +128,9 @@ def make_stage(spec: ModelSpec, client: Client, temperature: float, max_tokens: 
             f"only {len(items)} of {REWRITES_PER_SEED} rewrites parsed from reply")
         return [row(seed, prompt=item, note=note, repeats=repeats) for item in items]
 
-    config = {"stage": "rewrite", "model": model, "temperature": temperature,
-              "max_tokens": max_tokens, "template": sha256_text(template),
-              "per_seed": REWRITES_PER_SEED}
-    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, run_row=rewrite, config=config,
+    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, run_row=rewrite, stage_id="rewrite",
+                 settings={"model": model, "temperature": temperature, "max_tokens": max_tokens},
+                 rules={"template": sha256_text(template), "per_seed": REWRITES_PER_SEED},
                  provenance={"templates": {"rewrite": sha256_text(template)}})
 
 
