@@ -193,6 +193,8 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
     if result.upstream_errors:
         counts += f", {result.upstream_errors} passed through with an earlier stage's error"
     parts = [f"{stage.name}: {result.rows} rows -> {result.output}", counts]
+    if result.outcomes is not None:
+        parts.append(result.outcomes.text)
     if result.bad_progress_lines:
         parts.append(f"{result.bad_progress_lines} unreadable progress lines skipped")
     if client is not None:
@@ -298,6 +300,8 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
         return 130
     if not quiet:
         print(summary_line(job.stage, result, client), file=sys.stderr)
+    for warning in result.outcomes.warnings if result.outcomes is not None else []:
+        print(f"warning: {warning}", file=sys.stderr)  # even with --quiet, as the errors line below
     if result.errors:
         print(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
               f"command to retry them", file=sys.stderr)

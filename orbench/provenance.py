@@ -91,6 +91,8 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
             "resumed": result.resumed,
             "bad_progress_lines": result.bad_progress_lines,
         },
+        "outcomes": None if getattr(result, "outcomes", None) is None else {
+            "counts": result.outcomes.counts, "warnings": result.outcomes.warnings},
         "requests": None if stats is None else {
             "sent": stats.sent, "from_cache": stats.cached, "provider_blocks": stats.provider_blocks,
             "transient_replies_retried": stats.transient,

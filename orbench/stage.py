@@ -65,6 +65,7 @@ from orbench import existing_output
 from orbench.clients import DEFAULT_CONCURRENCY, Client
 from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
+from orbench.outcomes import Outcomes
 from orbench.provenance import meta_path_for
 from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
 
@@ -98,6 +99,8 @@ class Stage:
     key_columns: Sequence[str] | None = None
     finalise: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # whole-file step before writing
     provenance: dict = field(default_factory=dict)
+    #: What the written rows came to (``orbench.outcomes``): the summary's counts and warnings.
+    outcomes: Callable[[pd.DataFrame], Outcomes] | None = None
     #: The short name an error text starts with (``check_alignment: HTTP 500 ...``); default ``name``.
     stage_id: str = ""
 
@@ -126,6 +129,7 @@ class RunResult:
     started: float = 0.0
     finished: float = 0.0
     notes: list[str] = field(default_factory=list)  # re-scored for new rules, replaced on --overwrite
+    outcomes: Outcomes | None = None  # what the rows came to, when the stage counts it
 
     @property
     def exit_code(self) -> int:
@@ -486,6 +490,8 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         result.new = result.rows - result.resumed - result.upstream_errors
         if stage.finalise is not None:
             frame = stage.finalise(frame)
+        if stage.outcomes is not None:
+            result.outcomes = stage.outcomes(frame)
         try:
             write_csv_atomic(frame, output)
             # Keep every entry for a row of the whole input (a trial run drops nothing).

@@ -12,7 +12,11 @@ and its rules' fingerprint), so the report can show both for every model and set
 An ancestor is looked for at the path its child's meta file names; a relative path is tried from
 the current folder and from the child's folder, then the file name alone beside the child (a
 folder moved as a whole). When the file found no longer has the recorded SHA-256 the link is kept
-and marked ``changed``.
+and marked ``changed``: its meta file now describes another run (the file was replaced after its
+child used it), so nothing is borrowed from it. When the stage-4 record is behind a changed link,
+or the chain breaks at a missing file before reaching one, who produced the responses is
+"settings unknown" (``responses["unknown"]`` says why), and ``chain_warnings`` says so for the
+report's console, ``report.json`` and warning box.
 """
 
 from __future__ import annotations
@@ -21,18 +25,19 @@ import json
 import math
 from pathlib import Path
 
+from orbench.outcomes import TRUNCATED_FINISH_REASONS, is_truncated  # noqa: F401 (re-exported for the report)
 from orbench.provenance import sha256_file
+from orbench.vocab import JUDGE, KEYWORD
 
 #: How many links are followed at most (the pipeline has five stages; a cycle stops earlier).
 MAX_DEPTH = 8
 #: Stage ids as the runner writes them (``Stage.config["stage"]``).
 ALIGNMENT_STAGE = "check_alignment"
 RESPONSE_STAGE = "check_response"
-#: ``finish_reason`` values meaning "cut off at the token limit": OpenAI-compatible ``length``,
-#: Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``, OpenAI Responses ``max_output_tokens``.
-TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
 #: Above this share of cut-off replies the report warns.
 TRUNCATION_WARN = 0.05
+#: Above this share of rows with no verdict (unparsed, empty response) the report warns.
+NO_VERDICT_WARN = 0.05
 
 
 def read_meta(path: str) -> dict | None:
@@ -98,10 +103,23 @@ def _first_model(meta: dict) -> dict:
     return {}
 
 
-def responses_by(chain: list[dict]) -> dict | None:
-    """Who produced the responses: the nearest stage-4 (check alignment) record of the chain."""
-    for link in chain:
+def _unknown(link: dict, why: str) -> dict:
+    return {"unknown": why, "file": link["file"]}
+
+
+def responses_by(chain: list[dict], missing: str | None = None) -> dict | None:
+    """Who produced the responses: the nearest stage-4 (check alignment) record of the chain.
+
+    ``{"unknown": why}`` when a file on the way to it changed after its child used it (its meta
+    describes another run), or when the chain breaks at ``missing`` (an input that is no longer
+    found) before reaching one; None when no stage-4 record is known to exist.
+    """
+    for i, link in enumerate(chain):
         meta = link["meta"]
+        if link["changed"]:
+            child = Path(chain[i - 1]["file"]).name
+            return _unknown(link, f"{Path(link['file']).name} has changed since {child} was made from it; its "
+                                  f"meta file describes another run")
         if meta.get("stage") != ALIGNMENT_STAGE:
             continue
         settings, model = _settings(meta), _first_model(meta)
@@ -124,6 +142,9 @@ def responses_by(chain: list[dict]) -> dict | None:
             "package_version": meta.get("package_version"),
             "finished": meta.get("finished"),
         }
+    if missing and chain:
+        return _unknown(chain[-1], f"{Path(chain[-1]['file']).name} was made from {missing}, which is no "
+                                   f"longer there (renamed, moved or deleted)")
     return None
 
 
@@ -163,20 +184,19 @@ def summarise(path: str) -> dict:
     """
     chain = read_chain(path)
     steps = [(str(link["meta"].get("stage") or "?"), Path(link["file"]).name, link["changed"]) for link in chain]
+    missing = None
     if chain:
         last = _find_input(chain[-1]["meta"], chain[-1]["file"])
         recorded = (chain[-1]["meta"].get("input") or {}).get("path") if isinstance(
             chain[-1]["meta"].get("input"), dict) else None
         if recorded and last is None:
             steps.append(("source", str(recorded), False))
+            if "://" not in str(recorded):
+                missing = str(recorded)
         elif last is not None:
             steps.append(("source", Path(last).name, False))
-    return {"chain": chain, "responses": responses_by(chain), "verdicts": verdicts_by(chain), "steps": steps}
-
-
-def is_truncated(finish_reason: object) -> bool:
-    """True when a ``finish_reason`` cell says the reply hit the token limit."""
-    return str(finish_reason).strip().lower() in TRUNCATED_FINISH_REASONS
+    return {"chain": chain, "responses": responses_by(chain, missing), "verdicts": verdicts_by(chain),
+            "steps": steps}
 
 
 def by_set_and_model(provenance: list[dict]) -> list[dict]:
@@ -200,20 +220,62 @@ def max_tokens_of(records: list[dict], set_name: str, model: str) -> object:
     return None
 
 
+def _number(value) -> float | None:
+    """A count from the summary, or None when there is none (absent or NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
+
+
 def truncation_warnings(summary, records: list[dict]) -> list[str]:
-    """A warning per (set, model) whose headline verdicts rest on more than 5% cut-off replies."""
+    """A warning per (set, model) whose replies were more than 5% cut off, whoever judged them
+    (the headline's verdicts, else the keyword matcher's: a judge that decided nothing does not
+    make the cut-off replies go away)."""
     warnings = []
     for r in summary.to_dict("records"):
-        method = r.get("headline")
+        method = r.get("headline") or (KEYWORD if _number(r.get("keyword_rows")) else "")
         if not method:
             continue
-        cut, scored = r.get(f"{method}_truncated"), r.get(f"{method}_scored")
-        if cut is None or scored is None or math.isnan(cut) or not scored or cut / scored <= TRUNCATION_WARN:
+        cut, replies = _number(r.get(f"{method}_truncated")), _number(r.get(f"{method}_replies"))
+        if cut is None or not replies or cut / replies <= TRUNCATION_WARN:
             continue
         limit = max_tokens_of(records, r["set"], r["model"])
         at = f"max_tokens {limit}" if limit is not None else "the token limit"
         warnings.append(
-            f"{int(cut)} of {int(scored)} replies ({100 * cut / scored:.0f}%) of {r['model']} on {r['set']} were "
+            f"{int(cut)} of {int(replies)} replies ({100 * cut / replies:.0f}%) of {r['model']} on {r['set']} were "
             f"cut off at {at} (finish_reason length): their verdicts judge only the opening of each reply; "
             f"rerun stage 4 with a larger --max_tokens")
+    return warnings
+
+
+def no_verdict_warnings(summary) -> list[str]:
+    """A warning per (set, model, method) where more than 5% of the rows without an error have no
+    verdict (an unparsed judge reply, an empty response): the rate rests on the rest only."""
+    warnings = []
+    for r in summary.to_dict("records"):
+        for method in (KEYWORD, JUDGE):
+            rows, errors, none = (_number(r.get(f"{method}_{k}")) for k in ("rows", "errors", "unparsed"))
+            if rows is None or not none:
+                continue
+            read = rows - (errors or 0)
+            if not read or none / read <= NO_VERDICT_WARN:
+                continue
+            who = f"the judge {r['judge']}" if method == JUDGE and r.get("judge") else f"the {method} verdicts"
+            warnings.append(
+                f"{int(none)} of {int(read)} rows ({100 * none / read:.0f}%) of {r['model']} on {r['set']} have no "
+                f"verdict from {who} (an unparsed reply, an empty response): its rate rests on the other "
+                f"{int(read - none)} only" + ("; check the judge's replies in answer_type_response"
+                                             if method == JUDGE else ""))
+    return warnings
+
+
+def chain_warnings(records: list[dict]) -> list[str]:
+    """A warning per input whose responses' settings are unknown (a changed or missing ancestor)."""
+    warnings, seen = [], set()
+    for r in records:
+        unknown = (r.get("responses") or {}).get("unknown")
+        if unknown and r["file"] not in seen:
+            seen.add(r["file"])
+            warnings.append(f"settings unknown for the responses in {r['file']} ({r['model']} on {r['set']}): "
+                            f"{unknown}; who produced them, and with what, cannot be told")
     return warnings

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from orbench import cli
+from orbench import cli, outcomes
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
@@ -171,6 +171,7 @@ def setup(args, client: Client) -> cli.Job:
         key_columns=[column],
         provenance={"templates": {"moderation": sha256_text(template)},
                     "template_source": template_source},
+        outcomes=outcomes.moderated,
     )
     output = args.output_file or default_output_path(
         args.input_file_path, f"moderated_{slug(column)}", "+".join(names))

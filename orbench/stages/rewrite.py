@@ -51,6 +51,7 @@ from orbench.cli import ArgumentParser, Job, add_model_flags, run
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
+from orbench.outcomes import WARN_SHARE
 from orbench.parsing import dedupe, example_forms, extract_items, normalise_for_dedup
 from orbench.prompts import REWRITE_TEMPLATE
 from orbench.provenance import sha256_text
@@ -196,6 +197,8 @@ def main(argv=None) -> int:
             frame, counts["dropped"] = finalise(frame)
             counts["kept"] = int((frame["prompt"] != "").sum())
             counts["unparsed"] = int((frame["rewrite_note"] == NO_REWRITE).sum())
+            done = frame[frame["error"].astype(str).str.strip() == ""]
+            counts["seeds"] = int(done[["toxic_seed", "category"]].drop_duplicates().shape[0])
             stage.provenance["rewrite_counts"] = {
                 "rewrites_kept": counts["kept"], "duplicates_dropped": counts["dropped"],
                 "few_shot_repeats_dropped": counts["repeats"],
@@ -210,5 +213,9 @@ def main(argv=None) -> int:
         print(f"rewrite: {counts['kept']} rewrites kept, {counts['dropped']} duplicates dropped, "
               f"{counts['repeats']} few-shot example repeats dropped, "
               f"{counts['unparsed']} seeds with no parsable rewrite", file=sys.stderr)
+    if counts.get("seeds") and counts["unparsed"] / counts["seeds"] > WARN_SHARE:
+        print(f"warning: {counts['unparsed']} of {counts['seeds']} seeds "
+              f"({100 * counts['unparsed'] / counts['seeds']:.0f}%) gave no parsable rewrite (rewrite_note "
+              f"'{NO_REWRITE}'; the reply is in rewrite_raw)", file=sys.stderr)
     return code
 
