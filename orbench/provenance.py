@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -74,7 +75,10 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
         "stage": stage.stage_id,
         "stage_name": stage.name,
         "package_version": package_versions().get("orbench"),
-        "command": [redact(a) for a in (argv if argv is not None else sys.argv[1:])],
+        # the command that reruns it: a list of arguments, the script as an absolute path
+        "command": [redact(a) for a in (argv if argv is not None else
+                                        ["python", str(Path(sys.argv[0]).resolve()), *sys.argv[1:]])],
+        "cwd": os.getcwd(),
         "models": models,
         "templates": dict(stage.provenance.get("templates", {})),
         "rules_fingerprint": stage.provenance.get("rules_fingerprint"),

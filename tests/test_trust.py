@@ -258,8 +258,11 @@ def test_meta_file_says_who_made_each_verdict_and_holds_no_key(env, fake, capsys
     assert model["reported_model"] == ["gpt-4o-2024-08-06"]
     assert meta["rules_fingerprint"] == refusal.rules_fingerprint()
     assert meta["settings"]["temperature"] == 0.3 and meta["settings"]["max_tokens"] == 77
-    assert meta["input"] == {"path": "in.csv", "rows": 3,
+    assert meta["input"] == {"path": str(src.resolve()), "rows": 3,  # absolute: the chain is followed from anywhere
                              "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    # called as a library (main(argv)): the command reruns it as a module, from the folder it ran in
+    assert meta["command"][:3] == ["python", "-m", "orbench.stages.check_alignment"]
+    assert meta["command"][3:5] == ["--model", "gpt-4o"] and meta["cwd"] == str(tmp_path)
     assert meta["counts"]["rows"] == 3 and meta["counts"]["errors"] == 1 and meta["counts"]["done"] == 2
     assert meta["requests"]["sent"] == 3 and meta["requests"]["provider_blocks"] == 1
     assert meta["tokens"]["reasoning"] == 5

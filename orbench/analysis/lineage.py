@@ -27,6 +27,7 @@ from pathlib import Path
 
 from orbench.outcomes import TRUNCATED_FINISH_REASONS, is_truncated  # noqa: F401 (re-exported for the report)
 from orbench.provenance import sha256_file
+from orbench.sets import SET_NAMES, resolve_set
 from orbench.vocab import JUDGE, KEYWORD
 
 #: How many links are followed at most (the pipeline has five stages; a cycle stops earlier).
@@ -197,6 +198,21 @@ def summarise(path: str) -> dict:
             steps.append(("source", Path(last).name, False))
     return {"chain": chain, "responses": responses_by(chain, missing), "verdicts": verdicts_by(chain),
             "steps": steps}
+
+
+def source_sets(path: str) -> list[str]:
+    """The published sets the chain behind ``path`` says its prompts came from, nearest first: a
+    sample's ``set`` (``python -m orbench.datasets``), or a bundled set file read as an input."""
+    bundled = {str(Path(p).resolve()): n for n in SET_NAMES if (p := resolve_set(n)) and "://" not in p}
+    found = []
+    for link in read_chain(path):
+        meta = link["meta"]
+        if meta.get("set") in SET_NAMES:
+            found.append(meta["set"])
+        recorded = (meta.get("input") or {}).get("path") if isinstance(meta.get("input"), dict) else None
+        if recorded and "://" not in str(recorded) and str(Path(str(recorded)).resolve()) in bundled:
+            found.append(bundled[str(Path(str(recorded)).resolve())])
+    return found
 
 
 def by_set_and_model(provenance: list[dict]) -> list[dict]:

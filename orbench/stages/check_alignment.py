@@ -171,3 +171,6 @@ def main(argv=None, default_provider: str | None = None) -> int:
     """Run stage 4; ``default_provider`` is tried for model names with no known provider."""
     return cli.run(build_parser(default_provider), setup_for(default_provider), argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.check_alignment (the command a meta file records)
+    raise SystemExit(main())

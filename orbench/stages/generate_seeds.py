@@ -15,7 +15,8 @@ paper's settings) and is one row of a synthetic table of call numbers, ``call_in
 so the response cache keeps repeated sampling calls apart. The replies go to a work file beside
 the output, ``<output>.calls.csv`` (columns ``call_index, reply, finish_reason, error``, the raw
 replies kept for inspection), with the runner's progress log ``<output>.calls.csv.progress.jsonl``.
-Items are read from each reply (``orbench.parsing``: ``[[...]]`` first, then the fallbacks) and
+Items are read from each reply (``orbench.parsing.reply_items``, as stage 2 reads its replies:
+``[[...]]`` first, then the fallbacks) and
 near-exact duplicates dropped, walking the calls in call order, so the result does not depend on
 which reply came back first. The run adds calls in rounds until the target is met.
 
@@ -55,11 +56,11 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.categories import CATEGORIES, check_category
-from orbench.cli import ArgumentParser, add_model_flags, make_client, positive_int, send_pending
+from orbench.cli import ArgumentParser, add_model_flags, command_of, make_client, positive_int, send_pending
 from orbench.clients import Client
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, parse_model, redact
-from orbench.parsing import example_forms, extract_items, normalise_for_dedup
+from orbench.models import ModelSpec, keys_not_needed, parse_model, redact
+from orbench.parsing import example_forms, normalise_for_dedup, reply_items
 from orbench.prompts import SEED_TEMPLATE
 from orbench.provenance import build_meta, dumps, meta_path_for, sha256_text
 from orbench.stage import (
@@ -180,11 +181,10 @@ def tally(prior: list[dict], calls: list[dict], model: str, category: str,
             continue
         out.answered += 1
         novel = False
-        for item in extract_items(call.get("reply", "")):
+        items, repeats = reply_items(call.get("reply", ""), examples)  # as stage 2 reads its replies
+        out.example_repeats += repeats
+        for item in items:
             form = normalise_for_dedup(item)
-            if form in examples:
-                out.example_repeats += 1
-                continue
             if form not in from_calls:
                 from_calls.add(form)
                 novel = True
@@ -273,8 +273,9 @@ def read_calls(calls_path: Path) -> list[dict]:
     return frame.to_dict("records")
 
 
-def generate(args) -> int:
-    """Run the stage for parsed ``args``; returns the exit code (see the module docstring)."""
+def generate(args, command: list[str] | None = None) -> int:
+    """Run the stage for parsed ``args``; returns the exit code (see the module docstring).
+    ``command`` is what the meta file records as the command (default: this process's)."""
     started = time.time()
     spec = parse_model(args.model)
     category, target, stale_limit = args.category, args.num_toxic_prompts, args.max_stale_calls
@@ -321,7 +322,7 @@ def generate(args) -> int:
     rows = state.rows[:target]
     frame = pd.DataFrame([{**r, "error": ""} for r in rows], columns=list(OUTPUT_COLUMNS))
     write_csv_atomic(frame, output)
-    write_meta(stage, spec, args, client, output, total, state, len(rows), template_source, started)
+    write_meta(stage, spec, args, client, output, total, state, len(rows), template_source, started, command)
     s = client.stats
     repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
     if not args.quiet:
@@ -347,7 +348,8 @@ def generate(args) -> int:
 
 
 def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path, calls: int,
-               state: Tally, rows: int, template_source: str, started: float) -> None:
+               state: Tally, rows: int, template_source: str, started: float,
+               command: list[str] | None = None) -> None:
     """The output's ``.meta.json`` (see ``orbench.provenance``): calls stand in for input rows."""
     result = RunResult(output=output, rows=rows, errors=state.failed, started=started,
                        finished=time.time())
@@ -356,7 +358,7 @@ def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path
                              "template_examples_dropped": state.example_repeats})
     meta = build_meta(stage=stage, result=result, client=client,
                       models=[client.describe(spec, args.model)], input_path=None, input_rows=calls,
-                      output=output, argv=None)
+                      output=output, argv=command)
     try:
         write_text_atomic(dumps(meta), meta_path_for(output))
     except OSError as exc:
@@ -366,7 +368,9 @@ def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit code (0 done, 1 incomplete, 2 bad input)."""
     try:
-        return generate(build_parser().parse_args(argv))
+        args = build_parser().parse_args(argv)
+        with keys_not_needed(args.estimate):  # --estimate sends nothing: no key asked
+            return generate(args, None if argv is None else command_of(argv, __name__))
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
@@ -375,3 +379,6 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
 
+
+if __name__ == "__main__":  # python -m orbench.stages.generate_seeds (the command a meta file records)
+    raise SystemExit(main())

@@ -234,3 +234,6 @@ def main(argv=None) -> int:
     """Run stage 5; returns the exit code (0 done, 1 row errors, 2 bad input)."""
     return cli.run(build_parser(), setup, argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.judge_responses (the command a meta file records)
+    raise SystemExit(main())

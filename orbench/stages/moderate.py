@@ -182,3 +182,6 @@ def main(argv=None) -> int:
     """Run the moderation stage; returns the exit code (0 done, 1 row errors, 2 bad input)."""
     return cli.run(build_parser(), setup, argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.moderate (the command a meta file records)
+    raise SystemExit(main())
