@@ -98,8 +98,43 @@ def _cell(value):
     return None if value is None or value == "" else value
 
 
+def _first_line(text: object) -> str:
+    return " ".join(str(text).strip().splitlines()[0].split())[:300] if str(text).strip() else ""
+
+
+def _endpoint_hint(log) -> str:
+    """For a run of inspect's ``openai/`` provider (which calls ``/responses``): how to reach your own
+    OpenAI-compatible server instead."""
+    if not str(log.eval.model).startswith("openai/"):
+        return ""
+    return ("; for an OpenAI-compatible server of your own (vLLM, llama.cpp, Ollama) use inspect's "
+            "--model openai-api/<name>/<model> with <NAME>_BASE_URL and <NAME>_API_KEY set: its openai/ "
+            "provider calls the /responses API, which such servers do not serve")
+
+
+def _nothing_completed(log) -> UsageError | None:
+    """Why a log of an orbench task holds no scored sample, or None when it holds some."""
+    samples = log.samples or []
+    if any(sample.scores for sample in samples):
+        return None
+    task = str(log.eval.task).split("/")[-1]
+    if samples and all(sample.error is not None for sample in samples):
+        return UsageError(f"the run of {task} completed no sample: all {len(samples)} failed (the first: "
+                          f"{_first_line(samples[0].error.message)}){_endpoint_hint(log)}")
+    if not samples and log.status == "error" and log.error is not None:
+        return UsageError(f"the run of {task} stopped before completing any sample: "
+                          f"{_first_line(log.error.message)}{_endpoint_hint(log)}")
+    if log.samples is not None and not samples and log.status != "started":
+        return UsageError(f"the run of {task} completed no sample (status {log.status})")
+    return None
+
+
 def log_rows(log, shape: str = "auto") -> tuple[pd.DataFrame, str | None]:
     """The stage-4 or stage-5 table of a read log, and the judge's name (None for stage 4)."""
+    if str(log.eval.task).split("/")[-1] in _TASK_SETS:
+        failed = _nothing_completed(log)  # a run that answered nothing is said as such
+        if failed is not None:
+            raise failed
     if log.status == "started" or log.samples is None:
         raise UsageError("the log holds no samples (a run still going, or read with header_only)")
     epochs = {sample.epoch for sample in log.samples}
