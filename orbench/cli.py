@@ -115,7 +115,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     group.add_argument("--base_url", default=None,
                        help="send requests to this address instead of the provider's (a server that "
                             "speaks the provider's protocol: OpenAI-compatible, Anthropic, Gemini); also "
-                            "settable per provider as <PROVIDER>_BASE_URL")
+                            "settable per provider as <PROVIDER>_BASE_URL, the name upper-cased with - as _ "
+                            "(OPENAI_COMPATIBLE_BASE_URL)")
     group.add_argument("--rpm", type=positive_float, default=None,
                        help="hard cap on requests per minute per provider (default: no cap; without it "
                             "requests are paced to the limits the provider reports)")

@@ -452,9 +452,7 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         log = ProgressLog(progress_path_for(output))
         log.load()
         discard, notes = guard_existing(stage, output, log, keys, overwrite=overwrite, meta_path=meta_path)
-        if discard:
-            log.entries = {}
-        previous = log.entries
+        previous = log.entries = {} if discard else log.entries  # --overwrite: the old rows go
         done = _done(previous)
         # A trial run works on the first rows, but keeps every row an earlier run wrote: the
         # rows it finished or failed, and (when there is an earlier output) the passed-through ones.
@@ -471,16 +469,7 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         result.started = time.time()
         started = time.monotonic()
         if todo:
-            try:
-                if discard or log.header != header:  # the settings line goes first, before any request
-                    log.rewrite(list(previous.values()), header)
-                log.open()
-            except OSError as exc:
-                raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
-            try:
-                asyncio.run(_run_rows(stage, todo, log, concurrency, client, quiet))
-            finally:
-                log.close()
+            _process(stage, todo, log, header, concurrency, client, quiet, fresh=discard)
         result.elapsed = time.monotonic() - started
         result.finished = time.time()
 
@@ -500,6 +489,22 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         except OSError as exc:
             raise _disk_full(output, exc) from None
     return result
+
+
+def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict, concurrency: int,
+             client: Client | None, quiet: bool, *, fresh: bool) -> None:
+    """Run the rows ``todo``, each appended to ``log`` as it finishes. The settings line goes first,
+    before any request (``fresh``: the file is started anew, its old rows discarded)."""
+    try:
+        if fresh or log.header != header:
+            log.rewrite(list(log.entries.values()), header)
+        log.open()
+    except OSError as exc:
+        raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
+    try:
+        asyncio.run(_run_rows(stage, todo, log, concurrency, client, quiet))
+    finally:
+        log.close()
 
 
 async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concurrency: int,

@@ -343,8 +343,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
                         f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
                         f"{s}_scored": st["scored"], f"{s}_rejections": st["rejections"],
                         f"{s}_truncated": st["truncated"], f"{s}_replies": st["replies"],
-                        f"{s}_covered": st["covered"],
-                        f"{s}_verdict": st["method"]})
+                        f"{s}_covered": st["covered"], f"{s}_verdict": st["method"]})
             errors += st["errors"]
             unparsed += st["unparsed"]
         h, t = entry.get(HARD), entry.get(TOXIC)
@@ -363,8 +362,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct", "balanced_accuracy_ci_low_pct",
             "balanced_accuracy_ci_high_pct"] + [
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
-                                           "scored", "rejections", "truncated", "replies", "covered",
-                                           "verdict")] + \
+                                           "scored", "rejections", "truncated", "replies", "covered", "verdict")] + \
         ["errors", "unparsed", "rank_note"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:

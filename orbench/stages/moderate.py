@@ -164,14 +164,12 @@ def setup(args, client: Client) -> cli.Job:
         run_row=run_row,
         # The column names are part of the key: the same moderator typed another way
         # (gpt4, then its full id) writes other columns, so its rows are redone.
-        stage_id="moderate",
+        stage_id="moderate", rules={"template": sha256_text(template)},
         settings={"moderators": [str(s) for s in specs], "column": column,
                   "columns": moderator_columns(names), "temperature": temperature, "max_tokens": max_tokens},
-        rules={"template": sha256_text(template)},
         key_columns=[column],
         provenance={"templates": {"moderation": sha256_text(template)},
-                    "template_source": template_source},
-        outcomes=outcomes.moderated,
+                    "template_source": template_source}, outcomes=outcomes.moderated,
     )
     output = args.output_file or default_output_path(
         args.input_file_path, f"moderated_{slug(column)}", "+".join(names))
