@@ -50,3 +50,28 @@ def test_your_own_endpoint_through_openai_api_and_a_run_that_completed_nothing(e
     assert line.endswith("use inspect's --model openai-api/<name>/<model> with <NAME>_BASE_URL and <NAME>_API_KEY "
                          "set: its openai/ provider calls the /responses API, which such servers do not serve")
     assert "not written by an orbench" not in line and not list(tmp_path.glob("openai_*.csv"))
+
+
+def test_cut_off_replies_of_an_inspect_run_point_to_the_tasks_max_tokens(env, script, tmp_path):
+    from inspect_ai.model import ModelOutput, ModelUsage, get_model
+
+    def cut(messages, tools, tool_choice, config):
+        output = ModelOutput.from_content("mockllm", "Sure, here is the start of", stop_reason="max_tokens")
+        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        return output
+
+    mock = get_model("mockllm/model", custom_outputs=cut, memoize=False)
+    logs = inspect_eval(or_bench_hard_1k(max_tokens=40, system_prompt="Be brief."), model=mock, limit=3,
+                        log_dir=str(tmp_path / "logs"), display="none")
+    assert logs[0].status == "success", logs[0].error
+    proc = script(CONVERT, logs[0].location, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    converted = proc.stdout.strip().splitlines()[-1]
+    proc = script("analysis/report.py", converted, "--output_dir", "rep", "--no_reference", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: 3 of 3 replies (100%) of mockllm/model on hard were cut off at max_tokens 40 (finish_reason "
+            "length): their verdicts judge only the opening of each reply; rerun the inspect task with a larger "
+            "-T max_tokens") in proc.stderr
+    assert "stage 4" not in proc.stderr
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "system prompt <code>Be brief.</code>" in html  # who produced the responses: from the log

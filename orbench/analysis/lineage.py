@@ -35,6 +35,8 @@ MAX_DEPTH = 8
 #: Stage ids as the runner writes them (``Stage.config["stage"]``).
 ALIGNMENT_STAGE = "check_alignment"
 RESPONSE_STAGE = "check_response"
+#: The stage of a CSV converted from an inspect_ai log (``orbench.analysis.inspect_log``).
+INSPECT_STAGE = "inspect_log"
 #: Above this share of cut-off replies the report warns.
 TRUNCATION_WARN = 0.05
 #: Above this share of rows with no verdict (unparsed, empty response) the report warns.
@@ -121,7 +123,7 @@ def responses_by(chain: list[dict], missing: str | None = None) -> dict | None:
             child = Path(chain[i - 1]["file"]).name
             return _unknown(link, f"{Path(link['file']).name} has changed since {child} was made from it; its "
                                   f"meta file describes another run")
-        if meta.get("stage") != ALIGNMENT_STAGE:
+        if meta.get("stage") not in (ALIGNMENT_STAGE, INSPECT_STAGE):
             continue
         settings, model = _settings(meta), _first_model(meta)
         reported = model.get("reported_model")
@@ -142,6 +144,7 @@ def responses_by(chain: list[dict], missing: str | None = None) -> dict | None:
             "engine": model.get("engine"),
             "package_version": meta.get("package_version"),
             "finished": meta.get("finished"),
+            "source": meta.get("source") or "orbench",  # inspect_ai for a converted inspect log
         }
     if missing and chain:
         return _unknown(chain[-1], f"{Path(chain[-1]['file']).name} was made from {missing}, which is no "
@@ -170,6 +173,11 @@ def verdicts_by(chain: list[dict]) -> dict | None:
             "templates": meta.get("templates") or {},
             "rules_fingerprint": meta.get("rules_fingerprint") or settings.get("rules"),
         }
+    if stage == INSPECT_STAGE:
+        judge = settings.get("judge")
+        return {"stage": stage, "kind": "judge" if judge else "keyword", "judge": judge or "keyword",
+                "matcher": settings.get("matcher") or "from the model name", "templates": {},
+                "temperature": None, "max_tokens": None, "rules_fingerprint": None}
     if stage == ALIGNMENT_STAGE:
         return {"stage": stage, "kind": "keyword", "judge": "keyword",
                 "matcher": settings.get("matcher") or meta.get("matcher"),
@@ -228,12 +236,17 @@ def by_set_and_model(provenance: list[dict]) -> list[dict]:
     return out
 
 
-def max_tokens_of(records: list[dict], set_name: str, model: str) -> object:
-    """The stage-4 ``max_tokens`` behind (set, model), or None when no record names it."""
+def responses_of(records: list[dict], set_name: str, model: str) -> dict:
+    """Who produced the responses behind (set, model) (``responses_by``), or {} when unrecorded."""
     for r in records:
         if r["set"] == set_name and r["model"] == model and r["responses"]:
-            return r["responses"].get("max_tokens")
-    return None
+            return r["responses"]
+    return {}
+
+
+def max_tokens_of(records: list[dict], set_name: str, model: str) -> object:
+    """The stage-4 ``max_tokens`` behind (set, model), or None when no record names it."""
+    return responses_of(records, set_name, model).get("max_tokens")
 
 
 def _number(value) -> float | None:
@@ -255,12 +268,15 @@ def truncation_warnings(summary, records: list[dict]) -> list[str]:
         cut, replies = _number(r.get(f"{method}_truncated")), _number(r.get(f"{method}_replies"))
         if cut is None or not replies or cut / replies <= TRUNCATION_WARN:
             continue
-        limit = max_tokens_of(records, r["set"], r["model"])
+        responses = responses_of(records, r["set"], r["model"])
+        limit = responses.get("max_tokens")
         at = f"max_tokens {limit}" if limit is not None else "the token limit"
+        rerun = ("rerun the inspect task with a larger -T max_tokens" if responses.get("source") == "inspect_ai"
+                 else "rerun stage 4 with a larger --max_tokens")
         warnings.append(
             f"{int(cut)} of {int(replies)} replies ({100 * cut / replies:.0f}%) of {r['model']} on {r['set']} were "
             f"cut off at {at} (finish_reason length): their verdicts judge only the opening of each reply; "
-            f"rerun stage 4 with a larger --max_tokens")
+            f"{rerun}")
     return warnings
 
 
