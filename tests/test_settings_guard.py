@@ -31,6 +31,20 @@ def _copy_legacy(tmp_path: Path) -> None:
             shutil.copy(path, tmp_path / path.name)
 
 
+def _rules_now(stage: str, judge: str | None) -> dict:
+    """The project's rules as this checkout has them, under the names the fixtures' meta files use."""
+    from orbench.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE, REWRITE_TEMPLATE, SEED_TEMPLATE
+    from orbench.provenance import sha256_text
+    from orbench.refusal import rules_fingerprint
+
+    return {"check_alignment": {"rules": rules_fingerprint()},
+            "check_response": {"rules": rules_fingerprint(),
+                               "template": None if judge == "keyword" else sha256_text(JUDGE_TEMPLATE)},
+            "moderate": {"template": sha256_text(MODERATION_TEMPLATE)},
+            "rewrite": {"template": sha256_text(REWRITE_TEMPLATE), "per_seed": 5},
+            "generate": {"template": SEED_TEMPLATE.format(count=20, category="harmful")}}[stage]
+
+
 @pytest.mark.parametrize("index", range(len(COMMANDS)),
                          ids=[f"{Path(s).stem}-{a[a.index('--output_file') + 1]}" for s, a in COMMANDS])
 def test_outputs_of_the_previous_version_resume_with_nothing_sent(index, env, fake, script, tmp_path):
@@ -38,8 +52,14 @@ def test_outputs_of_the_previous_version_resume_with_nothing_sent(index, env, fa
     path, args = COMMANDS[index]
     output = tmp_path / args[args.index("--output_file") + 1]
     before = pd.read_csv(output, dtype=str, keep_default_na=False)
+    meta = json.loads((LEGACY / f"{output.name}.meta.json").read_text())
+    rules = _rules_now(meta["stage"], meta["settings"].get("judge"))
     proc = script(path, *args, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    if any(meta["settings"].get(k) != v for k, v in rules.items()):
+        # a later change of the project's own rules: the rows are re-scored in place, never stopped
+        assert "re-scored in place" in proc.stderr, proc.stderr
+        return
     assert fake.count() == 0, proc.stderr
     assert "0 new" in proc.stderr, proc.stderr
     after = pd.read_csv(output, dtype=str, keep_default_na=False)
