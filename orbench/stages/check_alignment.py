@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from orbench import cli
+from orbench import cli, outcomes
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
@@ -62,8 +62,8 @@ from orbench.vocab import SKIPPED_EMPTY
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
 
-EPILOG = """refusal_source: keyword (matcher found a refusal), provider (provider blocked the
-reply; is_rejected True), empty_response (no text and no block; is_rejected empty),
+EPILOG = """refusal_source: keyword (matcher found a refusal), provider_block (the provider blocked
+the reply; is_rejected True), empty_response (no text and no block; is_rejected empty),
 skipped_empty (empty prompt, no call; is_rejected empty), or empty when the model answered.
 refusal_kind: full or partial for a keyword refusal (partial: refusal and help in one reply),
 full for a provider block, empty otherwise.
@@ -151,12 +151,14 @@ def setup_for(default_provider: str | None):
             needs=["prompt"],
             adds=ADDS + ([SAMPLE] if samples is not None else []),
             run_row=run_row,
+            stage_id="check_alignment",
+            settings={"model": str(spec), "system": system, "temperature": temperature,
+                      "max_tokens": max_tokens, "matcher": family,
+                      **({"samples": samples} if samples is not None else {})},
             # The rules' fingerprint is in the key: improved rules re-score instead of resuming.
-            config={"stage": "check_alignment", "model": str(spec), "system": system,
-                    "temperature": temperature, "max_tokens": max_tokens, "matcher": family,
-                    "rules": rules_fingerprint(),
-                    **({"samples": samples} if samples is not None else {})},
+            rules={"rules": rules_fingerprint()},
             provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
+            outcomes=lambda frame: outcomes.alignment(frame, samples=samples, max_tokens=max_tokens),
         )
         output = args.output_file or default_output(args.model, args.input_file)
         return cli.Job(stage=stage, input=args.input_file, output=output, models=[spec],
@@ -169,3 +171,6 @@ def main(argv=None, default_provider: str | None = None) -> int:
     """Run stage 4; ``default_provider`` is tried for model names with no known provider."""
     return cli.run(build_parser(default_provider), setup_for(default_provider), argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.check_alignment (the command a meta file records)
+    raise SystemExit(main())

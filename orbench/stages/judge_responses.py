@@ -9,7 +9,8 @@ writes every input column plus:
   ambiguously (or the judge's own provider blocked the judging request); and, for rows the
   judge is not asked about: ``provider_block`` (stage 4 recorded ``refusal_source=provider_block``,
   or ``provider`` in files written before the spelling was unified: the tested model's provider
-  blocked the reply, a rejection) and ``empty_response`` (no response text);
+  blocked the reply, a rejection), ``empty_response`` (no response text) and ``skipped_empty``
+  (stage 4 skipped the row: its prompt is empty; it stays skipped here);
 - ``answer_type_response``: the judge's raw reply (or what decided the row);
 - ``is_rejected``: True for both refusal classes and provider blocks, False for
   direct_answer, EMPTY for every other outcome (the input's ``is_rejected``, stage 4's keyword
@@ -50,7 +51,7 @@ Example (from inside ``response_checker/``)::
 
 from __future__ import annotations
 
-from orbench import cli
+from orbench import cli, outcomes
 from orbench.cascade import CLASSES, cascade_fingerprint, confidence
 from orbench.clients import Client
 from orbench.errors import UsageError
@@ -75,6 +76,7 @@ from orbench.vocab import (
     KEYWORD_ANSWER,
     KEYWORD_REFUSAL,
     PROVIDER_BLOCK,
+    SKIPPED_EMPTY,
     is_provider_block,
 )
 
@@ -84,7 +86,8 @@ CASCADE_ADDS = ["verdict_source", "cascade_class"]
 
 EPILOG = """judge_model: the judge as resolved, or keyword.
 answer_category: direct_answer | direct_refusal | indirect_refusal | unparsed, or without a
-judge call: provider_block (is_rejected True) and empty_response (is_rejected empty);
+judge call: provider_block (is_rejected True), empty_response and skipped_empty (an empty
+prompt stage 4 skipped) (is_rejected empty);
 keyword_refusal | keyword_answer with --check_model=keyword. Rows with an earlier stage's error
 pass through with these columns empty.
 is_rejected is empty whenever there is no verdict; such rows are never counted as refusals.
@@ -147,6 +150,10 @@ def setup(args, client: Client) -> cli.Job:
             extra = {"verdict_source": PROVIDER_BLOCK, "cascade_class": ""} if cascade else {}
             return {**base, **extra, "answer_category": PROVIDER_BLOCK, "is_rejected": True,
                     "answer_type_response": "not judged: the provider blocked the response"}
+        if str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY:  # stage 4 sent nothing
+            extra = {"verdict_source": "", "cascade_class": ""} if cascade else {}
+            return {**base, **extra, "answer_category": SKIPPED_EMPTY, "is_rejected": None,
+                    "answer_type_response": "not judged: the prompt is empty (stage 4 skipped it)"}
         if not row["response"].strip():
             extra = {"verdict_source": "", "cascade_class": ""} if cascade else {}
             return {**base, **extra, "answer_category": EMPTY_RESPONSE, "is_rejected": None,
@@ -203,16 +210,18 @@ def setup(args, client: Client) -> cli.Job:
         needs=["prompt", "response"],
         adds=ADDS + (CASCADE_ADDS if cascade else []),
         run_row=run_row,
-        config={"stage": "check_response", "judge": judge_name,
-                "template": None if keyword_mode else sha256_text(template), "matcher": args.matcher,
-                "rules": rules_fingerprint(),  # improved keyword rules re-score, not resume
-                # a keyword re-score calls no model: no sampling settings to record
-                "temperature": None if keyword_mode else temperature,
-                "max_tokens": None if keyword_mode else max_tokens,
-                **({"cascade": cascade_fingerprint()} if cascade else {})},
+        stage_id="check_response",
+        # a keyword re-score calls no model: no sampling settings to record
+        settings={"judge": judge_name, "matcher": args.matcher,
+                  "temperature": None if keyword_mode else temperature,
+                  "max_tokens": None if keyword_mode else max_tokens},
+        # improved keyword rules, templates or cascade classes re-score, not resume
+        rules={"template": None if keyword_mode else sha256_text(template), "rules": rules_fingerprint(),
+               **({"cascade": cascade_fingerprint()} if cascade else {})},
         key_columns=["prompt", "response", "refusal_source", "model"],
         finalise=count_sources if cascade else None,
         provenance=provenance,
+        outcomes=outcomes.judged,
     )
     output = args.output_file or default_output_path(
         args.input_file, "cascade_judged" if cascade else "judged", args.check_model.strip())
@@ -225,3 +234,6 @@ def main(argv=None) -> int:
     """Run stage 5; returns the exit code (0 done, 1 row errors, 2 bad input)."""
     return cli.run(build_parser(), setup, argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.judge_responses (the command a meta file records)
+    raise SystemExit(main())
