@@ -45,6 +45,7 @@ ul.notes li{margin:.2em 0}
 .warn{color:#b54708;font-weight:600}
 div.warnings{background:#fffaeb;border:1px solid #fec84b;padding:8px 14px;margin:1em 0}
 div.warnings li{margin:.3em 0}
+.flag{font-size:.75em;color:#7a2e0e;background:#fef0c7;border-radius:3px;padding:0 3px;cursor:help;white-space:nowrap}
 """
 
 
@@ -67,6 +68,18 @@ def interval(rate, low, high) -> str:
     if rate is None or (isinstance(rate, float) and math.isnan(rate)):
         return "&ndash;"
     return f"{100 * rate:.1f} <span class=muted>[{100 * low:.1f}, {100 * high:.1f}]</span>"
+
+
+def flag_marks(flags) -> str:
+    """Small marks for an interval's flags (``a;b`` or a list), each explained on hover
+    (:data:`orbench.analysis.stats.FLAGS`); '' when there are none."""
+    from orbench.analysis.stats import FLAGS
+
+    if flags is None or (isinstance(flags, float) and math.isnan(flags)):
+        return ""
+    names = [f for f in (flags.split(";") if isinstance(flags, str) else flags) if f]
+    return "".join(f" <span class=flag title='{esc(FLAGS.get(f, f))}'>{esc(f.replace('_', ' '))}</span>"
+                   for f in names)
 
 
 def image(path: Path | None, alt: str) -> str:
