@@ -416,7 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plan":
             from orbench.analysis import audit_plan
 
-            return audit_plan.run(args)
+            return audit_plan.run(args, pilot_error_rates(args.pilot, args.kind) if args.pilot else None)
         if args.command == "page":
             sample = read_sample(args.folder)
             write_text_atomic(audit_page.render(sample), sample.folder / "audit.html")
@@ -439,12 +439,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def pilot_error_rates(folder: str, kind: str) -> dict[str, float]:
+    """The machine verdict's error rate per verdict (refusal / answer; safe / toxic) measured by a
+    scored pilot audit: the weighted share of items whose human majority says otherwise."""
+    from orbench.analysis import audit_plan
+
+    res = load_and_score(folder)
+    if res["kind"] != kind:
+        raise UsageError(f"--pilot {folder}: a {res['kind']} audit, but this plan is for a {kind} audit")
+    items = res["items"]
+    human = "human_refusal" if kind == "verdict" else "human_safe"
+    by = [c for c in res.get("stratified_by", []) if c.startswith("verdict:")]
+    col = by[0] if by else next((c for c in items.columns if c.startswith("verdict:")), None)
+    if col is None:
+        raise UsageError(f"--pilot {folder}: the pilot audit has no machine verdict to measure")
+    positive = REFUSAL if kind == "verdict" else SAFE
+    out = {}
+    for verdict in audit_plan.rates_used(None, kind):
+        part = items[(items[human] != "") & (items[col] == verdict)]
+        if part.empty:
+            continue
+        wrong = (part[human] == "1") != (verdict == positive)
+        est = stats.stratified_share(wrong.to_numpy(), part["stratum"].to_numpy(), part["population"].to_numpy())
+        out[verdict] = min(0.5, max(est.value, 0.005))
+    return out
+
+
 def _sample(args) -> int:
     from orbench.analysis import audit_plan
 
-    sample = write_sample(args.files, args.kind, args.output_dir, per_stratum=args.per_stratum,
-                          seed=args.seed, default_set=args.default_set, size=args.size,
-                          allocation=args.allocation, error_rates=audit_plan.parse_error_rates(args.error_rate))
+    rates = audit_plan.parse_error_rates(args.error_rate)
+
+    def allocation(table):
+        return (audit_plan.allocate(table, args.size, args.allocation, rates, args.kind),
+                {"method": args.allocation, "size": args.size, "error_rates": audit_plan.rates_used(rates, args.kind)})
+    sample = write_sample(args.files, args.kind, args.output_dir, per_stratum=args.per_stratum, seed=args.seed,
+                          default_set=args.default_set, allocation=allocation if args.size is not None else None)
     for note in sample.manifest["notes"]:
         print(note, file=sys.stderr)
     m = sample.manifest

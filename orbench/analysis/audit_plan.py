@@ -210,32 +210,6 @@ def size_for_target(table: pd.DataFrame, target: float, method: str, error_rates
     return first[["figure", "set", "model", "rows"]].assign(size_for_target=out)
 
 
-def pilot_error_rates(folder: str, kind: str) -> dict[str, float]:
-    """The machine verdict's error rate per verdict (refusal / answer; safe / toxic) measured by a
-    scored pilot audit: the weighted share of items whose human majority says otherwise."""
-    from orbench.analysis import audit
-
-    res = audit.load_and_score(folder)
-    if res["kind"] != kind:
-        raise UsageError(f"--pilot {folder}: a {res['kind']} audit, but this plan is for a {kind} audit")
-    items = res["items"]
-    human = "human_refusal" if kind == "verdict" else "human_safe"
-    by = [c for c in res.get("stratified_by", []) if c.startswith("verdict:")]
-    col = by[0] if by else next((c for c in items.columns if c.startswith("verdict:")), None)
-    if col is None:
-        raise UsageError(f"--pilot {folder}: the pilot audit has no machine verdict to measure")
-    positive = REFUSAL if kind == "verdict" else SAFE
-    out = {}
-    for verdict in rates_used(None, kind):
-        part = items[(items[human] != "") & (items[col] == verdict)]
-        if part.empty:
-            continue
-        wrong = (part[human] == "1") != (verdict == positive)
-        est = stats.stratified_share(wrong.to_numpy(), part["stratum"].to_numpy(), part["population"].to_numpy())
-        out[verdict] = min(0.5, max(est.value, 0.005))
-    return out
-
-
 # ---------------------------------------------------------------- the command
 
 def allocation_arguments(parser, default: str) -> None:
@@ -262,14 +236,15 @@ def plan_arguments(parser) -> None:
                         help="also write plan.csv (every figure) and allocation.csv (items per stratum) here")
 
 
-def run(args) -> int:
-    """``orbench-audit plan``: print (and with --output_dir write) the plan."""
+def run(args, pilot_rates: dict[str, float] | None = None) -> int:
+    """``orbench-audit plan``: print (and with --output_dir write) the plan; ``pilot_rates``: the
+    error rates a scored pilot audit measured (``--pilot``), used instead of ``--error_rate``."""
     from orbench.analysis.audit_sample import assign_strata, collect
     from orbench.tables import write_csv_atomic
 
     if not 0 < args.target < 0.5:
         raise UsageError(f"--target {args.target}: a half-width between 0 and 0.5 (e.g. 0.05)")
-    rates = pilot_error_rates(args.pilot, args.kind) if args.pilot else parse_error_rates(args.error_rate)
+    rates = pilot_rates if args.pilot else parse_error_rates(args.error_rate)
     rows, _ = collect(args.files, args.kind, args.default_set)
     table = assign_strata(rows, args.kind)[1]
     size = args.size if args.size is not None else int(np.minimum(table["population"], 10).sum())

@@ -259,9 +259,7 @@ def _f(value, digits: int = 3) -> str:
 
 def _pct(v, lo, hi, flags=None, note: str = "") -> str:
     """``rate [low, high]`` in percent with the interval's flags; 'not computable' when empty."""
-    from orbench.analysis.html_report import flag_marks
-
-    marks = flag_marks([f for f in (flags or []) if f != stats.NOT_COMPUTABLE] if not isinstance(flags, str)
+    marks = stats.flag_marks([f for f in (flags or []) if f != stats.NOT_COMPUTABLE] if not isinstance(flags, str)
                        else flags.replace(stats.NOT_COMPUTABLE, ""))
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         computable = flags and stats.NOT_COMPUTABLE in flags

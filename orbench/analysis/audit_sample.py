@@ -284,13 +284,12 @@ def sample_id(kind: str, items: pd.DataFrame) -> str:
 
 
 def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_stratum: int = 10, seed: int = 0,
-                 default_set: str | None = None, size: int | None = None, allocation: str = "equal",
-                 error_rates: dict[str, float] | None = None) -> Sample:
+                 default_set: str | None = None, allocation=None) -> Sample:
     """Read the inputs, draw the sample, write the audit folder (see the module docstring).
 
-    ``size``: draw that many items in all, spread over the strata by ``allocation``
-    (:func:`orbench.analysis.audit_plan.allocate`: ``equal``, or ``neyman`` with the assumed
-    ``error_rates``); without it, ``per_stratum`` items from every stratum.
+    ``allocation``: a function of the strata table giving ``(items per stratum, a description
+    for the manifest)`` (``orbench-audit sample --size``: :func:`orbench.analysis.audit_plan.allocate`);
+    without it, ``per_stratum`` items from every stratum.
     """
     if kind not in LABELS:
         raise UsageError(f"unknown audit kind {kind!r} (choose prompt or verdict)")
@@ -304,12 +303,8 @@ def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_str
                          "(annotators' labels belong to its sample); choose a new --output_dir")
     rows, notes = collect(specs, kind, default_set)
     sizes, plan = None, {"method": "per_stratum", "per_stratum": per_stratum}
-    if size is not None:
-        from orbench.analysis import audit_plan
-
-        table = assign_strata(rows, kind)[1]
-        sizes = audit_plan.allocate(table, size, allocation, error_rates, kind)
-        plan = {"method": allocation, "size": size, "error_rates": audit_plan.rates_used(error_rates, kind)}
+    if allocation is not None:
+        sizes, plan = allocation(assign_strata(rows, kind)[1])
     sample, strata, by = draw(rows, kind, per_stratum, seed, sizes)
     items = sample[["item_id", "prompt", "response"]] if kind == VERDICT else sample[["item_id", "prompt"]]
     sid = sample_id(kind, sample.assign(response=sample["response"].fillna("")))

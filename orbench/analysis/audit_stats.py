@@ -117,7 +117,8 @@ def binary_metrics(human: np.ndarray, machine: np.ndarray, strata: np.ndarray, p
     with the stratified Wilson interval (:func:`orbench.analysis.stats.stratified_share`).
     Each figure is a dict: value, ci, method, flags, n, n_eff, note. ``stratified_on_verdict``:
     the strata are this verdict's, so precision's domain (the machine's positives) is known in
-    each stratum. ``uncovered``: rows of strata in scope with no labelled item (flag ``partial``).
+    each stratum, and recall's and specificity's values (the machine's verdict) are too.
+    ``uncovered``: rows of strata in scope with no labelled item (flag ``partial``).
     """
     human, machine = np.asarray(human, dtype=int), np.asarray(machine, dtype=int)
     n = len(human)
@@ -137,7 +138,8 @@ def binary_metrics(human: np.ndarray, machine: np.ndarray, strata: np.ndarray, p
         sample[name] = _figure(stats.proportion(int((y & dom).sum()), int(dom.sum())), dom)
         weighted[name] = _figure(stats.stratified_share(
             y, strata, population, domain=dom, uncovered=uncovered,
-            domain_known=name == "precision" and stratified_on_verdict), dom)
+            domain_known=name == "precision" and stratified_on_verdict,
+            value_known=name in ("recall", "specificity") and stratified_on_verdict), dom)
     if len(set(human.tolist()) | set(machine.tolist())) > 1:
         sample["kappa"] = stats.kappa(human, machine, [0, 1]).as_dict()
         weighted["kappa"] = stats.kappa(human, machine, [0, 1], strata, population).as_dict()

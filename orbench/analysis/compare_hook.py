@@ -25,7 +25,7 @@ import pandas as pd
 
 from orbench.analysis import compare as cmp
 from orbench.analysis.report_inputs import Inputs
-from orbench.analysis.stats import round_for_csv
+from orbench.analysis.stats import flag_marks, round_for_csv
 from orbench.tables import write_csv_atomic
 
 FLIPS_SHOWN = 10          # flipped prompts shown per direction and comparison in report.html
@@ -119,7 +119,7 @@ def _odds(r: dict) -> str:
 
 
 def _comparison_row(r: dict) -> list[str]:
-    from orbench.analysis.html_report import cell, esc, flag_marks, num, pct
+    from orbench.analysis.html_report import cell, esc, num, pct
 
     diff = (f"{100 * r['diff']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]"
             if not math.isnan(r["ci_low"]) else f"{100 * r['diff']:+.1f}") + flag_marks(r.get("ci_flag"))
@@ -166,7 +166,7 @@ def _comparison_html(table: pd.DataFrame, flips: list[dict], notes: list[str]) -
 
 
 def _samples_html(table: pd.DataFrame) -> str:
-    from orbench.analysis.html_report import cell, esc, flag_marks, num
+    from orbench.analysis.html_report import cell, esc, num
     from orbench.analysis.html_report import table as html_table
 
     rows = [[cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"])), num(str(r["samples"])),

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.analysis.lineage import TRUNCATION_WARN
-from orbench.analysis.stats import MIN_CELL_N
+from orbench.analysis.stats import MIN_CELL_N, flag_marks
 from orbench.sets import PUBLISHED_ABOUT
 from orbench.vocab import JUDGE, KEYWORD
 
@@ -68,18 +68,6 @@ def interval(rate, low, high) -> str:
     if rate is None or (isinstance(rate, float) and math.isnan(rate)):
         return "&ndash;"
     return f"{100 * rate:.1f} <span class=muted>[{100 * low:.1f}, {100 * high:.1f}]</span>"
-
-
-def flag_marks(flags) -> str:
-    """Small marks for an interval's flags (``a;b`` or a list), each explained on hover
-    (:data:`orbench.analysis.stats.FLAGS`); '' when there are none."""
-    from orbench.analysis.stats import FLAGS
-
-    if flags is None or (isinstance(flags, float) and math.isnan(flags)):
-        return ""
-    names = [f for f in (flags.split(";") if isinstance(flags, str) else flags) if f]
-    return "".join(f" <span class=flag title='{esc(FLAGS.get(f, f))}'>{esc(f.replace('_', ' '))}</span>"
-                   for f in names)
 
 
 def image(path: Path | None, alt: str) -> str:

@@ -108,6 +108,18 @@ class Estimate:
                 "n": self.n, "n_eff": self.n_eff, "note": self.note}
 
 
+def flag_marks(flags) -> str:
+    """HTML marks for an interval's flags (``a;b`` or a list), each explained on hover by
+    :data:`FLAGS` (report.html's ``.flag`` style); '' when there are none."""
+    import html
+
+    if flags is None or (isinstance(flags, float) and math.isnan(flags)):
+        return ""
+    names = [f for f in (flags.split(";") if isinstance(flags, str) else flags) if f]
+    return "".join(f" <span class=flag title='{html.escape(FLAGS.get(f, f), quote=True)}'>"
+                   f"{html.escape(f.replace('_', ' '))}</span>" for f in names)
+
+
 def not_computable(method: str, why: str, n: float = 0) -> Estimate:
     """An empty estimate that says why."""
     return Estimate(math.nan, math.nan, math.nan, method, (NOT_COMPUTABLE,), n=n, note=f"not computable: {why}")
@@ -158,14 +170,17 @@ def _per_stratum(strata, population, *columns) -> tuple[np.ndarray, ...]:
     return (pop, np.bincount(codes, minlength=width).astype(float), *sums)
 
 
-def stratified_core(N, n, d, s, domain_known: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stratified_core(N, n, d, s, domain_known: bool = False,
+                    value_known: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stratified domain share and its variance from per-stratum counts (last axis = strata).
 
     ``N`` stratum populations, ``n`` items used, ``d`` of them in the domain, ``s`` the sum of
     the share over the domain items. Returns ``(R, R_adj, var)``: the estimate, the same with
     the add-half stratum rates (the variance's own centre) and the linearised variance with the
     finite-population correction. ``domain_known``: the domain is a function of the stratum
-    (e.g. precision when strata are the machine's verdict), so its shares carry no error.
+    (e.g. precision when strata are the machine's verdict), so its shares carry no error;
+    ``value_known``: the value is (recall, specificity: the machine's verdict is the stratum's),
+    so only the domain's shares are uncertain.
     Works on any leading axes (simulations pass a matrix of draws).
     """
     N, n, d, s = (np.asarray(x, dtype=float) for x in (N, n, d, s))
@@ -179,9 +194,12 @@ def stratified_core(N, n, d, s, domain_known: bool = False) -> tuple[np.ndarray,
         R = (D * rate).sum(axis=-1)
         r_adj = (s + PSEUDO) / (d + 2 * PSEUDO)
         z_adj = (d + PSEUDO) / (n + 2 * PSEUDO)
-        within = np.where(d > 0, D ** 2 * r_adj * (1 - r_adj) / np.where(d > 0, d, 1), 0)
+        within = 0 if value_known else np.where(d > 0, D ** 2 * r_adj * (1 - r_adj) / np.where(d > 0, d, 1), 0)
+        # how far the stratum's rate is from the whole: its own where seen, the add-half one (1/2)
+        # where the domain has no item in it yet (the domain may still be there)
+        spread = np.where(d > 0, rate, r_adj) - R[..., None]
         across = 0 if domain_known else np.where(
-            n > 0, (W * (r_adj - R[..., None]) / dom) ** 2 * z_adj * (1 - z_adj) / np.where(n > 0, n, 1), 0)
+            n > 0, (W * spread / dom) ** 2 * z_adj * (1 - z_adj) / np.where(n > 0, n, 1), 0)
         var = (fpc * (within + across)).sum(axis=-1)
         R_adj = (D * r_adj).sum(axis=-1)
     return R, R_adj, var
@@ -198,7 +216,7 @@ def wilson_effective(R, R_adj, var) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return np.where(exact, R, low), np.where(exact, R, high), n_eff
 
 
-def stratified_share(y, strata, population, *, domain=None, domain_known: bool = False,
+def stratified_share(y, strata, population, *, domain=None, domain_known: bool = False, value_known: bool = False,
                      uncovered: float = 0.0, run_n: float | None = None) -> Estimate:
     """A share weighted back to the population by stratum, with its 95% interval (see the module).
 
@@ -208,6 +226,7 @@ def stratified_share(y, strata, population, *, domain=None, domain_known: bool =
     refusals for a recall. ``uncovered``: rows of strata that have no usable item, bounded in
     the worst case (flag ``partial``). ``run_n``: add the variance of a rate over that many
     units (the rate's own sampling error, for a corrected rate shown beside a measured one).
+    ``domain_known`` / ``value_known``: see :func:`stratified_core`.
     """
     y = np.asarray(y, dtype=float)
     z = np.ones(len(y)) if domain is None else np.asarray(domain, dtype=float)
@@ -215,7 +234,7 @@ def stratified_share(y, strata, population, *, domain=None, domain_known: bool =
     if len(y) == 0 or z.sum() == 0:
         return not_computable(method, "no item in the domain")
     N, n, d, s = _per_stratum(strata, population, z, z * y)
-    R, R_adj, var = (float(v) for v in stratified_core(N, n, d, s, domain_known))
+    R, R_adj, var = (float(v) for v in stratified_core(N, n, d, s, domain_known or domain is None, value_known))
     flags = []
     if var == 0 and not run_n:
         flags.append(CENSUS)
@@ -261,19 +280,18 @@ def cluster_share(k, n) -> Estimate:
     variance, kept between the prompt count (every sample of a prompt alike; ``(sum n)^2 /
     sum n^2`` when prompts have unequal sample counts) and the row count (samples independent).
     With nothing varying (every prompt at 0, or at 1) the prompt count is used: flag ``no_variation``.
+    A single prompt has no between-prompt variance to measure: its samples count as one.
     """
     method = "cluster_wilson"
     if len(k) == 0 or float(np.sum(n)) == 0:
         return not_computable(method, "no prompt")
     R, var, floor, ceiling, m = cluster_parts(k, n)
     flags: tuple[str, ...] = ()
-    if R in (0.0, 1.0) or var == 0 or m < 2:
+    if R in (0.0, 1.0) or m < 2:
         n_eff = floor
-        flags = (NO_VARIATION,) if m >= 2 or R in (0.0, 1.0) else ()
-        if R in (0.0, 1.0):
-            flags += (NONE_SEEN,)
-    else:
-        n_eff = min(max(R * (1 - R) / var, floor), ceiling)
+        flags = (NO_VARIATION, NONE_SEEN) if R in (0.0, 1.0) else ()
+    else:  # every prompt at the same share between 0 and 1 (var 0): the samples look independent
+        n_eff = min(max(R * (1 - R) / var, floor), ceiling) if var > 0 else ceiling
     low, high = wilson_interval(R * n_eff, n_eff)
     return Estimate(R, low, high, method, flags, n=m, n_eff=n_eff)
 
@@ -422,10 +440,11 @@ def kappa(a, b, labels: Sequence | None = None, strata=None, population=None,
     """Cohen's kappa of two raters (or a machine against humans) with its 95% interval.
 
     Unweighted, or weighted back to the run by stratum when ``strata`` and ``population`` are
-    given. The interval is the percentile interval of a bootstrap over items (within strata),
-    floored by the agreement's interval (:func:`proportion`, or :func:`stratified_share`) carried
-    through ``kappa = (po - pe) / (1 - pe)`` at the observed ``pe``: no bootstrap that cannot
-    see a disagreement makes kappa certain (flag ``floored``).
+    given. The interval is the percentile interval of a bootstrap over items (within strata);
+    where it is narrower than the agreement's own interval (:func:`proportion`, or
+    :func:`stratified_share`) carried through ``kappa = (po - pe) / (1 - pe)`` at the observed
+    ``pe``, it is widened to cover that one too (flag ``floored``): no bootstrap that cannot see
+    a disagreement makes kappa certain.
     """
     a, b = np.asarray(a), np.asarray(b)
     labels = list(labels) if labels is not None else sorted(set(a.tolist()) | set(b.tolist()))
@@ -451,7 +470,7 @@ def kappa(a, b, labels: Sequence | None = None, strata=None, population=None,
     low, high = (float(np.percentile(boot[ok], 2.5)), float(np.percentile(boot[ok], 97.5))) if ok.any() \
         else (math.nan, math.nan)
     flags = [DROPPED] if not ok.all() else []
-    if not (low <= floor[0] and high >= floor[1]):
+    if not high - low >= floor[1] - floor[0]:  # narrower than the agreement alone allows (or no draw)
         flags.append(FLOORED)
         low, high = np.nanmin([low, floor[0]]), np.nanmax([high, floor[1]])
     note = f"{int((~ok).sum())} of {draws} draws had one label only" if not ok.all() else ""
