@@ -32,7 +32,9 @@ def stratified_by_hand(y, z, strata, population, known=False):
     rate = np.divide(s, d, out=np.zeros_like(s), where=d > 0)
     D = W * zbar / dom
     R = (D * rate).sum()
-    r_adj, z_adj = (s + 0.5) / (d + 1), (d + 0.5) / (n + 1)
+    r_adj = (s + 0.5) / (d + 1)
+    z2 = 1.959963984540054 ** 2
+    z_adj = np.where((d == 0) | (d == n), (d + z2 / 2) / (n + z2), (d + 0.5) / (n + 1))
     var = 0.0
     for h in range(len(N)):
         part = (D[h] ** 2 * r_adj[h] * (1 - r_adj[h]) / d[h]) if d[h] else 0.0

@@ -193,7 +193,10 @@ def stratified_core(N, n, d, s, domain_known: bool = False,
         D = W * share / dom
         R = (D * rate).sum(axis=-1)
         r_adj = (s + PSEUDO) / (d + 2 * PSEUDO)
-        z_adj = (d + PSEUDO) / (n + 2 * PSEUDO)
+        # a stratum whose items are all in (or all out of) the domain: Wilson's own pseudo-count
+        # (z^2 / 2 a side), so "none of 40 is a refusal" bounds the hidden share near Wilson's ~9%
+        pure = (d == 0) | (d == n)
+        z_adj = np.where(pure, (d + Z95 ** 2 / 2) / (n + Z95 ** 2), (d + PSEUDO) / (n + 2 * PSEUDO))
         within = 0 if value_known else np.where(d > 0, D ** 2 * r_adj * (1 - r_adj) / np.where(d > 0, d, 1), 0)
         # how far the stratum's rate is from the whole: its own where seen, the add-half one (1/2)
         # where the domain has no item in it yet (the domain may still be there)
