@@ -121,19 +121,20 @@ def _scopes(table: pd.DataFrame, kind: str) -> list[tuple[str, str, np.ndarray]]
 
 
 def _figure_counts(figure: str, verdict: np.ndarray, n: np.ndarray, x: np.ndarray, kind: str):
-    """(strata mask, d, s, domain_known) of one figure from the human positives ``x`` drawn."""
+    """(strata mask, d, s, (domain_known, value_known)) of one figure from the human positives ``x``
+    drawn; the strata are the machine verdict's, as the audit's are."""
     positive = REFUSAL if kind == "verdict" else SAFE
     has = verdict != NONE
     pos = verdict == positive
     if figure in ("human_refusal_share", "human_safe_share"):
-        return np.ones(len(verdict), bool), n + 0 * x, x, False
+        return np.ones(len(verdict), bool), n + 0 * x, x, (True, False)
     if figure == "accuracy":
-        return has, n + 0 * x, np.where(pos, x, n - x), False
+        return has, n + 0 * x, np.where(pos, x, n - x), (True, False)
     if figure == "precision":
-        return has, np.where(pos, n, 0) + 0 * x, np.where(pos, x, 0), True
+        return has, np.where(pos, n, 0) + 0 * x, np.where(pos, x, 0), (True, False)
     if figure == "recall":
-        return has, x, np.where(pos, x, 0), False
-    return has, n - x, np.where(pos, 0, n - x), False  # specificity
+        return has, x, np.where(pos, x, 0), (False, True)
+    return has, n - x, np.where(pos, 0, n - x), (False, True)  # specificity
 
 
 def expected_half_widths(table: pd.DataFrame, sizes: dict[str, int], error_rates: dict[str, float] | None,
@@ -157,14 +158,14 @@ def expected_half_widths(table: pd.DataFrame, sizes: dict[str, int], error_rates
     return pd.DataFrame(rows)
 
 
-def _half_width(N, n, d, s, known: bool) -> float:
+def _half_width(N, n, d, s, known: tuple[bool, bool]) -> float:
     """Mean half-width of the stratified Wilson interval over draws (strata with no item bounded
     in the worst case, as the audit does)."""
     seen = n > 0
     if not seen.any():
         return math.nan
     Nc, nc, dc, sc = N[seen], n[seen], d[:, seen], s[:, seen]
-    R, R_adj, var = stats.stratified_core(np.broadcast_to(Nc, dc.shape), np.broadcast_to(nc, dc.shape), dc, sc, known)
+    R, R_adj, var = stats.stratified_core(np.broadcast_to(Nc, dc.shape), np.broadcast_to(nc, dc.shape), dc, sc, *known)
     low, high, _ = stats.wilson_effective(R, R_adj, var)
     uncovered = N[~seen].sum()
     if uncovered:
