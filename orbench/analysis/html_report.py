@@ -416,7 +416,8 @@ def write(rep, path: Path) -> Path:
            f"its quadratic fit (np.polyfit(x, y, 2)). " if rep.reference else "")
     body = [
         "<h1>OR-Bench report</h1>",
-        f"<p class=muted>Generated {esc(now)}. Rates are rejections / scored rows with 95% Wilson intervals; "
+        f"<p class=muted>Generated {esc(now)}. Rates are rejections / scored rows with 95% Wilson intervals "
+        "(with repeated samples, on the prompt-level effective size: the prompt is the unit); "
         "rows with an error or without a verdict are excluded and counted separately, never as refusals "
         f"or answers. Benchmark: {esc(CITATION)}</p>",
         _warnings_box(getattr(rep, "warnings", [])),
