@@ -146,7 +146,8 @@ def test_corrected_rate_direct_with_provider_blocks_and_rogan_gladen_elsewhere(t
     (tmp_path / "other").mkdir()
     other = stage4(tmp_path / "other" / "hard_m.csv", "prov/m", [i % 4 == 0 for i in range(200)], cats[:200])
     stage4(tmp_path / "hard_n.csv", "prov/n", [i % 5 == 0 for i in range(300)], cats)
-    truth = lambda r: as_machine(r) if int(r["response"].rsplit("#", 1)[1]) % 9 else "partial_refusal"  # noqa: E731
+    def truth(r):  # humans call every 9th response a partial refusal
+        return as_machine(r) if int(r["response"].rsplit("#", 1)[1]) % 9 else "partial_refusal"
     same, elsewhere = tmp_path / "audit_same", tmp_path / "audit_other"
     for folder, src in ((same, run), (elsewhere, other)):
         assert script(AUDIT, "sample", "--kind", "verdict", str(src), "--per_stratum", "30", "--output_dir",

@@ -87,7 +87,7 @@ def cluster_by_hand(k, n):
     return r, (0.0 if r == 0 else low), (1.0 if r == 1 else high)
 
 
-def test_sign_flip_p_equals_scipy_permutation_test():
+def test_sign_flip_p_equals_scipy_permutation_test(monkeypatch):
     rng = np.random.default_rng(4)
     for m in (3, 7, 12):
         ka, kb = rng.integers(0, 6, m).astype(float), rng.integers(0, 6, m).astype(float)
@@ -95,9 +95,10 @@ def test_sign_flip_p_equals_scipy_permutation_test():
         ref = permutation_test((ka, kb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
                                permutation_type="samples", n_resamples=np.inf, alternative="two-sided").pvalue
         assert cmp.sign_flip_p(ka, n, kb, n) == pytest.approx(ref, abs=1e-12)
-    # 18 differing prompts: 20,000 random swaps against scipy's exact 2^18
-    ka, kb = rng.integers(0, 4, 18).astype(float), rng.integers(1, 5, 18).astype(float)
-    n = np.full(18, 4.0)
+    # more differing prompts than are enumerated: 20,000 random swaps against scipy's exact 2^12
+    monkeypatch.setattr(cmp, "EXACT_UP_TO", 6)
+    ka, kb = rng.integers(0, 4, 12).astype(float), rng.integers(1, 5, 12).astype(float)
+    n = np.full(12, 4.0)
     ref = permutation_test((ka, kb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
                            permutation_type="samples", n_resamples=np.inf, alternative="two-sided").pvalue
     assert cmp.sign_flip_p(ka, n, kb, n) == pytest.approx(ref, abs=0.01)
@@ -304,19 +305,19 @@ def test_nan_free_columns(tmp_path):
     assert comp.p_value == 1.0 and comp["diff"] == 0 and not math.isnan(comp.ci_low)
 
 
-def test_baseline_many_models_holm_across_the_run_and_full_precision(tmp_path):
+def test_baseline_many_models_holm_across_the_run(tmp_path):
     """--baseline against three models on two sets: p_holm_run is Holm over every whole-set test of the
-    run (and over every category test); a McNemar p of 1.9e-301 reaches the CSV unrounded."""
-    n = 1000
+    run (and over every category test)."""
+    n = 60
     cats = ["hate" if i % 2 else "privacy" for i in range(n)]
     files = [write(tmp_path / "base_hard.csv", "base", [0] * n, cats),
              write(tmp_path / "base_toxic.csv", "base", [i % 3 == 0 for i in range(n)], cats)]
-    for name, hard, toxic in (("all", [1] * n, [1] * n), ("some", [i % 50 == 0 for i in range(n)],
+    for name, hard, toxic in (("all", [1] * n, [1] * n), ("some", [i % 9 == 0 for i in range(n)],
                                                           [i % 3 == 0 or i % 7 == 0 for i in range(n)]),
                               ("same", [0] * n, [i % 3 == 0 for i in range(n)])):
         files += [write(tmp_path / f"{name}_hard.csv", name, hard, cats),
                   write(tmp_path / f"{name}_toxic.csv", name, toxic, cats)]
-    rep = run_report(tmp_path, files, ("baseline", "base"))
+    rep = report.build_report(files, tmp_path / "out", reference=False, html=False, baseline="base")
     table = pd.read_csv(rep.outputs["comparison"])
     assert list(table.columns) == cmp.COLUMNS
     whole = table[table.category == "all"]
@@ -324,12 +325,20 @@ def test_baseline_many_models_holm_across_the_run_and_full_precision(tmp_path):
     assert list(whole.p_holm_run) == pytest.approx(list(multipletests(whole.p_value, method="holm")[1]))
     cat_rows = table[table.category != "all"]
     assert list(cat_rows.p_holm_run) == pytest.approx(list(multipletests(cat_rows.p_value, method="holm")[1]))
-    # hard, base vs all: 1000 prompts refused by B only: p = 2 / 2^1000, written as it is
     row = table[(table.set == "hard") & (table.model_b == "all") & (table.category == "all")].iloc[0]
-    assert row.p_value == mcnemar([[0, 0], [1000, 0]], exact=True).pvalue and 0 < row.p_value < 1e-300
-    assert row.p_midp == pytest.approx(2 * 0.5 ** 1000 - 0.5 ** 1000, rel=1e-12)
-    assert row.odds_ratio == math.inf and row.b_only == 1000
+    assert row.p_midp == pytest.approx(2 * 0.5 ** 60 - 0.5 ** 60, rel=1e-12)
+    assert row.odds_ratio == math.inf and row.b_only == 60
     same = table[(table.model_b == "same") & (table.category == "all")]
     assert (same.p_value == 1).all() and (same.p_midp == 1).all() and same.odds_ratio.isna().all()
+
+
+def test_p_values_reach_the_csv_at_full_precision(tmp_path):
+    """A McNemar p of 1.9e-301 (1000 prompts refused by B only) is written as it is, not as 0."""
+    n = 1000
+    files = [write(tmp_path / "a_hard.csv", "A", [0] * n), write(tmp_path / "b_hard.csv", "B", [1] * n)]
+    rep = run_report(tmp_path, files, ("compare", [["A", "B"]]))
+    row = pd.read_csv(rep.outputs["comparison"]).iloc[0]
+    assert row.p_value == mcnemar([[0, 0], [1000, 0]], exact=True).pvalue and 0 < row.p_value < 1e-300
+    assert row.p_holm_run == row.p_value and row.p_midp > 0
     html = rep.outputs["html"].read_text()
     assert "p (Holm, run)" in html and "mid-p" in html

@@ -434,7 +434,9 @@ def resample_counts(strata: np.ndarray, draws: int = BOOTSTRAP, seed: int = SEED
     out = np.zeros((draws, len(strata)), dtype=float)
     for s in np.unique(strata):
         idx = np.flatnonzero(strata == s)
-        out[:, idx] = rng.multinomial(len(idx), np.full(len(idx), 1 / len(idx)), size=draws)
+        m = len(idx)
+        picks = (np.arange(draws)[:, None] * m + rng.integers(0, m, size=(draws, m))).ravel()
+        out[:, idx] = np.bincount(picks, minlength=draws * m).reshape(draws, m)
     return out
 
 
