@@ -191,6 +191,12 @@ def sampled_widths(work: Path) -> None:
         width, ref = r["keyword_ci_high"] - r["keyword_ci_low"], boot(k, n)
         ratios.append(width / ref)
         print(f"   {r['set']:5s} {'(all)':8s} {'rate':13s} {width:.4f} / {ref:.4f} = {width / ref:.2f}")
+    ratios.append(_balanced_accuracy_ratio(rep, frame))
+    print(f"   ratio: min {min(ratios):.2f}, mean {np.mean(ratios):.2f} (row-level Wilson before: about 0.6); "
+          f"report took {took:.2f} s")
+
+
+def _balanced_accuracy_ratio(rep, frame: pd.DataFrame) -> float:
     b = rep.leaderboard.iloc[0]
     hard = frame[frame.set == "hard"].groupby("prompt")
     tox = frame[frame.set == "toxic"].groupby("prompt")
@@ -203,10 +209,8 @@ def sampled_widths(work: Path) -> None:
         draws.append(100 * (kt[it].sum() / nt[it].sum() + 1 - kh[ih].sum() / nh[ih].sum()) / 2)
     ref = np.percentile(draws, 97.5) - np.percentile(draws, 2.5)
     width = b["balanced_accuracy_ci_high_pct"] - b["balanced_accuracy_ci_low_pct"]
-    ratios.append(width / ref)
     print(f"   balanced accuracy (points) {width:.2f} / {ref:.2f} = {width / ref:.2f}")
-    print(f"   ratio: min {min(ratios):.2f}, mean {np.mean(ratios):.2f} (row-level Wilson before: about 0.6); "
-          f"report took {took:.2f} s")
+    return width / ref
 
 
 def main(argv=None) -> int:

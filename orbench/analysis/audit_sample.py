@@ -129,8 +129,8 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
         return rows, notes
     judge_file = "answer_category" in cols or "judge_model" in cols
     classes, judges, rejected = col("answer_category"), col("judge_model"), col("is_rejected")
-    kw_rej, kinds, sources = col("keyword_is_rejected"), col("refusal_kind"), col("refusal_source")
-    cascade = col(CASCADE_CLASS)
+    kw_rej, kinds, sources, cascade = (col(c) for c in ("keyword_is_rejected", "refusal_kind", "refusal_source",
+                                                        CASCADE_CLASS))
     empty = 0
     for i in range(n):
         if err.iat[i]:
@@ -162,7 +162,7 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
         rows.append({"set": set_name, "model": model or models[i].strip() or input_stem(path),
                      "category": cats[i] or "(blank)", "prompt": prompts[i], "response": responses[i],
                      "source": path, "row": i + 2, "verdicts": verdicts, "kinds": kinds_of, "copies": copies,
-                     CASCADE_CLASS: cascade[i].strip()})
+                     CASCADE_CLASS: cascade[i].strip()})  # the cascade's confidence class: a stratum
     if empty:
         notes.append(f"{path}: {empty} rows with an empty response (provider blocks, empty replies) are not audited")
     return rows, notes
