@@ -282,10 +282,12 @@ def _agreement(res: dict) -> str:
     for title, a in (("labels", res["agreement"]), ("refusal yes/no", res.get("agreement_refusal"))):
         if not a:
             continue
+        ci = a.get("cohen_kappa_ci") or [math.nan, math.nan]
+        kappa = _f(a.get("cohen_kappa")) + (f" <span class=muted>[{_f(ci[0])}, {_f(ci[1])}]</span>"
+                                           if ci[0] is not None and math.isfinite(ci[0]) else "")
         rows.append([_e(title), _e(", ".join(a["annotators"])), _e(a.get("complete", 0)), _f(a.get("raw")),
-                     _f(a.get("cohen_kappa")), _f(a.get("fleiss_kappa")), _f(a.get("krippendorff_alpha")),
-                     _e(a.get("note") or "")])
-    return _table(["agreement on", "annotators", "items labelled by all", "raw", "Cohen's kappa", "Fleiss' kappa",
+                     kappa, _f(a.get("fleiss_kappa")), _f(a.get("krippendorff_alpha")), _e(a.get("note") or "")])
+    return _table(["agreement on", "annotators", "items labelled by all", "raw", "Cohen's kappa [95% CI]", "Fleiss' kappa",
                    "Krippendorff's alpha", "note"], rows)
 
 
@@ -297,6 +299,7 @@ def _machine(res: dict) -> str:
         w = m["weighted"]
         k = w["kappa"]
         kappa = (f"{_f(k['value'])} <span class=muted>[{_f(k['ci'][0])}, {_f(k['ci'][1])}]</span>"
+                 + stats.flag_marks(k.get("flags"))
                  if math.isfinite(k["value"] if k["value"] is not None else math.nan) else _fig(k))
         rows.append([_e(m["verdict"]), _e(m["set"]), _e(m["model"]), _e(m["positive"]), _e(m["n"])] +
                     [_fig(w[f]) for f in ("accuracy", "precision", "recall", "specificity")] + [kappa])

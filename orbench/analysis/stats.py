@@ -18,8 +18,9 @@ Every interval the report, the comparisons and the audit print comes from a func
 * **A difference of two proportions**: Newcombe's hybrid score method (square-and-add of each
   side's interval, with the pairs' correlation when paired) (:func:`newcombe_difference`), fed
   by whichever of the rules above each side obeys.
-* **Cohen's kappa**: a (stratified) bootstrap over items, floored by the agreement's own
-  interval carried through kappa, so a perfect agreement on 450 items is not [1, 1] (:func:`kappa`).
+* **Cohen's kappa**: a (stratified) bootstrap over items; where no disagreement is seen, widened to
+  the agreement's own interval carried through kappa, so a perfect judge on 450 items is not
+  [1, 1] (:func:`kappa`).
 * **Ranks**: percentiles of the rank over draws (:func:`rank_interval`).
 
 Each result is an :class:`Estimate`: value, interval, method and flags (:data:`FLAGS`) that say
@@ -55,7 +56,7 @@ NO_VARIATION = "no_variation"      # every unit alike: the interval uses the uni
 CLAMPED = "clamped"                # the point estimate fell outside [0, 1] and was clamped
 DROPPED = "dropped_draws"          # some bootstrap / parametric draws were undefined and left out
 PARTIAL = "partial"                # strata with no usable item: worst-case bounds for them
-FLOORED = "floored"                # a bootstrap interval widened to the rule's floor
+FLOORED = "floored"                # a bootstrap that could not vary, widened to the agreement's interval
 NOT_COMPUTABLE = "not_computable"  # nothing to estimate from; value and interval are empty
 FLAGS = {
     CENSUS: "every stratum fully audited: exact",
@@ -65,7 +66,7 @@ FLAGS = {
     CLAMPED: "the estimate fell outside [0, 1] and was clamped",
     DROPPED: "some draws were undefined and left out",
     PARTIAL: "some strata have no usable item: the interval allows any value there",
-    FLOORED: "the bootstrap interval was narrower than the rule's floor and was widened",
+    FLOORED: "no disagreement seen: the bootstrap could not vary; widened to the agreement's interval",
     NOT_COMPUTABLE: "not computable",
 }
 
@@ -445,11 +446,11 @@ def kappa(a, b, labels: Sequence | None = None, strata=None, population=None,
     """Cohen's kappa of two raters (or a machine against humans) with its 95% interval.
 
     Unweighted, or weighted back to the run by stratum when ``strata`` and ``population`` are
-    given. The interval is the percentile interval of a bootstrap over items (within strata);
-    where it is narrower than the agreement's own interval (:func:`proportion`, or
+    given. The interval is the percentile interval of a bootstrap over items (within strata).
+    Where the items show no disagreement (or no draw is usable) the bootstrap cannot vary, so
+    the interval is widened to cover the agreement's own interval (:func:`proportion`, or
     :func:`stratified_share`) carried through ``kappa = (po - pe) / (1 - pe)`` at the observed
-    ``pe``, it is widened to cover that one too (flag ``floored``): no bootstrap that cannot see
-    a disagreement makes kappa certain.
+    ``pe`` (flag ``floored``): a perfect judge on 450 items is not [1, 1].
     """
     a, b = np.asarray(a), np.asarray(b)
     labels = list(labels) if labels is not None else sorted(set(a.tolist()) | set(b.tolist()))
@@ -475,7 +476,7 @@ def kappa(a, b, labels: Sequence | None = None, strata=None, population=None,
     low, high = (float(np.percentile(boot[ok], 2.5)), float(np.percentile(boot[ok], 97.5))) if ok.any() \
         else (math.nan, math.nan)
     flags = [DROPPED] if not ok.all() else []
-    if not high - low >= floor[1] - floor[0]:  # narrower than the agreement alone allows (or no draw)
+    if same.all() or not high > low:  # no disagreement seen (or no usable draw): the bootstrap cannot vary
         flags.append(FLOORED)
         low, high = np.nanmin([low, floor[0]]), np.nanmax([high, floor[1]])
     note = f"{int((~ok).sum())} of {draws} draws had one label only" if not ok.all() else ""
