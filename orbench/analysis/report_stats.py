@@ -76,8 +76,13 @@ def _prompt_counts(inp, set_name: str, model: str, method: str, judge: str) -> t
 
 
 def _bootstrap_rates(k: np.ndarray, n: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
-    """The rate over prompts resampled with replacement (with all their samples), ``draws`` times."""
+    """The rate over prompts resampled with replacement (with all their samples), ``draws`` times.
+
+    One verdict per prompt: the number of refusals among m resampled prompts is exactly
+    Binomial(m, k/m), drawn as such."""
     m = len(k)
+    if np.all(n == 1):
+        return rng.binomial(m, k.sum() / m, size=draws) / m
     out = np.empty(draws)
     step = max(1, 2_000_000 // max(m, 1))  # a few million indices at a time
     for start in range(0, draws, step):
