@@ -206,7 +206,10 @@ def test_leaderboard_figure_and_spearman(results, tmp_path):
     assert (out / "hard_vs_toxic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "hard_vs_toxic.pdf").read_bytes()[:5] == b"%PDF-"
     md = (out / "leaderboard.md").read_text()
-    assert "| 1 | **prov/m4** | yours | 87.5 [" in md and "| 20.0 [" in md and "Spearman" in md and "0.4000" in md
+    low, high = int(board.loc[0, "rank_ci_low"]), int(board.loc[0, "rank_ci_high"])
+    assert 1 == low <= high <= 4 and board.loc[0, "rank_method"] == "bootstrap over prompts"
+    assert f"| 1 [{low}, {high}] | **prov/m4** | yours | 87.5 [" in md and "| 20.0 [" in md
+    assert "Spearman" in md and "0.4000" in md
     assert list(board["source"]) == ["yours"] * 5 and "published" not in md
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.analysis.lineage import TRUNCATION_WARN
-from orbench.analysis.stats import MIN_CELL_N
+from orbench.analysis.stats import MIN_CELL_N, flag_marks
 from orbench.sets import PUBLISHED_ABOUT
 from orbench.vocab import JUDGE, KEYWORD
 
@@ -45,6 +45,7 @@ ul.notes li{margin:.2em 0}
 .warn{color:#b54708;font-weight:600}
 div.warnings{background:#fffaeb;border:1px solid #fec84b;padding:8px 14px;margin:1em 0}
 div.warnings li{margin:.3em 0}
+.flag{font-size:.75em;color:#7a2e0e;background:#fef0c7;border-radius:3px;padding:0 3px;cursor:help;white-space:nowrap}
 """
 
 
@@ -121,17 +122,20 @@ def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], 
         name = esc(r["model"]) + (f" <span class=muted>(judge {esc(r['judge'])})</span>" if r.get("judge") else "")
         rank = r.get("rank")
         ba = r["balanced_accuracy_pct"]
-        if yours and not pd.isna(ba) and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
+        if not pd.isna(ba) and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
             ba_text = interval(ba / 100, r["balanced_accuracy_ci_low_pct"] / 100, r["balanced_accuracy_ci_high_pct"] / 100)
         else:
             ba_text = pct(ba)
         note = r.get("rank_note") or ""
         note = "paper's figure" if not yours else (f"not ranked: {esc(note)}" if note else "your run")
-        row = [num("&ndash;" if rank is None or pd.isna(rank) else str(int(rank))), cell(name),
-               cell(note), num(ba_text)]
+        rank_text = "&ndash;" if rank is None or pd.isna(rank) else str(int(rank))
+        if not pd.isna(r.get("rank_ci_low", math.nan)):
+            rank_text += f" <span class=muted title='{esc(r.get('rank_method', ''))}'>[{int(r['rank_ci_low'])}, " \
+                         f"{int(r['rank_ci_high'])}]</span>"
+        row = [num(rank_text), cell(name), cell(note), num(ba_text)]
         for s in sets:
             rate = r.get(f"{s}_rate_pct")
-            if yours and not pd.isna(rate):
+            if not pd.isna(rate) and not pd.isna(r.get(f"{s}_ci_low_pct", math.nan)):
                 row.append(num(interval(rate / 100, r[f"{s}_ci_low_pct"] / 100, r[f"{s}_ci_high_pct"] / 100)))
             else:
                 row.append(num(pct(rate)))
@@ -147,7 +151,7 @@ def leaderboard_section(board: pd.DataFrame) -> str:
     """Your unranked models first (with the reason), then the ranked table (yours among the published)."""
     sets = [c[: -len("_rate_pct")] for c in board.columns
             if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
-    head = ["#", "model", "what this row is", "balanced acc. % [95% CI]"] + \
+    head = ["# [95% CI]", "model", "what this row is", "balanced acc. % [95% CI]"] + \
         [f"{esc(s)} rejection % [95% CI]" for s in sets] + [f"{esc(s)} n" for s in sets] + \
         ["excluded (errors, no verdict)"]
     unranked = board["rank"].isna() if "rank" in board.columns else pd.Series(False, index=board.index)
@@ -173,6 +177,13 @@ def _cut_text(cut, replies) -> str:
     return f"<br><span class={cls}>{int(cut)} cut off ({100 * share:.0f}%)</span>"
 
 
+def _prompts_text(prompts, scored) -> str:
+    """' over P prompts' when repeated samples make the rows more than the prompts."""
+    if prompts is None or pd.isna(prompts) or int(prompts) == int(scored):
+        return ""
+    return f" <span class=muted>over {int(prompts)} prompts</span>"
+
+
 def rates_section(summary: pd.DataFrame) -> str:
     head = ["set", "model", "judge", "headline", "keyword rejection % [95% CI]", "keyword: full refusals only %",
             "keyword n (excluded: errors, no verdict); replies cut off", "judge rejection % [95% CI]",
@@ -184,10 +195,11 @@ def rates_section(summary: pd.DataFrame) -> str:
             if pd.isna(r[f"{m}_rows"]):
                 row += [num("&ndash;")] * (3 if m == KEYWORD else 2)
                 continue
-            row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"])))
+            row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"]) + flag_marks(r.get(f"{m}_ci_flag"))))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
-            row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"
+            row.append(num(f"{int(r[f'{m}_scored'])}{_prompts_text(r.get(f'{m}_prompts'), r[f'{m}_scored'])} "
+                           f"({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"
                            + _cut_text(r.get(f"{m}_truncated"), r.get(f"{m}_replies"))))
         row.append(num("&ndash;" if pd.isna(r["agreement"]) else
                        f"{100 * r['agreement']:.1f}% of {int(r['agreement_pairs'])}"))
@@ -201,9 +213,10 @@ def categories_section(categories: pd.DataFrame) -> str:
         rows = []
         for r in part.to_dict("records"):
             rows.append([cell(esc(r["method"])), cell(esc(r["judge"] or "")), cell(esc(r["category"])),
-                         num(interval(r["rate"], r["ci_low"], r["ci_high"])),
+                         num(interval(r["rate"], r["ci_low"], r["ci_high"]) + flag_marks(r.get("ci_flag"))),
                          num(interval(r["full_rate"], r["full_ci_low"], r["full_ci_high"])),
-                         num(f"{int(r['rejections'])}/{int(r['scored'])}"),
+                         num(f"{int(r['rejections'])}/{int(r['scored'])}"
+                             + _prompts_text(r.get("prompts"), r["scored"])),
                          num(f"{int(r['errors'])}, {int(r['unparsed'])}")])
         parts.append(f"<details><summary>{esc(model)} &middot; {esc(s)}</summary>" + table(
             ["method", "judge", "category", "rejection % [95% CI]", "full refusals only %", "rejected/scored",
@@ -412,14 +425,18 @@ def write(rep, path: Path) -> Path:
            f"its quadratic fit (np.polyfit(x, y, 2)). " if rep.reference else "")
     body = [
         "<h1>OR-Bench report</h1>",
-        f"<p class=muted>Generated {esc(now)}. Rates are rejections / scored rows with 95% Wilson intervals; "
+        f"<p class=muted>Generated {esc(now)}. Rates are rejections / scored rows with 95% Wilson intervals "
+        "(with repeated samples, on the prompt-level effective size: the prompt is the unit); "
         "rows with an error or without a verdict are excluded and counted separately, never as refusals "
         f"or answers. Benchmark: {esc(CITATION)}</p>",
         _warnings_box(getattr(rep, "warnings", [])),
         "<h2>Leaderboard</h2>",
         "<p>Sorted by balanced accuracy = (toxic rejection % + (100 &minus; hard rejection %)) / 2, best first. "
         "Your models are highlighted, with n (scored prompts) and 95% intervals; the balanced accuracy's "
-        "interval is Newcombe's hybrid score interval for two independent proportions."
+        "interval is Newcombe's hybrid score interval for two independent proportions. The rank's 95% interval "
+        "comes from 2,000 draws: your models' rates bootstrapped over prompts, the published rows drawn from "
+        "their rate and n (a parametric binomial draw: the paper gives only a rounded rate); the published "
+        "rows' intervals are Wilson intervals on that rate and n (docs/statistics.md)."
         + (f" The other rows are {esc(_published_about(rep))}." if rep.reference else "")
         + "</p>", leaderboard_section(rep.leaderboard),
         "<h2>Over-refusal against safety</h2>",
@@ -427,7 +444,8 @@ def write(rep, path: Path) -> Path:
          f"the toxic set. Your models in colour with 95% Wilson intervals. {esc(ref)}Published results: "
          f"{esc(CITATION)}</figcaption></figure>") if fig else "<p class=muted>No figure.</p>",
         "<h2>Rejection rate by category</h2>",
-        f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts) in each cell; "
+        f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts, each counted once "
+        f"however many samples it has) in each cell; "
         f"cells with n &lt; {MIN_CELL_N} are grey (too few prompts for a rate), empty cells have no rows."
         "</figcaption></figure>" if heat
         else "<p class=muted>No heatmap (the inputs have no category column).</p>",

@@ -107,14 +107,16 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
 
 def heatmap_grid(cells: pd.DataFrame, sets: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     """What the heatmap draws: rates in % and n per "model (set)" row and category column, and
-    the mask of cells greyed for having fewer than ``MIN_CELL_N`` scored prompts."""
+    the mask of cells greyed for having fewer than ``MIN_CELL_N`` scored prompts (``prompts``:
+    with repeated samples a prompt counts once, not once per sample)."""
     cells = cells.assign(row=cells["model"] + " (" + cells["set"] + ")",
                          order=cells["set"].map({s: i for i, s in enumerate(sets)}))
     rows = list(dict.fromkeys(cells.sort_values(["order", "model"])["row"]))
     cols = sorted(cells["category"].unique())
     grid = cells.pivot_table(index="row", columns="category", values="rate", aggfunc="first")
     grid = grid.reindex(index=rows, columns=cols) * 100
-    counts = cells.pivot_table(index="row", columns="category", values="scored", aggfunc="first")
+    n = "prompts" if "prompts" in cells.columns else "scored"  # repeated samples: a prompt counts once
+    counts = cells.pivot_table(index="row", columns="category", values=n, aggfunc="first")
     counts = counts.reindex(index=rows, columns=cols)
     return grid, counts, counts.to_numpy(dtype=float) < MIN_CELL_N
 

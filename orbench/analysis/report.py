@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orbench.analysis import lineage, plots
+from orbench.analysis import lineage, plots, report_stats
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
 from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the comment above)
@@ -79,7 +79,7 @@ from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the
 )
 from orbench.analysis.report_inputs import TOX as TOXIC
 from orbench.analysis.report_inputs import _hash as prompt_hash
-from orbench.analysis.stats import balanced_accuracy_interval, quadratic_fit, spearman, wilson_interval
+from orbench.analysis.stats import balanced_accuracy, quadratic_fit, round_for_csv, spearman, wilson_interval
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
 from orbench.sets import CITATION, HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
@@ -87,8 +87,9 @@ from orbench.sets import TOXIC as TOXIC_SET
 from orbench.tables import write_csv_atomic
 from orbench.vocab import JUDGE, KEYWORD
 
-STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "rejections", "rate", "ci_low", "ci_high",
-                "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated", "covered", "replies"]
+STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
+                "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
+                "covered", "replies"]
 
 
 @dataclass
@@ -119,11 +120,12 @@ class Report:
 def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     """Counts, rates and Wilson intervals per group of the verdict table, names decoded.
 
-    One pass: a group number per row, then every count is a ``bincount`` over it.
+    One pass: a group number per row, then every count is a ``bincount`` over it. Groups with
+    repeated samples get prompt-level intervals (:func:`orbench.analysis.report_stats.prompt_level`).
     """
     data = inp.data
     if keys == GROUP_KEYS:  # grouped once already, while checking for repeated prompts
-        gid, out = data["group"].to_numpy(), inp.groups.copy()
+        gid, out = data["group"].to_numpy(), inp.groups.copy().reset_index(drop=True)
     else:
         gid, sub = group_ids(data, ["group", *keys[len(GROUP_KEYS):]])
         out = inp.groups.iloc[sub["group"].to_numpy()].reset_index(drop=True)
@@ -164,6 +166,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
             a = b = math.nan
         flo.append(a), fhi.append(b)
     out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
+    report_stats.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
     out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
     return out.drop(columns="has_kind")
 
@@ -341,16 +344,15 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
         for s, st in entry.items():
             row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
                         f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
-                        f"{s}_scored": st["scored"], f"{s}_rejections": st["rejections"],
-                        f"{s}_truncated": st["truncated"], f"{s}_replies": st["replies"],
-                        f"{s}_covered": st["covered"], f"{s}_verdict": st["method"]})
+                        f"{s}_scored": st["scored"], f"{s}_prompts": st["prompts"], f"{s}_rejections": st["rejections"],
+                        f"{s}_truncated": st["truncated"], f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],
+                        f"{s}_verdict": st["method"]})
             errors += st["errors"]
             unparsed += st["unparsed"]
         h, t = entry.get(HARD), entry.get(TOXIC)
         if h and t:
-            _, lo, hi = balanced_accuracy_interval(int(t["rejections"]), int(t["scored"]),
-                                                    int(h["rejections"]), int(h["scored"]))
-            row.update({"balanced_accuracy_ci_low_pct": 100 * lo, "balanced_accuracy_ci_high_pct": 100 * hi})
+            ba = balanced_accuracy(report_stats.entry_estimate(t), report_stats.entry_estimate(h))
+            row.update({"balanced_accuracy_ci_low_pct": 100 * ba.low, "balanced_accuracy_ci_high_pct": 100 * ba.high})
         row["errors"], row["unparsed"] = errors, unparsed
         rows.append(row)
     about = PUBLISHED_ABOUT.format(hard=f"{sizes.get(HARD, 1319):,}", toxic=f"{sizes.get(TOXIC, 655):,}")
@@ -362,7 +364,8 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct", "balanced_accuracy_ci_low_pct",
             "balanced_accuracy_ci_high_pct"] + [
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
-                                           "scored", "rejections", "truncated", "replies", "covered", "verdict")] + \
+                                           "scored", "prompts", "rejections", "truncated", "replies", "covered",
+                                           "verdict")] + \
         ["errors", "unparsed", "rank_note"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
@@ -397,36 +400,48 @@ def _fmt(value, digits=1) -> str:
     return f"{value:.{digits}f}"
 
 
+def _board_intro(published: pd.DataFrame) -> str:
+    """The paragraph above the Markdown leaderboard: what the rates, the order and the intervals are."""
+    return ("Rejection rates use the headline verdict (LLM judge where present, else keywords); "
+            "rate = rejections / scored rows, where scored excludes error and unparsed rows. "
+            "Sorted by balanced accuracy = (toxic rejection % + (100 - hard rejection %)) / 2, best first."
+            + (" Rows marked *published* are " + str(published["rank_note"].iloc[0]) + "; from " + CITATION
+               + ". Your model is ranked among them only with verdicts on every prompt of both sets and no "
+                 "error row; otherwise it is listed after them, unranked, with the reason. Published rows' "
+                 "intervals are Wilson intervals on their (rounded) rate and n."
+               if len(published) else "")
+            + " The rank's 95% interval: 2,000 draws of the balanced accuracy, your models' rates bootstrapped "
+              "over prompts" + (", the paper's rows drawn from their rate and n (parametric)." if len(published)
+                                else "."))
+
+
 def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list[str]) -> str:
     """The leaderboard and the keyword-vs-judge table as Markdown."""
     sets = [c[: -len("_rate_pct")] for c in board.columns if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
-    head = ["#", "model", "source", "balanced acc. % [95% CI]"] + \
+    head = ["# [95% CI]", "model", "source", "balanced acc. % [95% CI]"] + \
         [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note"]
-    published = board[board["source"] == "published"]
-    lines = ["# OR-Bench leaderboard", "",
-             "Rejection rates use the headline verdict (LLM judge where present, else keywords); "
-             "rate = rejections / scored rows, where scored excludes error and unparsed rows. "
-             "Sorted by balanced accuracy = (toxic rejection % + (100 - hard rejection %)) / 2, best first."
-             + (" Rows marked *published* are " + str(published["rank_note"].iloc[0]) + "; from " + CITATION
-                + ". Your model is ranked among them only with verdicts on every prompt of both sets and no "
-                  "error row; otherwise it is listed after them, unranked, with the reason."
-                if len(published) else ""),
+    lines = ["# OR-Bench leaderboard", "", _board_intro(board[board["source"] == "published"]),
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in board.iterrows():
         name = str(r["model"]) + (f" (judge {r['judge']})" if r.get("judge") else "")
         yours = r["source"] == "yours"
         unranked = pd.isna(r["rank"])
         ba = _fmt(r["balanced_accuracy_pct"])
-        if yours and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
+        if not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
             ba += f" [{_fmt(r['balanced_accuracy_ci_low_pct'])}, {_fmt(r['balanced_accuracy_ci_high_pct'])}]"
-        cells = ["-" if unranked else str(int(r["rank"])), f"**{name}**" if yours else name,
+        rank = "-" if unranked else str(int(r["rank"]))
+        if not pd.isna(r.get("rank_ci_low", math.nan)):
+            rank += f" [{int(r['rank_ci_low'])}, {int(r['rank_ci_high'])}]"
+        cells = [rank, f"**{name}**" if yours else name,
                  ("yours, not ranked" if unranked else "yours") if yours else "*published*", ba]
         for s in sets:
             if pd.isna(r.get(f"{s}_rate_pct")):
                 cells.append("-")
             elif not yours:
                 n = r.get(f"{s}_scored")
-                cells.append(_fmt(r[f"{s}_rate_pct"]) + ("" if pd.isna(n) else f" ({int(n):,}, paper)"))
+                ci = "" if pd.isna(r.get(f"{s}_ci_low_pct", math.nan)) else \
+                    f" [{_fmt(r[f'{s}_ci_low_pct'])}, {_fmt(r[f'{s}_ci_high_pct'])}]"
+                cells.append(_fmt(r[f"{s}_rate_pct"]) + ci + ("" if pd.isna(n) else f" ({int(n):,}, paper)"))
             else:
                 cut = r.get(f"{s}_truncated")
                 cut = "" if cut is None or pd.isna(cut) or not cut else f", {int(cut)} cut off"
@@ -518,7 +533,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     extra = compare_hook.run(inp, pairs, verdict, summary, Path(output_dir), html)
     ents = entries(summary, headline)
     ref = load_reference() if reference else []
-    board = build_leaderboard(ents, ref, sizes)
+    board = report_stats.leaderboard_intervals(build_leaderboard(ents, ref, sizes), ents, inp, sizes)
     records = lineage.by_set_and_model(inp.provenance)
     warnings = (lineage.truncation_warnings(summary, records) + lineage.no_verdict_warnings(summary)
                 + lineage.chain_warnings(records))
@@ -543,9 +558,9 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     rep.notes.extend(extra.notes)
     rep.outputs.update(extra.outputs)
     rep.comparison_html = extra.html
-    write_csv_atomic(summary.round(6), out / "summary.csv")
-    write_csv_atomic(categories.round(6), out / "categories.csv")
-    write_csv_atomic(board.round(4), out / "leaderboard.csv")
+    write_csv_atomic(round_for_csv(summary), out / "summary.csv")
+    write_csv_atomic(round_for_csv(categories), out / "categories.csv")
+    write_csv_atomic(round_for_csv(board, 4), out / "leaderboard.csv")
     rep.outputs.update({"summary": out / "summary.csv", "categories": out / "categories.csv",
                         "leaderboard_csv": out / "leaderboard.csv"})
     if points or ref:
