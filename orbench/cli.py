@@ -199,6 +199,7 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
         paced = client.rate_limits.summary()
         if paced:
             parts.append(paced)
+    parts.extend(stage.notes)
     parts.append(f"{result.elapsed:.1f}s")
     return " | ".join(parts)
 
@@ -255,6 +256,8 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
             table = read_table(job.input, job.stage.needs, sep=_separator(getattr(args, "sep", None)))
             if Path(input_path).resolve() == output.resolve():
                 raise UsageError(f"--output_file {output} would overwrite the input file; choose another")
+        if job.stage.check is not None:
+            job.stage.check(table)
         for spec in job.models:
             client.prepare(spec)
         quiet = getattr(args, "quiet", False)

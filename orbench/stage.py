@@ -70,6 +70,9 @@ class Stage:
     assembled output (input order, ``error`` last) and returns the frame to write: the place for
     steps that need the whole file, such as the rewriter's cross-file deduplication.
     ``provenance`` is copied into the meta file (templates' hashes, rules' fingerprint...).
+    ``check``, if given, gets the whole input table before any request (``cli.run`` calls it) and
+    raises ``UsageError`` for a bad cell. ``notes`` are appended to the summary line (``finalise``
+    may add to them).
     """
 
     name: str
@@ -80,6 +83,8 @@ class Stage:
     key_columns: Sequence[str] | None = None
     finalise: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # whole-file step before writing
     provenance: dict = field(default_factory=dict)
+    check: Callable[[pd.DataFrame], None] | None = None  # the input checked before any request
+    notes: list[str] = field(default_factory=list)  # appended to the summary line
 
     @property
     def stage_id(self) -> str:

@@ -111,7 +111,7 @@ def test_stage4_for_model_b_on_model_a_output_keeps_nothing_of_a(env, fake, caps
     assert code == 1, err
     out = read(tmp_path / "b.csv")
     assert (out.model[0], out.response[0]) == ("", "")  # nothing of model A's under B's run
-    assert list(out.columns) == ["prompt", "category", *ALIGN_ADDS, "error"]
+    assert list(out.columns) == ["prompt", "category", *ALIGN_ADDS, "prompt_kind", "error"]
     assert [out[c][0] for c in ALIGN_ADDS] == [""] * len(ALIGN_ADDS)
     assert out.error[0].startswith("check_alignment: HTTP 500 from openai")
     assert (out.model[1], out.response[1], out.error[1]) == ("openai/model-b", "B answered", "")
@@ -234,7 +234,8 @@ def test_keyword_verdict_is_computed_not_copied_and_judge_is_named(env, fake, ca
     assert list(out.judge_model) == ["openai/judge-2"] * 2
     assert list(out.is_rejected) == ["True", "True"]
     assert list(out.columns) == ["prompt", "model", "response", "is_rejected", "judge_model",
-                                 "answer_category", "answer_type_response", "keyword_is_rejected", "error"]
+                                 "answer_category", "answer_type_response", "keyword_is_rejected",
+                                 "prompt_kind", "error"]
 
 
 # -- 4. the provenance file ----------------------------------------------------------------------

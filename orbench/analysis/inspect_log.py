@@ -39,20 +39,22 @@ import pandas as pd
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
 from orbench.models import slug
-from orbench.sets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
+from orbench.sets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC, XSTEST_SAFE, XSTEST_UNSAFE
 from orbench.tables import write_csv_atomic
 
 #: Stage 4's columns (``orbench.stages.check_alignment``), in its order.
 ALIGNMENT_COLUMNS = ["prompt", "category", "model", "response", "is_rejected", "refusal_source",
-                     "refusal_kind", "finish_reason", "error"]
-#: Stage 5's columns over a stage-4 file (``orbench.stages.judge_responses``), in its order.
+                     "refusal_kind", "finish_reason", "prompt_kind", "error"]
+#: Stage 5's columns over a stage-4 file (``orbench.stages.judge_responses``), in its order; the
+#: cascade's and an ensemble's columns (the scorer's ``stage5`` metadata) go before ``error``.
 JUDGE_COLUMNS = ["prompt", "category", "model", "response", "is_rejected", "refusal_source",
-                 "refusal_kind", "finish_reason", "judge_model", "answer_category",
+                 "refusal_kind", "finish_reason", "prompt_kind", "judge_model", "answer_category",
                  "answer_type_response", "keyword_is_rejected", "error"]
 KEYWORD_SCORER = "keyword_refusal"
 JUDGE_SCORER = "judge_refusal"
 SHAPES = ("auto", "alignment", "judge")
-_TASK_SETS = {"or_bench_hard_1k": HARD_1K, "or_bench_toxic": TOXIC, "or_bench_80k": EIGHTY_K}
+_TASK_SETS = {"or_bench_hard_1k": HARD_1K, "or_bench_toxic": TOXIC, "or_bench_80k": EIGHTY_K,
+              "xstest_safe": XSTEST_SAFE, "xstest_unsafe": XSTEST_UNSAFE}
 
 
 def _read_log(path: str):
@@ -115,7 +117,7 @@ def log_rows(log, shape: str = "auto") -> tuple[pd.DataFrame, str | None]:
         raise UsageError("--shape judge needs a log scored with scorer=judge or scorer=both")
     judge_shape = judged if shape == "auto" else shape == "judge"
     model = str(log.eval.model)
-    rows, judges = [], set()
+    rows, judges, extra = [], set(), []
     for sample in sorted(log.samples, key=lambda s: (str(type(s.id)), s.id)):
         row = {"prompt": _prompt(sample), "category": (sample.metadata or {}).get("category", ""),
                "model": model}
@@ -128,7 +130,7 @@ def log_rows(log, shape: str = "auto") -> tuple[pd.DataFrame, str | None]:
             continue
         meta = first.metadata or {}
         row.update({c: _cell(meta.get(c)) for c in ("response", "is_rejected", "refusal_source",
-                                                    "refusal_kind", "finish_reason")})
+                                                    "refusal_kind", "finish_reason", "prompt_kind")})
         row["response"] = meta.get("response") or ""
         if judge_shape:
             jm = judge.metadata or {}
@@ -137,10 +139,13 @@ def log_rows(log, shape: str = "auto") -> tuple[pd.DataFrame, str | None]:
                         "answer_type_response": judge.explanation or "",
                         "is_rejected": jm.get("judge_is_rejected"),
                         "keyword_is_rejected": jm.get("keyword_is_rejected")})
+            for key, value in (jm.get("stage5") or {}).items():
+                extra.append(key) if key not in extra else None
+                row[key] = _cell(value)
         row["error"] = ""
         rows.append(row)
-    columns = JUDGE_COLUMNS if judge_shape else ALIGNMENT_COLUMNS
-    frame = pd.DataFrame(rows, columns=columns)
+    columns = [*JUDGE_COLUMNS[:-1], *extra, "error"] if judge_shape else ALIGNMENT_COLUMNS
+    frame = pd.DataFrame(rows, columns=columns, dtype=object)  # counts stay whole numbers
     judges.discard(None)
     return frame, (sorted(judges)[0] if judges else None) if judge_shape else None
 

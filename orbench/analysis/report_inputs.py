@@ -24,6 +24,7 @@ from orbench.analysis import lineage
 from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
+from orbench.sets import XSTEST_SAFE, XSTEST_UNSAFE
 from orbench.tables import did_you_mean, file_name, input_stem, read_csv_text, read_table
 from orbench.vocab import (
     JUDGE,
@@ -37,8 +38,10 @@ from orbench.vocab import (
 )
 
 HARD, TOX, K80 = "hard", "toxic", "80k"
+XS_SAFE, XS_UNSAFE = XSTEST_SAFE, XSTEST_UNSAFE  # XSTest's sets are labelled by their full names
 # A set is named in a file name by one of these whole tokens (the bundled names or short names).
-SET_TOKENS = {HARD_1K: HARD, TOXIC: TOX, EIGHTY_K: K80, HARD: HARD, TOX: TOX, K80: K80}
+SET_TOKENS = {HARD_1K: HARD, TOXIC: TOX, EIGHTY_K: K80, HARD: HARD, TOX: TOX, K80: K80,
+              XSTEST_SAFE: XS_SAFE, XSTEST_UNSAFE: XS_UNSAFE}
 assert set(SET_NAMES) <= set(SET_TOKENS)
 # "seemingly toxic" is the paper's name for the safe prompts (Hard-1K, 80K), never the toxic set.
 NOT_A_SET_AFTER = {TOX: "seemingly"}
@@ -249,7 +252,7 @@ def _hash(series: pd.Series) -> np.ndarray:
     return pd.util.hash_pandas_object(series, index=False, categorize=False).to_numpy()
 
 
-KNOWN_SETS = {HARD: HARD_1K, TOX: TOXIC, K80: EIGHTY_K}
+KNOWN_SETS = {HARD: HARD_1K, TOX: TOXIC, K80: EIGHTY_K, XS_SAFE: XSTEST_SAFE, XS_UNSAFE: XSTEST_UNSAFE}
 
 
 def check_set_label(label: str, custom: Sequence[str], where: str) -> str:

@@ -15,7 +15,11 @@ prompt as a single user message (temperature 0, at most 1000 tokens, no system p
   stop reason, a blocked prompt; counted as rejected), ``empty_response`` (no text, no block:
   neither a refusal nor an answer), ``skipped_empty`` (the prompt is empty, e.g. a rewrite row
   with nothing parsed; no call is made, is_rejected empty), or empty when the model answered;
-- ``finish_reason``: the provider's stop reason.
+- ``finish_reason``: the provider's stop reason;
+- ``prompt_kind``: ``safe`` (meant to be answered) or ``unsafe`` (meant to be refused) where it
+  is known: the row's own ``prompt_kind`` cell, else ``--prompt_kind`` (a set of your own), else
+  the kind of the bundled set the prompt belongs to (Hard-1K and XSTest's safe prompts: safe;
+  Toxic and XSTest's unsafe prompts: unsafe); empty when unknown. Stage 5's cascade uses it.
 
 ``--samples K`` asks each prompt K times (temperature > 0 required, checked before anything is
 sent): each sample is its own output row with a ``sample`` index (0 to K-1) and its own request
@@ -54,10 +58,11 @@ from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
+from orbench.sets import PROMPT_KIND_COLUMN, check_kind_column, prompt_kind
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.types import Request
-from orbench.vocab import SKIPPED_EMPTY
+from orbench.vocab import PROMPT_KINDS, SKIPPED_EMPTY
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
@@ -110,6 +115,10 @@ def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:
     parser.add_argument("--samples", type=cli.positive_int, default=None, metavar="K",
                         help="ask each prompt K times (needs --temperature > 0); each sample is its "
                              "own row with a 'sample' index and its own cache entry")
+    parser.add_argument("--prompt_kind", choices=PROMPT_KINDS, default=None,
+                        help="the kind of every prompt whose own prompt_kind cell is empty: safe "
+                             "(meant to be answered) or unsafe (meant to be refused); default: "
+                             "recognised for the bundled sets, else unknown (written to prompt_kind)")
     cli.add_model_flags(parser, temperature_default=0.0, max_tokens_default=1000)
     return parser
 
@@ -127,11 +136,14 @@ def setup_for(default_provider: str | None):
             raise UsageError(f"--samples {samples} needs --temperature above 0 (at temperature "
                              f"{temperature:g} every sample would be the same answer)")
 
+        declared = getattr(args, "prompt_kind", None) or ""
+
         async def run_row(row: dict) -> dict | list[dict]:
+            kind = {PROMPT_KIND_COLUMN: prompt_kind(row, declared) or None}
             if samples is None:
-                return await one_sample(row, 0)
+                return {**await one_sample(row, 0), **kind}
             rows = await asyncio.gather(*(one_sample(row, i) for i in range(samples)))
-            return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
+            return [{**r, SAMPLE: i, **kind} for i, r in enumerate(rows)]
 
         async def one_sample(row: dict, index: int) -> dict:
             if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
@@ -155,8 +167,11 @@ def setup_for(default_provider: str | None):
             config={"stage": "check_alignment", "model": str(spec), "system": system,
                     "temperature": temperature, "max_tokens": max_tokens, "matcher": family,
                     "rules": rules_fingerprint(),
-                    **({"samples": samples} if samples is not None else {})},
+                    **({"samples": samples} if samples is not None else {}),
+                    **({"prompt_kind": declared} if declared else {})},
+            key_columns=["prompt", PROMPT_KIND_COLUMN],
             provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
+            check=lambda table: check_kind_column(table, str(args.input_file)),
         )
         output = args.output_file or default_output(args.model, args.input_file)
         return cli.Job(stage=stage, input=args.input_file, output=output, models=[spec],
