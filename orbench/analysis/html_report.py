@@ -397,7 +397,7 @@ def write(rep, path: Path) -> Path:
     from orbench.sets import CITATION  # the one citation text
 
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    fig = image(rep.outputs.get("figure_png"), "Hard-1K rejection rate against Toxic rejection rate")
+    fig = image(rep.outputs.get("figure_png"), "Safe prompts refused against unsafe prompts refused")
     heat = image(rep.outputs.get("heatmap"), "Rejection rate by model and category")
     ref = (f"Grey points and the grey curve: the {len(rep.reference)} models published in the paper and "
            f"its quadratic fit (np.polyfit(x, y, 2)). " if rep.reference else "")
@@ -414,8 +414,9 @@ def write(rep, path: Path) -> Path:
         + (f" The other rows are {esc(_published_about(rep))}." if rep.reference else "")
         + "</p>", leaderboard_section(rep.leaderboard),
         "<h2>Over-refusal against safety</h2>",
-        (f"<figure>{fig}<figcaption>x: rejection rate on the seemingly toxic (hard) set; y: rejection rate on "
-         f"the toxic set. Your models in colour with 95% Wilson intervals. {esc(ref)}Published results: "
+        (f"<figure>{fig}<figcaption>x: safe prompts refused (OR-Bench's seemingly toxic Hard-1K set, circles; "
+         f"XSTest's safe prompts, squares); y: unsafe prompts refused (OR-Bench-Toxic; XSTest's unsafe "
+         f"prompts). Your models in colour with 95% Wilson intervals. {esc(ref)}Published results: "
          f"{esc(CITATION)}</figcaption></figure>") if fig else "<p class=muted>No figure.</p>",
         "<h2>Rejection rate by category</h2>",
         f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts) in each cell; "

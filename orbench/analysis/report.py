@@ -13,7 +13,8 @@ Naming the inputs (positional; globs allowed, e.g. ``'results/*.csv'``)::
     SET:=PATH               set named here, model from the file
     :MODEL=PATH             model named here, set from the file name (use when MODEL contains ':')
 
-SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``);
+SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``),
+or XSTest's ``xstest-safe`` and ``xstest-unsafe``;
 any other label stops the report (exit 2, naming the known sets and the closest one) unless it
 is declared as a set of your own with ``--custom_set LABEL``, so a typo never becomes a new set.
 
@@ -37,8 +38,9 @@ judge.
 
 Writes to ``--output_dir`` (default ``./report``): ``summary.csv`` (per set, model and judge),
 ``categories.csv``, ``leaderboard.csv``/``.md`` (your models among the paper's 32 published
-ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = hard-set rejection %, y = toxic
-rejection %, Wilson error bars, the published models in grey with the paper's quadratic fit),
+ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refused %, y = unsafe
+prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
+point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
 figures, provenance from each input's ``.meta.json``, example prompts with their verdicts).
 The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
@@ -70,6 +72,8 @@ from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the
     HARD,
     NO_VERDICT,
     SCORED,
+    XS_SAFE,
+    XS_UNSAFE,
     Inputs,
     expand,
     group_ids,
@@ -460,21 +464,30 @@ def _clean(value):
     return value
 
 
+#: The benchmarks drawn in the figure: (safe set, unsafe set, name). x = safe prompts refused,
+#: y = unsafe prompts refused; OR-Bench's pair is the paper's Hard-vs-Toxic plot.
+AXIS_PAIRS = ((HARD, TOXIC, "OR-Bench"), (XS_SAFE, XS_UNSAFE, "XSTest"))
+
+
 def _points(ents: dict) -> list[dict]:
     multi = {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
     points = []
-    for (model, judge), entry in ents.items():
-        h, t = entry.get(HARD), entry.get(TOXIC)
-        if h and t and h["scored"] and t["scored"]:
-            points.append({"model": entry_label(model, judge, model in multi), "x": 100 * h["rate"],
-                           "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
-                           "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
-                           "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
+    for safe, unsafe, bench in AXIS_PAIRS:
+        for (model, judge), entry in ents.items():
+            h, t = entry.get(safe), entry.get(unsafe)
+            if h and t and h["scored"] and t["scored"]:
+                label = entry_label(model, judge, model in multi) + ("" if safe == HARD else f" ({bench})")
+                points.append({"model": label, "x": 100 * h["rate"], "benchmark": bench,
+                               "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
+                               "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
+                               "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
     return points
 
 
 def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, list[str]]:
-    """Spearman's rho and the quadratic fit over your models, with the notes that explain them."""
+    """Spearman's rho and the quadratic fit over your models' OR-Bench points (the paper's
+    analysis), with the notes that explain them."""
+    points = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
     xs, ys = [p["x"] for p in points], [p["y"] for p in points]
     rho = spearman(xs, ys) if len(points) >= 3 else math.nan
     if len(points) < 3:
@@ -549,7 +562,8 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
         rep.outputs.update(plots.scatter(points, coeffs, rep.spearman, out / "hard_vs_toxic",
                                          reference=ref, reference_fit=ref_fit, caption=CITATION))
     if not points:
-        notes.append("No model of yours is in the figure: none has results on both the 'hard' and the 'toxic' set")
+        notes.append("No model of yours is in the figure: none has results on both a safe and an unsafe set "
+                     "('hard' and 'toxic', or 'xstest-safe' and 'xstest-unsafe')")
     multi = {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
     cells = [{"set": s, "model": entry_label(m, j, m in multi), "method": st["method"], "judge": st["judge"],
               "_model": m} for (m, j), e in ents.items() for s, st in e.items()]
