@@ -48,8 +48,11 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import TaskState
 
+from orbench.cascade import cascade_fingerprint
+from orbench.judge_cards import judge_fingerprint, judge_identity
 from orbench.models import parse_model, slug
-from orbench.refusal import explain, family_for_model, reply_verdict
+from orbench.provenance import sha256_text
+from orbench.refusal import explain, family_for_model, reply_verdict, rules_fingerprint
 from orbench.sets import PROMPT_KIND_COLUMN, prompt_kind
 from orbench.verdicts import BASE_COLUMNS, Judge, Plan, Reply, Row, decide
 from orbench.vocab import FULL, PROVIDER_BLOCK, SOURCE_KEYWORD
@@ -159,7 +162,8 @@ def keyword_refusal(matcher: str | None = None) -> Scorer:
                             "unscored": float(rejected is None)},
                      answer=columns["response"], explanation=why,
                      metadata={**columns, "matcher": family, "model": str(state.model),
-                               PROMPT_KIND_COLUMN: _kind(state) or None})
+                               PROMPT_KIND_COLUMN: _kind(state) or None,
+                               "keyword_settings": {"rules": rules_fingerprint(), "matcher": family}})
 
     return score
 
@@ -227,11 +231,22 @@ def judge_refusal(template: str, judge_model: str | Model | list | None = None,
         out = await decide(row, plan, ask)
         rejected = out["is_rejected"]
         extra = {k: v for k, v in out.items() if k not in BASE_COLUMNS}
+        settings = judge_settings(plan, matcher)
         return Score(value={"rejected": _flag(rejected), "unscored": float(rejected is None)},
                      answer=out["answer_category"], explanation=out["answer_type_response"],
                      metadata={**columns, "matcher": family, "model": str(state.model),
                                "judge_model": out["judge_model"], "answer_category": out["answer_category"],
                                "judge_is_rejected": rejected, "keyword_is_rejected": out["keyword_is_rejected"],
-                               PROMPT_KIND_COLUMN: kind or None, "stage5": extra})
+                               PROMPT_KIND_COLUMN: kind or None, "stage5": extra,
+                               "judge_settings": settings,
+                               "judge_fingerprint": judge_fingerprint(judge_identity(settings))})
 
     return score
+
+
+def judge_settings(plan: Plan, matcher: str | None) -> dict:
+    """The judge's settings as stage 5 records them in its meta file, so an inspect run's judge
+    has the fingerprint of the same judge run by ``orbench-check-response`` (and its card)."""
+    return {"judge": plan.judge_name, "template": sha256_text(plan.template), "matcher": matcher,
+            "rules": rules_fingerprint(), "temperature": JUDGE_TEMPERATURE, "max_tokens": JUDGE_MAX_TOKENS,
+            **({"cascade": cascade_fingerprint()} if plan.cascade else {})}

@@ -124,25 +124,25 @@ def other_judges(judge_name: str, fingerprint: str | None, folder: Path | None =
     return out
 
 
-def save_card(card: dict, folders: list[Path]) -> list[Path]:
-    """Write ``card`` into the card store (and any other folder given); a card on fewer labelled
-    rows never replaces one on more rows of the same source in the store (a ``--limit`` trial
-    leaves a full calibration's card alone). Returns the paths written."""
-    written = []
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def save_card(card: dict, beside: Path, folder: Path | None = None) -> Path | None:
+    """Write ``card`` to ``beside`` and into the card store (``folder``, default :func:`cards_dir`);
+    returns the store's path, or None when the store keeps a card of this judge on more labelled
+    rows of the same source (a ``--limit`` trial leaves a full calibration's card alone)."""
     text = json.dumps(card, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-    for i, folder in enumerate(folders):
-        path = card_path(card["judge_fingerprint"], card["labels"]["name"], folder) if i == 0 \
-            else folder / "judge_card.json"
-        old = _read(path) if i == 0 else None
-        new_n = int(card["pooled"].get("n") or 0)
-        if old is not None and int((old.get("pooled") or {}).get("n") or 0) > new_n:
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        written.append(path)
-    return written
+    _write(beside, text)
+    path = card_path(card["judge_fingerprint"], card["labels"]["name"], folder)
+    old = _read(path)
+    if old is not None and int((old.get("pooled") or {}).get("n") or 0) > int(card["pooled"].get("n") or 0):
+        return None
+    _write(path, text)
+    return path
 
 
 def _points(value, low, high) -> str:

@@ -138,6 +138,8 @@ def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], 
         for s in sets:
             row.append(_n_cell(r, s, yours))
         row.append(num(f"{int(r['errors'])}, {int(r['unparsed'])}" if yours else ""))
+        calibration = r.get("judge_vs_humans")
+        row.append(cell(esc(calibration) if yours and isinstance(calibration, str) else ""))
         rows.append(row)
         classes.append("yours" if yours else "published")
     return rows, classes
@@ -149,7 +151,7 @@ def leaderboard_section(board: pd.DataFrame) -> str:
             if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
     head = ["#", "model", "what this row is", "balanced acc. % [95% CI]"] + \
         [f"{esc(s)} rejection % [95% CI]" for s in sets] + [f"{esc(s)} n" for s in sets] + \
-        ["excluded (errors, no verdict)"]
+        ["excluded (errors, no verdict)", "judge vs humans (judge card)"]
     unranked = board["rank"].isna() if "rank" in board.columns else pd.Series(False, index=board.index)
     parts = []
     if unranked.any():
@@ -174,8 +176,8 @@ def _cut_text(cut, scored) -> str:
 
 def rates_section(summary: pd.DataFrame) -> str:
     head = ["set", "model", "judge", "headline", "keyword rejection % [95% CI]", "keyword: full refusals only %",
-            "keyword n (excluded: errors, no verdict); replies cut off", "judge rejection % [95% CI]",
-            "judge n (excluded: errors, no verdict); replies cut off", "agreement"]
+            "keyword n (excluded: errors, no verdict); replies cut off; judge card", "judge rejection % [95% CI]",
+            "judge n (excluded: errors, no verdict); replies cut off; judge card", "agreement"]
     rows = []
     for r in summary.to_dict("records"):
         row = [cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"] or "")), cell(esc(r["headline"]))]
@@ -187,7 +189,9 @@ def rates_section(summary: pd.DataFrame) -> str:
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
             row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"
-                           + _cut_text(r.get(f"{m}_truncated"), r[f"{m}_scored"])))
+                           + _cut_text(r.get(f"{m}_truncated"), r[f"{m}_scored"])
+                           + (f"<br><span class=muted>{esc(r[f'{m}_calibration'])}</span>"
+                              if r.get(f"{m}_calibration") else "")))
         row.append(num("&ndash;" if pd.isna(r["agreement"]) else
                        f"{100 * r['agreement']:.1f}% of {int(r['agreement_pairs'])}"))
         rows.append(row)

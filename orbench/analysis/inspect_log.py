@@ -38,9 +38,11 @@ import pandas as pd
 
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
+from orbench.judge_cards import meta_fingerprint
 from orbench.models import slug
+from orbench.provenance import dumps, meta_path_for
 from orbench.sets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC, XSTEST_SAFE, XSTEST_UNSAFE
-from orbench.tables import write_csv_atomic
+from orbench.tables import write_csv_atomic, write_text_atomic
 
 #: Stage 4's columns (``orbench.stages.check_alignment``), in its order.
 ALIGNMENT_COLUMNS = ["prompt", "category", "model", "response", "is_rejected", "refusal_source",
@@ -98,6 +100,17 @@ def _scorer(scores: dict, name: str):
 def _cell(value):
     """A metadata value as the CLI writes it: None stays an empty cell."""
     return None if value is None or value == "" else value
+
+
+def log_settings(log, judged: bool) -> dict | None:
+    """What the scorers recorded about the verdicts' maker (the judge's or the keyword matcher's
+    settings, as stages 4 and 5 put them in their meta files), from the first scored sample."""
+    for sample in log.samples or []:
+        score = _scorer(sample.scores, JUDGE_SCORER if judged else KEYWORD_SCORER)
+        key = "judge_settings" if judged else "keyword_settings"
+        if score is not None and isinstance((score.metadata or {}).get(key), dict):
+            return dict(score.metadata[key])
+    return None
 
 
 def log_rows(log, shape: str = "auto") -> tuple[pd.DataFrame, str | None]:
@@ -159,11 +172,21 @@ def default_output(model: str, set_name: str | None, judge: str | None) -> Path:
 
 
 def convert(log_path: str, output: str | None = None, shape: str = "auto") -> Path:
-    """Read ``log_path`` and write its CSV; returns the path written."""
+    """Read ``log_path`` and write its CSV, with a meta file naming the verdicts' maker (so the
+    report finds its judge card); returns the path written."""
     log = _read_log(log_path)
     frame, judge = log_rows(log, shape)
     path = Path(output) if output else default_output(str(log.eval.model), log_set(log), judge)
     write_csv_atomic(frame, path)
+    settings = log_settings(log, judge is not None)
+    if settings is not None:
+        stage = "check_response" if judge is not None else "check_alignment"
+        if stage == "check_alignment":
+            settings["model"] = str(log.eval.model)
+        meta = {"stage": stage, "source": {"inspect_log": str(log_path)}, "settings": settings,
+                "rules_fingerprint": settings.get("rules"), "judge_fingerprint": meta_fingerprint(
+                    {"stage": stage, "settings": settings})}
+        write_text_atomic(dumps(meta), meta_path_for(path))
     return path
 
 

@@ -63,7 +63,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orbench.analysis import lineage, plots
+from orbench.analysis import calibration_report, lineage, plots
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
 from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the comment above)
@@ -250,7 +250,8 @@ def entries(summary: pd.DataFrame, headline: dict) -> dict:
             if method == JUDGE and row["judge"] != judge:
                 continue
             stats[(row["set"], row["model"], method, judge)] = {
-                "method": method, "judge": judge, **{k: row[f"{method}_{k}"] for k in STAT_COLUMNS}}
+                "method": method, "judge": judge, **{k: row[f"{method}_{k}"] for k in STAT_COLUMNS},
+                "calibration": row.get(f"{method}_calibration") or ""}
     out: dict = {}
     for model in sorted({m for _, m in headline}):
         sets = {s: pairs for (s, m), pairs in headline.items() if m == model}
@@ -354,6 +355,9 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
                                                     int(h["rejections"]), int(h["scored"]))
             row.update({"balanced_accuracy_ci_low_pct": 100 * lo, "balanced_accuracy_ci_high_pct": 100 * hi})
         row["errors"], row["unparsed"] = errors, unparsed
+        row["judge_vs_humans"] = " || ".join(dict.fromkeys(
+            f"{s}: {st['calibration']}" if len({x.get('calibration') for x in entry.values()}) > 1 else st["calibration"]
+            for s, st in entry.items() if st.get("calibration")))
         rows.append(row)
     about = PUBLISHED_ABOUT.format(hard=f"{sizes.get(HARD, 1319):,}", toxic=f"{sizes.get(TOXIC, 655):,}")
     for ref in reference:
@@ -365,7 +369,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
             "balanced_accuracy_ci_high_pct"] + [
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
                                            "scored", "rejections", "truncated", "covered", "verdict")] + \
-        ["errors", "unparsed", "rank_note"]
+        ["errors", "unparsed", "rank_note", "judge_vs_humans"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
         return pd.DataFrame(columns=cols)
@@ -403,7 +407,7 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
     """The leaderboard and the keyword-vs-judge table as Markdown."""
     sets = [c[: -len("_rate_pct")] for c in board.columns if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
     head = ["#", "model", "source", "balanced acc. % [95% CI]"] + \
-        [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note"]
+        [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note", "judge vs humans"]
     published = board[board["source"] == "published"]
     lines = ["# OR-Bench leaderboard", "",
              "Rejection rates use the headline verdict (LLM judge where present, else keywords); "
@@ -435,7 +439,8 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
                 cells.append(f"{_fmt(r[f'{s}_rate_pct'])} [{_fmt(r[f'{s}_ci_low_pct'])}, "
                              f"{_fmt(r[f'{s}_ci_high_pct'])}] ({int(r[f'{s}_scored'])}, {r[f'{s}_verdict']}{cut})")
         cells += [str(int(r["errors"])) if yours else "", str(int(r["unparsed"])) if yours else "",
-                  str(r.get("rank_note") or "") if yours else ""]
+                  str(r.get("rank_note") or "") if yours else "",
+                  str(r.get("judge_vs_humans") or "") if yours and not pd.isna(r.get("judge_vs_humans")) else ""]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Keyword and judge verdicts", "",
               "| set | model | judge | keyword % (rej/scored, err, unparsed) | full refusals only % | "
@@ -525,6 +530,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     mark_set_prompts(inp, published)
     sizes = {k: len(v) for k, v in published.items()}
     summary, categories, headline = build_tables(inp, verdict)
+    summary, cards, calibration_notes = calibration_report.annotate(summary, inp)
     # before the leaderboard: sampled groups get prompt-level intervals in the summary
     extra = compare_hook.run(inp, pairs, verdict, summary, Path(output_dir), html)
     ents = entries(summary, headline)
@@ -536,7 +542,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     out.mkdir(parents=True, exist_ok=True)
     points = _points(ents)
     rho, coeffs, notes = correlation_notes(points)
-    notes = inp.notes + notes
+    notes = inp.notes + notes + calibration_notes
     ref_fit = quadratic_fit([r["x"] for r in ref], [r["y"] for r in ref]) if ref else None
     if ref:
         notes.append(f"Reference: {len(ref)} published models (grey in the figure, 'published' in the "
@@ -581,6 +587,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
         "points": points, "spearman": rep.spearman, "spearman_n": len(points), "quadratic_fit": rep.fit,
         "reference": {"points": ref, "quadratic_fit": rep.reference_fit, "citation": CITATION} if ref else None,
         "notes": notes, "warnings": warnings, "lineage": records, "inputs": [{k: v for k, v in p.items()} for p in inp.provenance],
+        "judge_cards": cards,
         "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in board.to_dict("records")]},
         indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     rep.outputs["json"] = js
