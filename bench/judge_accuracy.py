@@ -118,13 +118,20 @@ def read_xstest(folder: Path, limit: int | None = None) -> pd.DataFrame:
                              f"(expected one of {', '.join(HUMAN_LABELS)})")
         if limit is not None:
             frame = frame.head(limit)
+        types = frame["type"] if "type" in frame.columns else pd.Series("", index=frame.index)
         parts.append(pd.DataFrame({
             "id": frame["id"] if "id" in frame.columns else "",
-            "type": frame["type"] if "type" in frame.columns else "",
-            "xstest_model": key, "model": XSTEST_MODELS[key],
+            "type": types, "xstest_model": key, "model": XSTEST_MODELS[key],
             "prompt": frame["prompt"], "response": frame["completion"],
+            "prompt_kind": [kind_of_type(t) for t in types],
             "final_label": frame["final_label"]}))
     return pd.concat(parts, ignore_index=True)
+
+
+def kind_of_type(xstest_type: str) -> str:
+    """XSTest's contrast prompts (type ``contrast_*``) are meant to be refused, the rest answered."""
+    text = str(xstest_type or "").strip()
+    return "" if not text else ("unsafe" if text.startswith("contrast_") else "safe")
 
 
 def write_if_changed(frame: pd.DataFrame, path: Path) -> None:
@@ -148,6 +155,7 @@ def scored_rows(output: pd.DataFrame) -> list:
     rows = []
     for rec in output.to_dict("records"):
         rows.append({"group": rec["xstest_model"], "family": family_for_model(rec["model"]),
+                     "kind": rec.get("prompt_kind") or kind_of_type(rec.get("type", "")),
                      "label": rec["final_label"], "gold": rec["final_label"] != HUMAN_LABELS[0],
                      "judge": _verdict(rec.get("is_rejected", "")),
                      "keyword": _verdict(rec.get("keyword_is_rejected", "")),
@@ -222,9 +230,10 @@ def cascade_rows(frame: pd.DataFrame) -> list:
     when unsure), computed here with :func:`orbench.cascade.confidence`."""
     rows = []
     for rec in frame.to_dict("records"):
-        cls, verdict = confidence(rec["response"], family_for_model(rec["model"]))
+        kind = rec.get("prompt_kind") or ""
+        cls, verdict = confidence(rec["response"], family_for_model(rec["model"]), kind)
         rows.append({"group": rec["xstest_model"], "gold": rec["final_label"] != HUMAN_LABELS[0],
-                     "label": rec["final_label"], "class": cls, "keyword": verdict})
+                     "label": rec["final_label"], "class": cls, "keyword": verdict, "kind": kind})
     return rows
 
 
@@ -244,6 +253,37 @@ def _cascade_line(name: str, rows: list, judge_key: str | None = None) -> str:
     return (f"{name:<16} {n:>5} {len(unsure) / n if n else float('nan'):>7.3f} "
             f"{sure_ok / len(sure) if sure else float('nan'):>9.4f} "
             f"{(sure_ok + judged_ok) / total if total else float('nan'):>9.4f}")
+
+
+def rate_lines(rows: list, verdict) -> list[tuple]:
+    """(model, kind, n, judged share, human %, verdict %, bias points) per model and prompt kind,
+    over the rows ``verdict(row)`` gives a verdict on (True/False; None = left out)."""
+    out = []
+    groups = [k for k in XSTEST_MODELS if any(r["group"] == k for r in rows)]
+    for g in groups:
+        for kind in sorted({r.get("kind", "") for r in rows if r["group"] == g}):
+            sub = [r for r in rows if r["group"] == g and r.get("kind", "") == kind]
+            scored = [(r["gold"], verdict(r)) for r in sub if verdict(r) is not None]
+            n = len(scored)
+            judged = sum(r.get("keyword", True) is None for r in sub) / len(sub) if sub else float("nan")
+            human = 100 * sum(h for h, _ in scored) / n if n else float("nan")
+            machine = 100 * sum(v for _, v in scored) / n if n else float("nan")
+            out.append((g, kind or "unknown", n, judged, human, machine, machine - human))
+    return out
+
+
+def print_rates(rows: list, verdict, title: str, judged: bool = True) -> None:
+    """The rate per model and prompt kind beside the humans' (what a paper reports), and its bias."""
+    lines = rate_lines(rows, verdict)
+    print(f"\nrejection rate per model and prompt kind [{title}]: bias = rate - humans' rate, points")
+    head = (f"{'model':<16} {'kind':<8} {'n':>5}" + (f" {'judged':>7}" if judged else "")
+            + f" {'humans %':>9} {'rate %':>8} {'bias':>7}")
+    print(head + "\n" + "-" * len(head))
+    for g, kind, n, share, human, machine, bias in lines:
+        print(f"{g:<16} {kind:<8} {n:>5}" + (f" {share:>7.3f}" if judged else "")
+              + f" {human:>9.1f} {machine:>8.1f} {bias:>+7.1f}")
+    worst = max((abs(b) for *_, b in lines if b == b), default=float("nan"))
+    print(f"largest |bias|: {worst:.1f} points")
 
 
 def print_cascade(rows: list, judge_key: str | None = None, title: str = "perfect judge") -> None:
@@ -273,6 +313,18 @@ def print_cascade(rows: list, judge_key: str | None = None, title: str = "perfec
             ok = sum(r["keyword"] == r["gold"] for r in sub)
             print(f"  {cls:<24} {len(sub):>5} {len(sub) / len(rows):6.3f}  "
                   f"{ok / len(sub) if sub else float('nan'):.4f} ({len(sub) - ok} wrong)")
+
+    def cascade_verdict(r):
+        if r["keyword"] is not None:
+            return r["keyword"]
+        return r["gold"] if judge_key is None else r.get(judge_key)
+
+    print_rates(rows, cascade_verdict, f"cascade, {title}")
+    for name, part in (("development", dev), ("check", check)):
+        if part and dev and check:
+            worst = max((abs(b) for *_, b in rate_lines(part, cascade_verdict) if b == b), default=float("nan"))
+            share = sum(r["keyword"] is None for r in part) / len(part)
+            print(f"  {name} models: judged share {share:.3f}, largest |bias| {worst:.1f} points")
 
 
 def print_stage_cascade(output: Path) -> None:
@@ -310,6 +362,9 @@ def report(output: Path, judge_typed: str) -> None:
           f"errors {errors} (unparsed = no verdict, is_rejected empty; unparsed and error rows "
           f"are left out of every figure)")
     print_binary_tables(rows)
+    print_rates(rows, lambda r: None if r["error"] else r["judge"], "the judge's verdicts", judged=False)
+    print_rates(rows, lambda r: None if r["error"] else r["keyword"], "the keyword matcher, same rows",
+                judged=False)
     print_class_table(rows)
     print_stage_cascade(output)
 

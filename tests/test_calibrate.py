@@ -7,13 +7,13 @@ import json
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from sklearn.metrics import accuracy_score, cohen_kappa_score, precision_score, recall_score
 
 from orbench.analysis import calibrate
 from orbench.analysis.card_stats import kappa_ci, rate_bias_ci
-from orbench.analysis.compare import newcombe_paired_interval
 from orbench.analysis.label_sources import XSTEST_FILES, stratified_subset
 
 C, F, P = "1_full_compliance", "2_full_refusal", "3_partial_refusal"
@@ -116,9 +116,7 @@ def test_figures_equal_scikit_learn(env, fake, capsys, tmp_path):
     assert pooled["recall"]["value"] == pytest.approx(recall_score(human, machine))
     assert pooled["rate_bias"]["value"] == pytest.approx(machine.mean() - human.mean())
     t = pooled["table"]
-    # the paired interval is Newcombe's method 10 (statsmodels-based in orbench.analysis.compare)
-    low, high = newcombe_paired_interval(t["tp"], t["fn"], t["fp"], t["tn"])
-    assert pooled["rate_bias"]["ci"] == [pytest.approx(low), pytest.approx(high)]
+    assert pooled["rate_bias"]["ci"] == list(rate_bias_ci(t["tp"], t["fp"], t["fn"], t["tn"]))
     for key, fig in card["per_source"].items():
         part = judged.source == key
         assert fig["accuracy"]["value"] == pytest.approx(accuracy_score(human[part], machine[part]))
@@ -285,6 +283,25 @@ def test_real_xstest_keyword_card_equals_scikit_learn(env, capsys, tmp_path):
     assert card["pooled"]["n"] == 2250
     assert card["pooled"]["kappa"]["value"] == pytest.approx(cohen_kappa_score(human, machine))
     assert card["pooled"]["accuracy"]["value"] == pytest.approx(accuracy_score(human, machine))
+
+
+def _score_by_numeric_mle(b, c, n, delta):
+    """Tango's statistic with the restricted MLE found numerically (scipy), not in closed form."""
+    from scipy.optimize import minimize_scalar
+
+    a_d = n - b - c
+    lo, hi = max(0.0, -delta) + 1e-12, (1 - delta) / 2 - 1e-12
+    nll = lambda q: -(b * np.log(q + delta) + c * np.log(q) + a_d * np.log(1 - 2 * q - delta))  # noqa: E731
+    q = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12}).x
+    return (b - c - n * delta) / np.sqrt(n * (2 * q + delta * (1 - delta)))
+
+
+@pytest.mark.parametrize("tp, fp, fn, tn", [(200, 10, 20, 220), (225, 3, 0, 222), (40, 2, 7, 11)])
+def test_rate_bias_interval_is_tangos_score_interval(tp, fp, fn, tn):
+    low, high = rate_bias_ci(tp, fp, fn, tn)
+    n, z = tp + fp + fn + tn, 1.959963984540054
+    assert _score_by_numeric_mle(fp, fn, n, low - 1e-4) > z > _score_by_numeric_mle(fp, fn, n, low + 1e-4)
+    assert _score_by_numeric_mle(fp, fn, n, high - 1e-4) > -z > _score_by_numeric_mle(fp, fn, n, high + 1e-4)
 
 
 def test_interval_edges():

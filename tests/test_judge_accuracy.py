@@ -112,6 +112,10 @@ def test_judge_figures_by_hand_then_rerun_is_free(env, fake, capsys, tmp_path):
     assert matrix == {C: ["3", "1", "0"], F: ["1", "2", "0"], P: ["0", "1", "1"]}
     assert "per model: gpt4 1.000, llama2new 0.500, llama2orig 0.000, mistralguard 1.000, " \
            "mistralinstruct 0.500" in out
+    # rate per model and kind: the judge's (n1 a false refusal) and the matcher's on the same rows
+    judge_rates, keyword_rates = out.split("[the judge's verdicts]")[1].split("[the keyword matcher")
+    assert "llama2new        safe         2      50.0    100.0   +50.0" in judge_rates
+    assert "llama2new        safe         2      50.0     50.0    +0.0" in keyword_rates
 
     # a second run: resumed from the progress file, nothing sent, the same table
     code2, out2, err2 = run(capsys, "--check_model", "gpt4", data)
@@ -238,6 +242,10 @@ def test_perfect_judge_cascade_figures_by_hand(capsys, tmp_path):
     assert ["POOLED", "11", "0.091", "0.9000", "0.9091"] in lines
     assert ["refusal_first_sentence", "6", "0.545", "0.8333", "(1", "wrong)"] in lines
     assert ["answer_no_cue", "4", "0.364", "1.0000", "(0", "wrong)"] in lines
+    # the rate per model and prompt kind (every case here is of a safe type) beside the humans'
+    assert ["gpt4", "safe", "3", "0.333", "66.7", "66.7", "+0.0"] in lines
+    assert ["mistralguard", "safe", "2", "0.000", "50.0", "100.0", "+50.0"] in lines  # m2: a false refusal
+    assert ["largest", "|bias|:", "50.0", "points"] in lines
     code, _, err = run(capsys, "--perfect_judge", "--check_model", "gpt4", data)
     assert code == 2 and err.startswith("error: --perfect_judge asks no model")
 

@@ -9,9 +9,10 @@ they can follow the suite's statistics rules (``orbench.analysis.stats``) when t
 
 - a single proportion (accuracy, precision, recall, the rates): Wilson's score interval, which
   never has width 0 (a perfect judge on 450 responses gets about [0.992, 1], not [1, 1]);
-- the rate bias, a difference of two proportions measured on the same responses: Newcombe's
-  (1998) paired interval (method 10: each rate's Wilson interval, combined with the pairs'
-  correlation);
+- the rate bias, a difference of two proportions measured on the same responses: Tango's (1998)
+  score interval for a paired difference (it keeps its coverage where judge and humans rarely
+  disagree, which Newcombe's paired interval does not: 0.92 at one disagreement in 200, all one
+  way; ``bench/card_coverage.py``);
 - Cohen's kappa: the percentile interval of a bootstrap over responses, floored by the
   agreement's Wilson interval carried through kappa = (po - pe) / (1 - pe) at the observed pe, so
   kappa = 1 on 450 responses gets about [0.98, 1], never [1, 1].
@@ -26,7 +27,7 @@ import math
 
 import numpy as np
 
-from orbench.analysis.stats import wilson_interval
+from orbench.analysis.stats import Z95, wilson_interval
 
 BOOTSTRAP, SEED = 2000, 20240601
 
@@ -48,25 +49,36 @@ def proportion_ci(k: int, n: int) -> tuple[float, float]:
     return (0.0 if k <= 0 < n else low), (1.0 if k >= n > 0 else high)
 
 
-def rate_bias_ci(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
-    """Newcombe's paired 95% interval for judge rate minus human rate (``fp`` judge-only refusals,
-    ``fn`` human-only refusals); NaNs without pairs."""
+def _tango_score(b: int, c: int, n: int, delta: float) -> float:
+    """Tango's score statistic for ``judge rate - human rate == delta`` (``b`` judge-only and ``c``
+    human-only refusals among ``n`` pairs), with the human-only share at its restricted MLE."""
+    a2, b2, c2 = 2 * n, -b - c + (2 * n - b + c) * delta, -c * delta * (1 - delta)
+    q = (math.sqrt(max(0.0, b2 * b2 - 4 * a2 * c2)) - b2) / (2 * a2)
+    var = n * (2 * q + delta * (1 - delta))
+    if var <= 0:
+        return 0.0 if b - c - n * delta == 0 else math.copysign(math.inf, b - c - n * delta)
+    return (b - c - n * delta) / math.sqrt(var)
+
+
+def rate_bias_ci(tp: int, fp: int, fn: int, tn: int, z: float = Z95) -> tuple[float, float]:
+    """Tango's (1998) score 95% interval for judge rate minus human rate, measured on the same
+    responses (``fp`` judge-only refusals, ``fn`` human-only ones); NaNs without pairs. Its bounds
+    are where the score statistic equals -z and z (bisection); with no disagreement seen it is
+    about +-z^2/n, never width 0."""
     n = tp + fp + fn + tn
     if n == 0:
         return math.nan, math.nan
-    pa, pb = (tp + fn) / n, (tp + fp) / n  # humans, judge
-    la, ua = proportion_ci(tp + fn, n)
-    lb, ub = proportion_ci(tp + fp, n)
-    margins = (tp + fn) * (fp + tn) * (tp + fp) * (fn + tn)
-    phi = 0.0
-    if margins > 0:
-        cross = tp * tn - fn * fp
-        cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
-        phi = cross / math.sqrt(margins)
-    d = pb - pa
-    low = d - math.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2))
-    high = d + math.sqrt(max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2))
-    return max(-1.0, low), min(1.0, high)
+    d = (fp - fn) / n
+
+    def root(lo: float, hi: float, target: float) -> float:
+        for _ in range(80):  # the statistic decreases in delta
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _tango_score(fp, fn, n, mid) > target else (lo, mid)
+        return (lo + hi) / 2
+
+    low = -1.0 if _tango_score(fp, fn, n, -1 + 1e-12) < z else root(-1 + 1e-12, d, z)
+    high = 1.0 if _tango_score(fp, fn, n, 1 - 1e-12) > -z else root(d, 1 - 1e-12, -z)
+    return low, high
 
 
 def _kappa_of(tp, fp, fn, tn):
