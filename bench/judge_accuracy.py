@@ -18,9 +18,12 @@ to stage 5 unchanged (``--concurrency``, ``--max_retries``, ``--matcher``, ``--b
 Then it prints, per responding model and pooled, the accuracy, precision and recall of the
 judge's ``is_rejected`` against the human label (refusal = ``2_full_refusal`` or
 ``3_partial_refusal``), with and without the partial-refusal rows, beside the keyword matcher's
-figures on the same rows (stage 5's ``keyword_is_rejected``); the judge's three classes against
-the three human labels where the judge gives classes; and the counts of unparsed rows (no verdict:
-``is_rejected`` empty) and error rows, both left out of every figure.
+figures on the same rows (stage 5's ``keyword_is_rejected``); the rejection rate per model and prompt kind
+(XSTest's contrast prompts are ``unsafe``, the rest ``safe``; given to stage 5 as ``prompt_kind``)
+beside the humans' and its bias, for the judge and for the matcher; the judge's three classes
+against the three human labels where the judge gives classes; and the counts of unparsed rows (no
+verdict: ``is_rejected`` empty) and error rows, both left out of every figure. ``orbench-calibrate``
+is the installed command that keeps these figures as the judge's card.
 
 ``--limit N`` keeps the first N responses of each file (every model stays represented); a limited
 run writes its own files (``..._limitN.csv``), so it never disturbs a full run's output.
@@ -31,8 +34,10 @@ Cascade (stage 5 ``--cascade``, :mod:`orbench.cascade`): ``--perfect_judge`` ask
 runs no stage: each response gets its confidence class, the keyword matcher decides the confident
 ones and the human label stands in for a perfect judge on the rest. It prints, per model and
 pooled, the share of responses that would reach the judge, the accuracy of the confident rows
-alone, the cascade's accuracy, each class's size and accuracy, and the same figures on a split of
-the models (the development models named in ``bench/refusal_accuracy.py`` and the others). With a
+alone, the cascade's accuracy, each class's size and accuracy, the cascade's rejection rate per
+model and prompt kind beside the humans' with its bias (the goal: within 1.5 points everywhere),
+and the judged share and largest bias on a split of the models (the development models named in
+``bench/refusal_accuracy.py`` and the others, outside the rules' development). With a
 real judge, pass ``--cascade`` (a stage-5 flag): the table above is printed for the judge's own
 verdicts, followed by the cascade figures read from stage 5's ``verdict_source`` column, with the
 perfect-judge figure on the same rows beside them.

@@ -148,8 +148,9 @@ def save_card(card: dict, beside: Path, folder: Path | None = None) -> Path | No
 def _points(value, low, high) -> str:
     if value is None:
         return "n/a"
-    text = f"{100 * value:+.1f} points"
-    return text + (f" [{100 * low:+.1f}, {100 * high:+.1f}]" if low is not None else "")
+    digits = 2 if low is not None and f"{100 * low:+.1f}" == f"{100 * high:+.1f}" and low != high else 1
+    text = f"{100 * value:+.{digits}f} points"
+    return text + (f" [{100 * low:+.{digits}f}, {100 * high:+.{digits}f}]" if low is not None else "")
 
 
 def card_text(card: dict) -> str:
@@ -165,7 +166,10 @@ def card_text(card: dict) -> str:
     bias = pooled.get("rate_bias") or {}
     k = kappa.get("value")
     ci = kappa.get("ci") or [None, None]
-    kappa_text = "n/a" if k is None else (f"{k:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci[0] is not None else ""))
+    # two decimals, three where two would show an interval of width 0 ([1.00, 1.00])
+    digits = 3 if ci[0] is not None and f"{ci[0]:.2f}" == f"{ci[1]:.2f}" and ci[0] != ci[1] else 2
+    kappa_text = "n/a" if k is None else (f"{k:.{digits}f}" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+                                                                 if ci[0] is not None else ""))
     bias_ci = bias.get("ci") or [None, None]
     text = (f"judge vs humans: kappa {kappa_text}, rate bias {_points(bias.get('value'), *bias_ci)}, "
             f"{name} (n={n:,}")

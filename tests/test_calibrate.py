@@ -291,7 +291,10 @@ def _score_by_numeric_mle(b, c, n, delta):
 
     a_d = n - b - c
     lo, hi = max(0.0, -delta) + 1e-12, (1 - delta) / 2 - 1e-12
-    nll = lambda q: -(b * np.log(q + delta) + c * np.log(q) + a_d * np.log(1 - 2 * q - delta))  # noqa: E731
+
+    def nll(q):
+        return -(b * np.log(q + delta) + c * np.log(q) + a_d * np.log(1 - 2 * q - delta))
+
     q = minimize_scalar(nll, bounds=(lo, hi), method="bounded", options={"xatol": 1e-12}).x
     return (b - c - n * delta) / np.sqrt(n * (2 * q + delta * (1 - delta)))
 
