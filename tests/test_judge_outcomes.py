@@ -99,10 +99,10 @@ def test_ensemble_of_three_judges(env, fake, script, tmp_path):
     for marker, texts in replies.items():
         for judge, text in zip(("judge-a", "judge-b", "judge-c"), texts):
             fake.add_rule(match=marker, model=judge, text=text)
-    result = script(SCRIPT, "--check_model=openai/judge-a,openai/judge-b,anthropic/judge-c",
+    result = script(SCRIPT, "--check_model=openai/judge-a,openai/judge-b,openai/judge-c",
                     "--input_file=in.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "in_openai_judge-a_openai_judge-b_anthropic_judge-c_judged.csv"
+    out = tmp_path / "in_openai_judge-a_openai_judge-b_openai_judge-c_judged.csv"
     table = read(out)
     assert fake.count() == 9  # three judges on each of the three rows with a response
     assert list(table.answer_category) == ["direct_refusal", "", "undecided", "empty_response"]
@@ -112,11 +112,11 @@ def test_ensemble_of_three_judges(env, fake, script, tmp_path):
     assert list(table.no_verdict_votes) == ["0", "0", "2", ""]  # the empty response is not sent
     assert list(table["openai_judge-b_answer_category"]) == ["direct_refusal", "indirect_refusal",
                                                               "judge_refused", ""]
-    assert list(table["anthropic_judge-c_is_rejected"]) == ["False", "False", "", ""]
-    assert table["anthropic_judge-c_raw"][2] == "no idea"
-    assert set(table.judge_model) == {"openai/judge-a,openai/judge-b,anthropic/judge-c"}
+    assert list(table["openai_judge-c_is_rejected"]) == ["False", "False", "", ""]
+    assert table["openai_judge-c_raw"][2] == "no idea"
+    assert set(table.judge_model) == {"openai/judge-a,openai/judge-b,openai/judge-c"}
     meta = json.loads(out.with_name(out.name + ".meta.json").read_text())
-    assert meta["judges"] == ["openai/judge-a", "openai/judge-b", "anthropic/judge-c"]
+    assert meta["judges"] == ["openai/judge-a", "openai/judge-b", "openai/judge-c"]
     assert meta["outcomes"] == {"direct_refusal": 1, "": 1, "undecided": 1, "empty_response": 1}
     assert "1 ensemble undecided" in result.stderr
 

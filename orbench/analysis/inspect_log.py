@@ -15,7 +15,10 @@ reads CLI runs:
 ``model`` is the log's model (``openai/gpt-4o``); ``finish_reason`` is inspect's stop reason
 (``stop``, ``max_tokens``, ``content_filter``, ...). A sample that failed (``error`` in the log)
 keeps its row with the verdict columns empty and inspect's error message in ``error``, as a failed
-CLI row does. Verdicts are the scorers' own (:mod:`orbench.inspect_scorers`), never recomputed.
+CLI row does. Verdicts are the scorers' own (:mod:`orbench.inspect_scorers`), never recomputed;
+the cascade's and an ensemble's columns and ``prompt_kind`` come out as stage 5 writes them.
+Beside the CSV, ``<csv>.meta.json`` records the settings of the judge (or keyword matcher) as
+stages 4 and 5 record them, with its ``judge_fingerprint``, so the report finds its judge card.
 
 Default output, in the current folder: ``{model}_merged_{set}.csv`` (stage-4 shape) or
 ``{model}_merged_{set}_response_check_merged_{judge}.csv`` (stage-5 shape), model and judge made
