@@ -174,4 +174,9 @@ def card_text(card: dict) -> str:
     text = (f"judge vs humans: kappa {kappa_text}, rate bias {_points(bias.get('value'), *bias_ci)}, "
             f"{name} (n={n:,}")
     missing = int(counts.get("unparsed", 0)) + int(counts.get("judge_refused", 0))
-    return text + (f", {missing} without a verdict)" if missing else ")")
+    if missing:
+        text += f", {missing} without a verdict"
+    tiers = (card.get("cascade") or {}).get("verdict_sources") or {}
+    if tiers:
+        text += "; cascade: " + ", ".join(f"{v:,} by {k}" for k, v in tiers.items())
+    return text + ")"

@@ -155,6 +155,8 @@ def test_cascade_and_ensemble_cards(env, fake, capsys, tmp_path):
     assert tiers["openai/judge-x"]["accuracy"]["value"] == 1.0
     assert fake.count() == tiers["openai/judge-x"]["rows"]
     assert card["judge_name"] == "keyword+openai/judge-x"
+    assert card["text"].endswith(f"XSTest v2 (n=30; cascade: {tiers['keyword']['rows']} by keyword, "
+                                 f"{tiers['openai/judge-x']['rows']} by openai/judge-x)")
     code, out, err = run(capsys, "--check_model", "openai/judge-x,openai/judge-y,openai/judge-z",
                          "--xstest_dir", data, "--limit", "2", "--output_dir", tmp_path / "ens")
     assert code == 0, err

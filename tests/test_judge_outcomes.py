@@ -82,12 +82,15 @@ def test_judge_refusing_to_judge_is_counted_apart(env, fake, script, tmp_path):
     meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
     assert meta["outcomes"] == {"judge_refused": 2, "unparsed": 1, "direct_answer": 1}
     assert "| 1 unparsed | 2 judge refused to judge |" in result.stderr
-    # the report counts them as no verdict: 1 scored row, 3 unparsed
+    # the report counts them as no verdict, the judge's refusals apart: 1 scored, 1 unparsed, 2 refused
     from orbench.analysis import report
 
-    rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False, html=False)
+    rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False)
     row = rep.summary.iloc[0]
-    assert (row.judge_scored, row.judge_unparsed, row.judge_rejections) == (1, 3, 0)
+    assert (row.judge_scored, row.judge_unparsed, row.judge_refused_to_judge, row.judge_rejections) == (1, 1, 2, 0)
+    assert rep.leaderboard.iloc[0].refused_to_judge == 2
+    assert "1 (+2 judge refused)" in (tmp_path / "rep" / "leaderboard.md").read_text()
+    assert "(0, 1, 2 judge refused)" in (tmp_path / "rep" / "report.html").read_text()
 
 
 def test_ensemble_of_three_judges(env, fake, script, tmp_path):

@@ -137,7 +137,9 @@ def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], 
                 row.append(num(pct(rate)))
         for s in sets:
             row.append(_n_cell(r, s, yours))
-        row.append(num(f"{int(r['errors'])}, {int(r['unparsed'])}" if yours else ""))
+        refused = int(r.get("refused_to_judge") or 0) if yours and not pd.isna(r.get("refused_to_judge")) else 0
+        row.append(num((f"{int(r['errors'])}, {int(r['unparsed'])}" + (f", {refused} judge refused" if refused else ""))
+                       if yours else ""))
         calibration = r.get("judge_vs_humans")
         row.append(cell(esc(calibration) if yours and isinstance(calibration, str) else ""))
         rows.append(row)
@@ -188,7 +190,9 @@ def rates_section(summary: pd.DataFrame) -> str:
             row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"])))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
-            row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"
+            refused = r.get(f"{m}_refused_to_judge")
+            refused = f", {int(refused)} judge refused" if refused and not pd.isna(refused) else ""
+            row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])}{refused})"
                            + _cut_text(r.get(f"{m}_truncated"), r[f"{m}_scored"])
                            + (f"<br><span class=muted>{esc(r[f'{m}_calibration'])}</span>"
                               if r.get(f"{m}_calibration") else "")))

@@ -29,6 +29,7 @@ from orbench.tables import did_you_mean, file_name, input_stem, read_csv_text, r
 from orbench.vocab import (
     JUDGE,
     JUDGE_CLASSES,
+    JUDGE_REFUSED,
     KEYWORD,
     KEYWORD_CLASSES,
     PARTIAL,
@@ -46,8 +47,9 @@ assert set(SET_NAMES) <= set(SET_TOKENS)
 # "seemingly toxic" is the paper's name for the safe prompts (Hard-1K, 80K), never the toxic set.
 NOT_A_SET_AFTER = {TOX: "seemingly"}
 
-# Verdict status codes in the compact table.
-SCORED, ERROR, NO_VERDICT = 0, 1, 2
+# Verdict status codes in the compact table (REFUSED_TO_JUDGE: the judge refused to judge, counted
+# apart from the other rows without a verdict).
+SCORED, ERROR, NO_VERDICT, REFUSED_TO_JUDGE = 0, 1, 2, 3
 # REJECTED_BY_CLASS (orbench.vocab) is used only when a judge file has no is_rejected column at
 # all; the judge's is_rejected wins.
 # Origins of keyword verdicts, best first: a re-score (newest rules), the alignment file, the
@@ -235,7 +237,9 @@ def verdict_columns(frame: pd.DataFrame, path: str, judge_name: str) -> list[tup
             judge = next(iter(named)) if named else judge_name
         else:
             judge = np.where(judges == "", judge_name, judges).astype(object)
-        out = [(JUDGE, "judge", judge, _status(error | skipped, rej), rej)]
+        status = _status(error | skipped, rej)
+        status[(status == NO_VERDICT) & (cls == JUDGE_REFUSED)] = REFUSED_TO_JUDGE
+        out = [(JUDGE, "judge", judge, status, rej)]
         if "keyword_is_rejected" in has:
             kw = _bools(frame["keyword_is_rejected"])
             out.append((KEYWORD, "judge", "", _status(error | (skipped & np.isnan(kw)), kw), kw))
