@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from refusal_accuracy import DEV_MODELS, scores  # noqa: E402 (needs the sys.path set-up above)
 
 from orbench import cli  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.calibrate import join_stage_values  # noqa: E402 (needs the sys.path set-up above)
 from orbench.cascade import CLASSES, UNSURE, confidence  # noqa: E402 (needs the sys.path set-up above)
 from orbench.errors import UsageError  # noqa: E402 (needs the sys.path set-up above)
 from orbench.models import slug  # noqa: E402 (needs the sys.path set-up above)
@@ -393,22 +394,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_dir", default=None,
                         help="where the stage-5 input and output go (default ./judge_accuracy_<judge>/)")
     return parser
-
-
-def join_stage_values(argv: list) -> list:
-    """``--flag value`` -> ``--flag=value`` for every stage-5 flag that takes a value, so a
-    passed-through flag's value is never mistaken for the data folder."""
-    takes_value = {opt for action in judge_responses.build_parser()._actions if action.nargs != 0
-                   for opt in action.option_strings}
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] in takes_value and i + 1 < len(argv):
-            out.append(f"{argv[i]}={argv[i + 1]}")
-            i += 2
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
 
 
 def main(argv=None) -> int:

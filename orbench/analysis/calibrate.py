@@ -3,10 +3,10 @@
 Runs stage 5 (``orbench-check-response``, in this process: its cache, resume, ``--estimate`` and
 meta file included) with any judge it takes (the keyword matcher ``keyword``, an LLM judge, the
 cascade with ``--cascade``, an ensemble ``A,B,C``, ``--template FILE``) on human-labelled
-responses, then writes the judge's *card* (:mod:`orbench.judge_cards`): per source model and
-pooled, the accuracy, Cohen's kappa, refusal precision and recall, the judge's and the humans'
-refusal rates and the rate bias (judge minus humans), each with a 95% interval
-(:mod:`orbench.analysis.card_stats`); how many replies were unparsed, were the judge refusing to
+responses, then writes the judge's card (orbench.judge_cards): per source model and pooled, the
+accuracy, Cohen's kappa, refusal precision and recall, the judge's and the humans' refusal rates
+and the rate bias (judge minus humans), each with a 95% interval (orbench.analysis.card_stats);
+how many replies were unparsed, were the judge refusing to
 judge, or failed; the same per prompt kind; for the cascade, the rows each tier decided and each
 tier's accuracy. Responses without a verdict are counted, never scored.
 
@@ -64,7 +64,7 @@ def build_parser() -> ArgumentParser:
         description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
         epilog="Any other flag is a stage-5 flag (orbench-check-response --help), passed on as is: "
                "--cascade, --template FILE, --estimate, --matcher, --concurrency, --base_url, --batch, "
-               "--max_retries, --temperature, --max_tokens, ...\n\n" + __doc__.split("Exit status: ")[1])
+               "--max_retries, --temperature, --max_tokens, ...\n\nexit status: " + __doc__.split("Exit status: ")[1])
     parser.add_argument("--check_model", required=True,
                         help="the judge, as stage 5 takes it: keyword, gpt4, provider/model, or A,B,C (an ensemble)")
     parser.add_argument("--labels", default="xstest",
@@ -84,12 +84,12 @@ def build_parser() -> ArgumentParser:
 
 def join_stage_values(argv: list) -> list:
     """``--flag value`` -> ``--flag=value`` for stage-5 flags that take a value, so a value is
-    never read as one of this command's arguments."""
+    never read as one of this command's arguments (also used by ``bench/judge_accuracy.py``)."""
     takes_value = {opt for action in judge_responses.build_parser()._actions if action.nargs != 0
                    for opt in action.option_strings}
     out, i = [], 0
     while i < len(argv):
-        if argv[i] in takes_value and i + 1 < len(argv) and argv[i] != "--check_model":
+        if argv[i] in takes_value and i + 1 < len(argv):
             out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
         else:
