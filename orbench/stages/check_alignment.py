@@ -58,7 +58,7 @@ from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
-from orbench.sets import PROMPT_KIND_COLUMN, check_kind_column, prompt_kind
+from orbench.sets import check_kind_column, with_prompt_kinds
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.types import Request
@@ -139,11 +139,10 @@ def setup_for(default_provider: str | None):
         declared = getattr(args, "prompt_kind", None) or ""
 
         async def run_row(row: dict) -> dict | list[dict]:
-            kind = {PROMPT_KIND_COLUMN: prompt_kind(row, declared) or None}
             if samples is None:
-                return {**await one_sample(row, 0), **kind}
+                return await one_sample(row, 0)
             rows = await asyncio.gather(*(one_sample(row, i) for i in range(samples)))
-            return [{**r, SAMPLE: i, **kind} for i, r in enumerate(rows)]
+            return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
 
         async def one_sample(row: dict, index: int) -> dict:
             if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
@@ -169,8 +168,8 @@ def setup_for(default_provider: str | None):
                     "rules": rules_fingerprint(),
                     **({"samples": samples} if samples is not None else {}),
                     **({"prompt_kind": declared} if declared else {})},
-            key_columns=["prompt", PROMPT_KIND_COLUMN],
             provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
+            finalise=lambda frame: with_prompt_kinds(frame, declared),
             check=lambda table: check_kind_column(table, str(args.input_file)),
         )
         output = args.output_file or default_output(args.model, args.input_file)

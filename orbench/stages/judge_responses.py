@@ -80,7 +80,7 @@ from orbench.models import parse_model, slug
 from orbench.prompts import JUDGE_TEMPLATE
 from orbench.provenance import sha256_text
 from orbench.refusal import FAMILIES, family_for_model, rules_fingerprint
-from orbench.sets import PROMPT_KIND_COLUMN, check_kind_column, prompt_kind
+from orbench.sets import PROMPT_KIND_COLUMN, check_kind_column, prompt_kind, with_prompt_kinds
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
@@ -213,10 +213,9 @@ def setup(args, client: Client) -> cli.Job:
                      finish_reason=completion.finish_reason or "")
 
     async def run_row(row: dict) -> dict:
-        kind = prompt_kind(row, declared)
-        view = Row(prompt=row["prompt"], response=row["response"],
-                   blocked=is_provider_block(row.get("refusal_source")), family=family(row), kind=kind)
-        return {**await decide(view, plan, ask), PROMPT_KIND_COLUMN: kind or None}
+        view = Row(prompt=row["prompt"], response=row["response"], family=family(row),
+                   blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, declared))
+        return await decide(view, plan, ask)
 
     settings = {"stage": "check_response", "judge": plan.judge_name,
                 "template": None if plan.keyword_only else sha256_text(template), "matcher": args.matcher,
@@ -236,6 +235,7 @@ def setup(args, client: Client) -> cli.Job:
     notes: list[str] = []
 
     def finalise(frame):
+        frame = with_prompt_kinds(frame, declared)
         summarise(frame, plan, provenance, notes)
         return frame
 
@@ -244,8 +244,9 @@ def setup(args, client: Client) -> cli.Job:
         needs=["prompt", "response"],
         adds=plan.columns(),
         run_row=run_row,
-        config={**settings, **({"prompt_kind": declared} if declared else {})},
-        key_columns=["prompt", "response", "refusal_source", "model", PROMPT_KIND_COLUMN],
+        config={**settings, **({"prompt_kind": declared} if declared and plan.cascade else {})},
+        # the kind changes the cascade's verdicts only
+        key_columns=["prompt", "response", "refusal_source", "model", *([PROMPT_KIND_COLUMN] if plan.cascade else [])],
         finalise=finalise,
         provenance=provenance,
         check=lambda table: check_kind_column(table, str(args.input_file)),
