@@ -155,6 +155,13 @@ def test_cascade_and_ensemble_cards(env, fake, capsys, tmp_path):
     assert tiers["openai/judge-x"]["accuracy"]["value"] == 1.0
     assert fake.count() == tiers["openai/judge-x"]["rows"]
     assert card["judge_name"] == "keyword+openai/judge-x"
+    shares = card["cascade"]["judged_share_per_source"]
+    judged_rows = pd.read_csv(tmp_path / "casc" / "judged_XSTest_v2.csv", dtype=str, keep_default_na=False)
+    expected = (judged_rows.verdict_source == "openai/judge-x").groupby(judged_rows.source).mean()
+    assert shares == pytest.approx(expected.to_dict())
+    # per model and prompt kind: what the rate checks are made on
+    assert card["per_source_and_kind"]["gpt4 / unsafe"]["n"] == 3
+    assert card["per_source_and_kind"]["gpt4 / unsafe"]["rate_bias"]["value"] == 0.0
     assert card["text"].endswith(f"XSTest v2 (n=30; cascade: {tiers['keyword']['rows']} by keyword, "
                                  f"{tiers['openai/judge-x']['rows']} by openai/judge-x)")
     code, out, err = run(capsys, "--check_model", "openai/judge-x,openai/judge-y,openai/judge-z",

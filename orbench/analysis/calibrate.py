@@ -7,8 +7,9 @@ responses, then writes the judge's card (orbench.judge_cards): per source model 
 accuracy, Cohen's kappa, refusal precision and recall, the judge's and the humans' refusal rates
 and the rate bias (judge minus humans), each with a 95% interval (orbench.analysis.card_stats);
 how many replies were unparsed, were the judge refusing to
-judge, or failed; the same per prompt kind; for the cascade, the rows each tier decided and each
-tier's accuracy. Responses without a verdict are counted, never scored.
+judge, or failed; the same per prompt kind and per source model and prompt kind (where a rate's
+bias is checked); for the cascade, the rows each tier decided, each tier's accuracy and the share
+judged per source model. Responses without a verdict are counted, never scored.
 
 Labels (``--labels``, :mod:`orbench.analysis.label_sources`): ``xstest`` (default; XSTest v2's
 2,250 responses, read from ``--xstest_dir`` / ``$ORBENCH_XSTEST_DIR`` or downloaded into the cache
@@ -133,6 +134,11 @@ def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
             fig = _figures(part)
             tiers[source] = {"rows": len(part), "accuracy": fig["accuracy"], "rate_bias": fig["rate_bias"]}
     out["tiers"] = tiers
+    sources = table["verdict_source"].astype(str).str.strip()
+    decided, judged = sources != "", ~sources.isin(["", "keyword", "provider_block"])
+    out["judged_share_per_source"] = {
+        str(s): float(judged[p.index].sum() / decided[p.index].sum()) if decided[p.index].any() else None
+        for s, p in table.groupby("source", sort=False)}
     return out
 
 
@@ -149,6 +155,8 @@ def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path) -> d
             "per_source": {str(s): _figures(p) for s, p in table.groupby("source", sort=False)},
             "per_prompt_kind": {str(k) or "unknown": _figures(p) for k, p in
                                 table.groupby(table["prompt_kind"].astype(str).str.strip(), sort=True)},
+            "per_source_and_kind": {f"{s} / {k or 'unknown'}": _figures(p) for (s, k), p in
+                                    table.groupby(["source", table["prompt_kind"].astype(str).str.strip()], sort=False)},
             "cascade": _cascade(table, meta)}
     card["text"] = card_text(card)
     return card
@@ -167,16 +175,17 @@ def print_card(card: dict) -> None:
     """The card as a table on stdout, one line per source model, then pooled and per prompt kind."""
     print(f"judge: {card['judge_name']} (fingerprint {card['judge_fingerprint']})")
     print(f"labels: {card['labels']['name']} ({card['labels'].get('used', '?')} responses)")
-    head = (f"{'group':<18} {'n':>5} {'unp':>4} {'ref':>4} {'err':>4}  {'accuracy [95% CI]':<22} "
+    head = (f"{'group':<26} {'n':>5} {'unp':>4} {'ref':>4} {'err':>4}  {'accuracy [95% CI]':<22} "
             f"{'kappa [95% CI]':<22} {'precision':>9} {'recall':>7}  {'judge %':>7} {'human %':>7}  rate bias, points [95% CI]")
     print(head + "\n" + "-" * len(head))
     groups = [*card["per_source"].items(), ("POOLED", card["pooled"]),
-              *((f"kind: {k}", v) for k, v in card["per_prompt_kind"].items())]
+              *((f"kind: {k}", v) for k, v in card["per_prompt_kind"].items()),
+              *(card["per_source_and_kind"].items() if len(card["per_prompt_kind"]) > 1 else ())]
     for name, fig in groups:
         c = fig["counts"]
         pct = (lambda f: "n/a" if f["value"] is None else f"{100 * f['value']:.1f}")  # noqa: E731 (a one-line helper used just below)
         short = (lambda f: "n/a" if f["value"] is None else f"{f['value']:.3f}")  # noqa: E731 (a one-line helper used just below)
-        print(f"{name:<18} {fig['n']:>5} {c['unparsed']:>4} {c['judge_refused']:>4} {c['errors']:>4}  "
+        print(f"{name:<26} {fig['n']:>5} {c['unparsed']:>4} {c['judge_refused']:>4} {c['errors']:>4}  "
               f"{_cell(fig['accuracy']):<22} {_cell(fig['kappa']):<22} {short(fig['precision']):>9} "
               f"{short(fig['recall']):>7}  {pct(fig['judge_rate']):>7} {pct(fig['human_rate']):>7}  "
               f"{_cell(fig['rate_bias'], 100, '+')}")
@@ -184,7 +193,9 @@ def print_card(card: dict) -> None:
         casc = card["cascade"]
         share = casc.get("judged_share")
         print(f"cascade: rows each tier decided {casc.get('verdict_sources')}; judged share "
-              f"{'n/a' if share is None else f'{share:.3f}'}")
+              f"{'n/a' if share is None else f'{share:.3f}'} (per source: "
+              + ", ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in casc["judged_share_per_source"].items())
+              + ")")
         for tier, t in casc["tiers"].items():
             print(f"  {tier:<30} {t['rows']:>5} rows, accuracy {_cell(t['accuracy'])}")
 
