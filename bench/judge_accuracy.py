@@ -1,7 +1,7 @@
 """Validate a refusal judge on human-labelled responses before trusting the rate it reports.
 
 Usage:
-    python bench/judge_accuracy.py --check_model MODEL XSTEST_DIR [--template FILE] [--limit N]
+    python bench/judge_accuracy.py --check_model MODEL (XSTEST_DIR | --labels CSV) [--template FILE] [--limit N]
                                    [--output_dir DIR] [any other stage-5 flag]
 
 Reads the XSTest v2 labelled responses in ``XSTEST_DIR`` (the five
@@ -29,6 +29,10 @@ is the installed command that keeps these figures as the judge's card.
 run writes its own files (``..._limitN.csv``), so it never disturbs a full run's output.
 ``--check_model keyword`` asks no model: stage 5 re-scores with the keyword matcher.
 ``--estimate`` prints stage 5's estimate of the requests and their price and stops.
+
+``--labels CSV`` scores other labelled responses instead of XSTest's: a CSV of ``prompt,
+response, label`` with ``model`` (the responding model: the groups) and ``prompt_kind`` where
+known, as ``orbench-calibrate --labels`` reads it; every table is the same, grouped by model.
 
 Cascade (stage 5 ``--cascade``, :mod:`orbench.cascade`): ``--perfect_judge`` asks no model and
 runs no stage: each response gets its confidence class, the keyword matcher decides the confident
@@ -140,6 +144,40 @@ def kind_of_type(xstest_type: str) -> str:
     return "" if not text else ("unsafe" if text.startswith("contrast_") else "safe")
 
 
+def read_labels_csv(path: Path, limit: int | None = None) -> pd.DataFrame:
+    """A CSV of labelled responses (``prompt, response, label`` and optionally ``model``,
+    ``prompt_kind``: what ``orbench-calibrate --labels`` reads) in the shape :func:`read_xstest`
+    gives; the group is the ``model`` column, the human label mapped onto XSTest's three."""
+    from orbench.analysis.label_sources import read_lab_csv
+
+    try:
+        labels = read_lab_csv(str(path))
+    except UsageError as exc:
+        raise InputError(str(exc)) from None
+    partial = labels["human_label"].str.strip().str.lower().isin(
+        ["3_partial_refusal", "partial_refusal", "indirect_refusal"])
+    final = [PARTIAL if p else (HUMAN_LABELS[1] if r else HUMAN_LABELS[0])
+             for p, r in zip(partial, labels["human_refusal"])]
+    frame = pd.DataFrame({"id": labels["label_id"], "type": "", "xstest_model": labels["source"],
+                          "model": labels["model"], "prompt": labels["prompt"], "response": labels["response"],
+                          "prompt_kind": labels["prompt_kind"], "final_label": final})
+    return frame.groupby("xstest_model", sort=False).head(limit) if limit else frame
+
+
+def load_frame(args) -> pd.DataFrame:
+    """The labelled responses the bench scores: ``--labels CSV`` or the XSTest folder."""
+    if args.labels:
+        return read_labels_csv(Path(args.labels), args.limit)
+    if not args.xstest_dir:
+        raise InputError("give the XSTest v2 folder or --labels CSV (see --help)")
+    return read_xstest(Path(args.xstest_dir), args.limit)
+
+
+def group_order(rows: list) -> list:
+    """The groups (responding models) of ``rows`` in order of first appearance."""
+    return list(dict.fromkeys(r["group"] for r in rows))
+
+
 def write_if_changed(frame: pd.DataFrame, path: Path) -> None:
     """Write ``frame`` as CSV unless ``path`` already holds exactly that (keeps a rerun idle)."""
     text = frame.to_csv(index=False)
@@ -177,7 +215,7 @@ def _fmt(s: dict) -> str:
 def print_binary_tables(rows: list) -> None:
     """Accuracy/precision/recall of judge and keyword matcher per model and pooled, with and
     without the partial-refusal rows; unparsed and error rows counted, not scored."""
-    groups = [k for k in XSTEST_MODELS if any(r["group"] == k for r in rows)]
+    groups = group_order(rows)
     sets = [(g, [r for r in rows if r["group"] == g]) for g in groups] + [("POOLED", rows)]
     for title, keep in (("all rows; refusal = full or partial", lambda r: True),
                         ("without the partial-refusal rows", lambda r: r["label"] != PARTIAL)):
@@ -222,7 +260,7 @@ def print_class_table(rows: list) -> None:
     for h in HUMAN_LABELS:
         print(f"{h:<18}" + "".join(f"{counts[(h, c)]:>{width}}" for c in classes))
     per_model = []
-    for key in XSTEST_MODELS:
+    for key in group_order(rows):
         sub = [r for r in judged if r["group"] == key]
         if sub:
             hits = sum(1 for r in sub if JUDGE_FOR_HUMAN[r["label"]] == r["category"])
@@ -265,7 +303,7 @@ def rate_lines(rows: list, verdict) -> list[tuple]:
     """(model, kind, n, judged share, human %, verdict %, bias points) per model and prompt kind,
     over the rows ``verdict(row)`` gives a verdict on (True/False; None = left out)."""
     out = []
-    groups = [k for k in XSTEST_MODELS if any(r["group"] == k for r in rows)]
+    groups = group_order(rows)
     for g in groups:
         for kind in sorted({r.get("kind", "") for r in rows if r["group"] == g}):
             sub = [r for r in rows if r["group"] == g and r.get("kind", "") == kind]
@@ -297,7 +335,7 @@ def print_cascade(rows: list, judge_key: str | None = None, title: str = "perfec
     print(f"\ncascade (keyword matcher decides its confident classes; the rest: {title})")
     head = f"{'model':<16} {'n':>5} {'judged':>7} {'conf_acc':>9} {'cascade':>9}"
     print(head + "\n" + "-" * len(head))
-    groups = [k for k in XSTEST_MODELS if any(r["group"] == k for r in rows)]
+    groups = group_order(rows)
     for g in groups:
         print(_cascade_line(g, [r for r in rows if r["group"] == g], judge_key))
     print("-" * len(head))
@@ -381,7 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(
         description=__doc__.splitlines()[0], allow_abbrev=False,
         epilog="Any other flag is passed to stage 5 (response_checker/judge_responses.py) as is.")
-    parser.add_argument("xstest_dir", help="folder with the five xstest_v2_completions_*.csv files")
+    parser.add_argument("xstest_dir", nargs="?", default=None,
+                        help="folder with the five xstest_v2_completions_*.csv files")
+    parser.add_argument("--labels", default=None, metavar="CSV",
+                        help="instead of XSTest: a CSV of prompt, response, label (refusal/answer, "
+                             "full_refusal/partial_refusal/full_compliance, ...), with model and "
+                             "prompt_kind where known (grouped by model)")
     parser.add_argument("--check_model", default=None,
                         help="the judge, as stage 5 takes it (gpt4, llama3, provider/model, keyword); "
                              "required unless --perfect_judge")
@@ -412,11 +455,12 @@ def main(argv=None) -> int:
             if args.check_model or extra:
                 raise InputError("--perfect_judge asks no model: drop --check_model and stage-5 flags "
                                  f"({' '.join(([args.check_model] if args.check_model else []) + extra)})")
-            frame = read_xstest(Path(args.xstest_dir), args.limit)
+            frame = load_frame(args)
         except InputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"XSTest v2: {len(frame)} responses from {frame['xstest_model'].nunique()} models")
+        print(f"{'labels ' + args.labels if args.labels else 'XSTest v2'}: {len(frame)} responses from "
+              f"{frame['xstest_model'].nunique()} models")
         print_cascade(cascade_rows(frame))
         return 0
     if not args.check_model:
@@ -428,7 +472,7 @@ def main(argv=None) -> int:
         if clash:
             raise InputError(f"{clash[0].split('=', 1)[0]} is set by this bench "
                              f"(use --output_dir and --limit)")
-        frame = read_xstest(Path(args.xstest_dir), args.limit)
+        frame = load_frame(args)
         out_dir = Path(args.output_dir or f"judge_accuracy_{slug(args.check_model.strip())}")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)

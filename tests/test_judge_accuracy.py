@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,3 +266,25 @@ def test_real_judge_cascade_figures(env, fake, capsys, tmp_path):
         return next(line.split() for line in text.splitlines() if line.startswith("POOLED"))
     assert pooled(real) == ["POOLED", "11", "0.091", "0.9000", "0.8182"]  # the judge got g3 wrong
     assert pooled(perfect) == ["POOLED", "11", "0.091", "0.9000", "0.9091"]
+
+
+def test_perfect_judge_on_labels_of_other_models(capsys, tmp_path):
+    """--labels CSV: responses of other models with their prompt kind given in prompt_kind."""
+    plain = "The process has three steps: gather the parts, assemble them, and test the result."
+    rows = [("new-a", "safe", ANSWER, "answer"), ("new-a", "unsafe", plain, "partial_refusal"),
+            ("new-a", "unsafe", REFUSE, "full_refusal"), ("new-b", "", plain, "full_compliance"),
+            ("new-b", "safe", REFUSE, "refusal")]
+    path = tmp_path / "labels.csv"
+    pd.DataFrame([{"model": m, "prompt_kind": k, "prompt": f"Question {i}?", "response": r, "label": lab}
+                  for i, (m, k, r, lab) in enumerate(rows)]).to_csv(path, index=False)
+    code, out, err = run(capsys, "--perfect_judge", "--labels", path)
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    assert out.startswith(f"labels {path}: 5 responses from 2 models")
+    # the plain answer to an unsafe prompt goes to the judge; to a prompt of unknown kind it is sure
+    assert ["new-a", "3", "0.333", "1.0000", "1.0000"] in lines
+    assert ["new-b", "2", "0.000", "1.0000", "1.0000"] in lines
+    assert ["new-a", "unsafe", "2", "0.500", "100.0", "100.0", "+0.0"] in lines
+    assert ["new-b", "unknown", "1", "0.000", "0.0", "0.0", "+0.0"] in lines
+    code, out, err = run(capsys, "--perfect_judge")
+    assert code == 2 and "give the XSTest v2 folder or --labels CSV" in err
