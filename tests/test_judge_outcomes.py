@@ -120,7 +120,8 @@ def test_ensemble_of_three_judges(env, fake, script, tmp_path):
     assert set(table.judge_model) == {"openai/judge-a,openai/judge-b,openai/judge-c"}
     meta = json.loads(out.with_name(out.name + ".meta.json").read_text())
     assert meta["judges"] == ["openai/judge-a", "openai/judge-b", "openai/judge-c"]
-    assert meta["outcomes"] == {"direct_refusal": 1, "": 1, "undecided": 1, "empty_response": 1}
+    assert meta["outcomes"] == {"direct_refusal": 1, "majority_refusal_no_class": 1, "undecided": 1,
+                                "empty_response": 1}
     assert "1 ensemble undecided" in result.stderr
 
 

@@ -154,7 +154,7 @@ def judge_names(text: str) -> list[str]:
 
 def make_plan(args, names: list[str]) -> tuple[Plan, list, str, str | None]:
     """The verdict plan, the judges' specs, the template and where it came from."""
-    keyword_mode = names == [KEYWORD] or [n.lower() for n in names] == [KEYWORD]
+    keyword_mode = [n.lower() for n in names] == [KEYWORD]
     cascade = bool(getattr(args, "cascade", False))
     if keyword_mode and args.template:
         raise UsageError("--template has no effect with --check_model keyword (no model is asked)")
@@ -173,7 +173,8 @@ def summarise(frame, plan: Plan, provenance: dict, notes: list) -> None:
     (``provenance``) and, where they need saying, the summary line (``notes``)."""
     done = frame[frame["error"].astype(str).str.strip() == ""]
     categories = done["answer_category"].astype(str).str.strip()
-    outcomes = {str(k): int(v) for k, v in categories.value_counts().items()}
+    # an ensemble's majority refusal without a majority class has an empty answer_category
+    outcomes = {str(k) or "majority_refusal_no_class": int(v) for k, v in categories.value_counts().items()}
     provenance["outcomes"] = outcomes
     kinds = done[PROMPT_KIND_COLUMN].astype(str).str.strip() if PROMPT_KIND_COLUMN in done else None
     counts = {k: int((kinds == k).sum()) if kinds is not None else 0 for k in PROMPT_KINDS}
