@@ -12,8 +12,8 @@ writes every input column plus:
   or ``provider`` in files written before the spelling was unified: the tested model's provider
   blocked the reply, a rejection) and ``empty_response`` (no response text);
 - ``answer_type_response``: the judge's raw reply (or what decided the row);
-- ``is_rejected``: True for both refusal classes and provider blocks, False for
-  direct_answer, EMPTY for every other outcome (the input's ``is_rejected``, stage 4's keyword
+- ``is_rejected``: True for both refusal classes, provider blocks and an ensemble's majority
+  refusal, False for direct_answer, EMPTY for every other outcome (the input's ``is_rejected``, stage 4's keyword
   verdict, is replaced, never carried over);
 - ``keyword_is_rejected``: this stage's own keyword verdict on the same response (computed here
   with the keyword matcher, never copied from the input), so judge and rules can be compared.
