@@ -85,7 +85,8 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
         ax.plot(xs, np.polyval(coeffs, xs), "--", color="tab:blue", alpha=0.6, zorder=3,
                 label="your models: quadratic fit")
     elif points:
-        ax.text(0.98, 0.02, f"no fit over your models (needs >= 3, have {len(points)})",
+        orbench_points = sum(1 for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench")
+        ax.text(0.98, 0.02, f"no fit over your models' OR-Bench points (needs >= 3, have {orbench_points})",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="gray")
     if points or reference:
         # "best" keeps the legend off the points (yours and the published ones).
