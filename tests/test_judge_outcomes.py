@@ -102,8 +102,11 @@ def test_ensemble_of_three_judges(env, fake, script, tmp_path):
     for marker, texts in replies.items():
         for judge, text in zip(("judge-a", "judge-b", "judge-c"), texts):
             fake.add_rule(match=marker, model=judge, text=text)
-    result = script(SCRIPT, "--check_model=openai/judge-a,openai/judge-b,openai/judge-c",
-                    "--input_file=in.csv", env=env, cwd=tmp_path)
+    judges = "--check_model=openai/judge-a,openai/judge-b,openai/judge-c"
+    estimate = script(SCRIPT, judges, "--input_file=in.csv", "--estimate", env=env, cwd=tmp_path)
+    assert estimate.returncode == 0 and "4 rows to do, 9 requests to send" in estimate.stdout
+    assert fake.count() == 0
+    result = script(SCRIPT, judges, "--input_file=in.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "in_openai_judge-a_openai_judge-b_openai_judge-c_judged.csv"
     table = read(out)
