@@ -284,12 +284,14 @@ def test_a_file_with_another_checksum_is_not_cached(env, fake, capsys, tmp_path,
 def test_real_xstest_keyword_card_equals_scikit_learn(env, capsys, tmp_path):
     if not SHARED.is_dir():
         pytest.skip("the XSTest v2 copy in ../shared/data is not here")
-    code, out, err = run(capsys, "--check_model", "keyword", "--xstest_dir", SHARED, "--output_dir", tmp_path / "kw")
+    code, out, err = run(capsys, "--check_model", "keyword", "--xstest_dir", SHARED, "--limit", "100",
+                         "--output_dir", tmp_path / "kw")
     assert code == 0, err
-    judged = pd.read_csv(tmp_path / "kw" / "judged_XSTest_v2.csv", dtype=str, keep_default_na=False)
+    judged = pd.read_csv(tmp_path / "kw" / "judged_XSTest_v2_limit100_seed0.csv", dtype=str, keep_default_na=False)
     human, machine = judged.human_refusal == "True", judged.is_rejected == "True"
     card = card_of(tmp_path / "kw")
-    assert card["pooled"]["n"] == 2250
+    assert card["pooled"]["n"] == 500 and card["labels"]["rows"] == 2250
+    assert judged.groupby("source").size().to_dict() == {k: 100 for k in XSTEST_FILES}
     assert card["pooled"]["kappa"]["value"] == pytest.approx(cohen_kappa_score(human, machine))
     assert card["pooled"]["accuracy"]["value"] == pytest.approx(accuracy_score(human, machine))
 
