@@ -22,12 +22,13 @@ import pandas as pd
 from orbench.cache import Cache, default_cache_path
 from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Client
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, redact
+from orbench.models import ModelSpec, keys_not_needed, redact
 from orbench.provenance import build_meta, dumps, meta_path_for
 from orbench.ratelimit import DEFAULT_PATIENCE
 from orbench.stage import (
     RunResult,
     Stage,
+    check_existing,
     check_writable,
     collect_requests,
     pending_records,
@@ -90,6 +91,11 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
         group.add_argument("--retry_upstream_errors", action="store_true",
                            help="also process input rows whose 'error' is set by an earlier stage "
                                 "(default: pass them through untouched, their error kept)")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace an existing output (finished or partly done) that was made with other "
+                            "settings (default: stop with exit 2 naming the setting that differs, so a "
+                            "finished output is never replaced silently; a change of the project's own rules "
+                            "re-scores in place either way)")
     group.add_argument("--quiet", action="store_true",
                        help="no progress bar and no summary line; only the output path on stdout")
 
@@ -109,7 +115,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     group.add_argument("--base_url", default=None,
                        help="send requests to this address instead of the provider's (a server that "
                             "speaks the provider's protocol: OpenAI-compatible, Anthropic, Gemini); also "
-                            "settable per provider as <PROVIDER>_BASE_URL")
+                            "settable per provider as <PROVIDER>_BASE_URL, the name upper-cased with - as _ "
+                            "(OPENAI_COMPATIBLE_BASE_URL)")
     group.add_argument("--rpm", type=positive_float, default=None,
                        help="hard cap on requests per minute per provider (default: no cap; without it "
                             "requests are paced to the limits the provider reports)")
@@ -187,6 +194,8 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
     if result.upstream_errors:
         counts += f", {result.upstream_errors} passed through with an earlier stage's error"
     parts = [f"{stage.name}: {result.rows} rows -> {result.output}", counts]
+    if result.outcomes is not None:
+        parts.append(result.outcomes.text)
     if result.bad_progress_lines:
         parts.append(f"{result.bad_progress_lines} unreadable progress lines skipped")
     if client is not None:
@@ -199,8 +208,8 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
         paced = client.rate_limits.summary()
         if paced:
             parts.append(paced)
-    parts.extend(stage.notes)
     parts.append(f"{result.elapsed:.1f}s")
+    parts.extend(result.notes)
     return " | ".join(parts)
 
 
@@ -241,45 +250,87 @@ def send_pending(stage: Stage, table: pd.DataFrame, output: Path, args: argparse
 def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Client], Job],
         argv: Sequence[str] | None = None) -> int:
     """Parse flags, run the job, report; returns the process exit code."""
-    output = args = None
     try:
         args = parser.parse_args(argv)
+        with keys_not_needed(getattr(args, "estimate", False)):  # --estimate sends nothing: no key asked
+            return _run(parser, setup, args, argv)
+    except UsageError as exc:
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+
+
+def _load(job: Job, args: argparse.Namespace, output: Path) -> tuple[pd.DataFrame, str, str | None]:
+    """The job's input table, its name in messages, and (a file, not a URL) its absolute path."""
+    if isinstance(job.input, pd.DataFrame):
+        return job.input, job.input_name or "input", None
+    input_path = resolve_input(job.input)
+    if "://" not in str(input_path):
+        input_path = str(Path(input_path).resolve())
+    table = read_table(job.input, job.stage.needs, sep=_separator(getattr(args, "sep", None)))
+    if Path(input_path).resolve() == output.resolve():
+        raise UsageError(f"--output_file {output} would overwrite the input file; choose another")
+    return table, job.input_name or str(job.input), input_path
+
+
+def command_of(argv: Sequence[str] | None, module: str | None = None) -> list[str]:
+    """The command that reruns this run, for the meta file: ``python SCRIPT ARGS`` (the script as an
+    absolute path), or ``python -m MODULE ARGS`` when the stage was called with ``argv`` as a library."""
+    if argv is None:
+        return ["python", str(Path(sys.argv[0]).resolve()), *sys.argv[1:]]
+    return ["python", "-m", module or "orbench", *argv]
+
+
+def _write_meta(job: Job, result: RunResult, client: Client, table: pd.DataFrame, input_path: str | None,
+                command: list[str]) -> None:
+    typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
+    meta = build_meta(stage=job.stage, result=result, client=client,
+                      models=[client.describe(s, t) for s, t in zip(job.models, typed)],
+                      input_path=input_path, input_rows=len(table), output=result.output, argv=command)
+    try:
+        write_text_atomic(dumps(meta), meta_path_for(result.output))
+    except OSError as exc:
+        raise UsageError(f"cannot write {meta_path_for(result.output)}: {exc.strerror or exc}") from None
+
+
+def _say(job: Job, result: RunResult, client: Client, quiet: bool) -> int:
+    """The summary line, the warnings, the errors line and the output path; returns the exit code."""
+    if not quiet:
+        print(summary_line(job.stage, result, client), file=sys.stderr)
+    for warning in result.outcomes.warnings if result.outcomes is not None else []:
+        print(f"warning: {warning}", file=sys.stderr)  # even with --quiet, as the errors line below
+    if result.errors:
+        print(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
+              f"command to retry them", file=sys.stderr)
+    print(result.output)
+    return result.exit_code
+
+
+def _run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Client], Job],
+         args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+    """``run`` after the flags are parsed."""
+    output = None
+    try:
         client = make_client(args)
         job = setup(args, client)
         output = Path(job.output)
-        input_path = None
-        if isinstance(job.input, pd.DataFrame):
-            table, name = job.input, job.input_name or "input"
-        else:
-            name = job.input_name or str(job.input)
-            input_path = resolve_input(job.input)
-            table = read_table(job.input, job.stage.needs, sep=_separator(getattr(args, "sep", None)))
-            if Path(input_path).resolve() == output.resolve():
-                raise UsageError(f"--output_file {output} would overwrite the input file; choose another")
+        table, name, input_path = _load(job, args, output)
         if job.stage.check is not None:
             job.stage.check(table)
         for spec in job.models:
             client.prepare(spec)
-        quiet = getattr(args, "quiet", False)
-        limit, retry_upstream = getattr(args, "limit", None), getattr(args, "retry_upstream_errors", False)
+        overwrite = getattr(args, "overwrite", False)
         if getattr(args, "estimate", False) or getattr(args, "batch", False):
+            check_existing(job.stage, table, output, overwrite=overwrite)  # before anything is submitted
             estimate = send_pending(job.stage, table, output, args, client, job.models)
             if estimate is not None:
                 print(estimate)
                 return 0
         result = run_stage(job.stage, table, output,
                            concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
-                           limit=limit, input_name=name, client=client,
-                           retry_upstream=retry_upstream, quiet=quiet)
-        typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
-        meta = build_meta(stage=job.stage, result=result, client=client,
-                          models=[client.describe(s, t) for s, t in zip(job.models, typed)],
-                          input_path=input_path, input_rows=len(table), output=output,
-                          argv=list(argv) if argv is not None else None)
-        try:
-            write_text_atomic(dumps(meta), meta_path_for(output))
-        except OSError as exc:
-            raise UsageError(f"cannot write {meta_path_for(output)}: {exc.strerror or exc}") from None
+                           limit=getattr(args, "limit", None), input_name=name, client=client,
+                           retry_upstream=getattr(args, "retry_upstream_errors", False),
+                           quiet=getattr(args, "quiet", False), overwrite=overwrite)
+        _write_meta(job, result, client, table, input_path, command_of(argv, getattr(setup, "__module__", None)))
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
@@ -290,10 +341,4 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
         print(f"\ninterrupted: finished rows are saved{where}; rerun the same command to continue",
               file=sys.stderr)
         return 130
-    if not quiet:
-        print(summary_line(job.stage, result, client), file=sys.stderr)
-    if result.errors:
-        print(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
-              f"command to retry them", file=sys.stderr)
-    print(result.output)
-    return result.exit_code
+    return _say(job, result, client, getattr(args, "quiet", False))

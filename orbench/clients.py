@@ -289,7 +289,7 @@ class Client:
             raise FatalProviderError(
                 f"cannot connect to {provider.name} at {slot.base_url or 'its default address'} "
                 f"({slot.reach.reason}); nothing there has answered: check the address (--base_url or "
-                f"{provider.name.upper()}_BASE_URL), that the server is running, and the network")
+                f"{provider.base_url_var}), that the server is running, and the network")
         return completion
 
     def store(self, key: str, completion: Completion) -> None:

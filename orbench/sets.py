@@ -136,11 +136,14 @@ def prompt_kind(row: dict, declared: str = "") -> str:
 
 def with_prompt_kinds(frame, declared: str = ""):
     """``frame`` with its ``prompt_kind`` column filled for every row (:func:`prompt_kind`): kept in
-    place where the input had one, else added before ``error``. Stages 4 and 5 call it on their
-    finished output, so a row's kind is never a stale value from an earlier run's progress file."""
+    place where the input had one, else added before ``error`` when any row's kind is known (a file
+    of prompts of no known kind stays as it was). Stages 4 and 5 call it on their finished output,
+    so a row's kind is never a stale value from an earlier run's progress file."""
     kinds = [prompt_kind(row, declared) for row in frame.to_dict("records")]
     if PROMPT_KIND_COLUMN in frame.columns:
         frame[PROMPT_KIND_COLUMN] = kinds
+        return frame
+    if not any(kinds):
         return frame
     position = list(frame.columns).index("error") if "error" in frame.columns else len(frame.columns)
     frame.insert(position, PROMPT_KIND_COLUMN, kinds)

@@ -15,8 +15,20 @@ adds, an async function for one row, and the settings that change its results) a
   unless ``retry_upstream`` asks to process it anyway.
 - **Resume.** Each finished row is appended, as one JSON line, to a progress file beside the output
   (``<output>.progress.jsonl``) the moment it finishes. A rerun skips rows already done (matched by
-  a hash of the stage's settings and the row's key columns) and retries rows that errored. A crash
-  or Ctrl-C loses no finished row; a torn or malformed line is skipped and counted.
+  a hash of the stage's settings, its rules' fingerprints and the row's key columns) and retries
+  rows that errored. A crash or Ctrl-C loses no finished row; a torn or malformed line is skipped
+  and counted.
+- **Nothing replaced silently.** A stage declares two kinds of setting, both in every row's key:
+  ``settings`` (what the user asked for: model, system prompt, temperature, ...) and ``rules``
+  (fingerprints of the project's own rules: keyword rules, templates, cascade classes). The
+  progress file's first line records both before the first request, and the meta file does for
+  a finished output. A run whose ``settings`` differ from those an existing output (finished or
+  partly done) was made with stops before any work (``UsageError``: the output, each setting
+  that differs with its old and new value, and the ways on: ``--output_file`` or
+  ``--overwrite``); with ``overwrite`` the old rows are discarded and the output is replaced at
+  the end of the run. Changed ``rules`` re-score in place, and ``RunResult.notes`` says so.
+  Outputs of earlier versions (no first line) are read through their meta file, or else by
+  their row keys.
 - **One writer.** A lock (``<output>.lock``) is held for the run and removed at its end; a second
   run on the same output stops at once with exit 2. Temporary files are unique per process.
 - **Trial runs are harmless.** ``limit`` processes the first rows only, but never shrinks an
@@ -49,9 +61,12 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from orbench import existing_output
 from orbench.clients import DEFAULT_CONCURRENCY, Client
 from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
+from orbench.outcomes import Outcomes
+from orbench.provenance import meta_path_for
 from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
 
 RowResult = dict | list[dict]
@@ -65,31 +80,42 @@ class Stage:
     ``run_row`` gets the input row as a dict of strings and returns the values of the added
     columns: one dict, or a list of dicts when one input row becomes several output rows (each
     output dict may also override input columns, as the rewriter does with ``prompt``).
-    ``config`` holds every setting that changes the result (model, temperature, template hash...);
-    it is part of each row's key, so changing it redoes the rows. ``finalise``, if given, gets the
+    ``settings`` holds what the user asked for that changes the result (model, system prompt,
+    temperature, ...) and ``rules`` the fingerprints of the project's own rules the result depends
+    on (keyword rules, template hashes, cascade classes); both are part of each row's key (see
+    ``config``). A rerun with other ``settings`` stops unless told to overwrite; a rerun with
+    other ``rules`` redoes the rows in place. ``finalise``, if given, gets the
     assembled output (input order, ``error`` last) and returns the frame to write: the place for
     steps that need the whole file, such as the rewriter's cross-file deduplication.
     ``provenance`` is copied into the meta file (templates' hashes, rules' fingerprint...).
     ``check``, if given, gets the whole input table before any request (``cli.run`` calls it) and
-    raises ``UsageError`` for a bad cell. ``notes`` are appended to the summary line (``finalise``
-    may add to them).
+    raises ``UsageError`` for a bad cell.
     """
 
     name: str
     needs: Sequence[str]
     adds: Sequence[str]
     run_row: Callable[[dict], Awaitable[RowResult]]
-    config: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    rules: dict = field(default_factory=dict)
     key_columns: Sequence[str] | None = None
     finalise: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # whole-file step before writing
     provenance: dict = field(default_factory=dict)
-    check: Callable[[pd.DataFrame], None] | None = None  # the input checked before any request
-    notes: list[str] = field(default_factory=list)  # appended to the summary line
+    #: What the written rows came to (``orbench.outcomes``): the summary's counts and warnings.
+    outcomes: Callable[[pd.DataFrame], Outcomes] | None = None
+    #: The short name an error text starts with (``check_alignment: HTTP 500 ...``); default ``name``.
+    stage_id: str = ""
+    #: The whole input, checked before any request (``cli.run`` calls it); ``UsageError`` for a bad cell.
+    check: Callable[[pd.DataFrame], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.stage_id = self.stage_id or self.name
 
     @property
-    def stage_id(self) -> str:
-        """The short name an error text starts with (``check_alignment: HTTP 500 ...``)."""
-        return str(self.config.get("stage") or self.name)
+    def config(self) -> dict:
+        """What every row's key covers: the stage id, the user's settings and the rules'
+        fingerprints (one flat dict, as earlier versions keyed their rows, so their outputs resume)."""
+        return {"stage": self.stage_id, **self.settings, **self.rules}
 
 
 @dataclass
@@ -106,6 +132,8 @@ class RunResult:
     elapsed: float = 0.0
     started: float = 0.0
     finished: float = 0.0
+    notes: list[str] = field(default_factory=list)  # re-scored for new rules, replaced on --overwrite
+    outcomes: Outcomes | None = None  # what the rows came to, when the stage counts it
 
     @property
     def exit_code(self) -> int:
@@ -150,18 +178,22 @@ class ProgressLog:
 
     ``entries`` holds the latest entry per key: what ``load`` read plus what ``append`` wrote.
     ``bad_lines`` counts lines ``load`` skipped (torn by a kill, or not of the runner's shape).
+    ``header`` is the settings line ``load`` found (the file's first line), or None.
     """
 
     def __init__(self, path: Path):
         self.path = path
         self.entries: dict[str, dict] = {}
         self.bad_lines = 0
+        self.header: dict | None = None
         self._handle = None
 
     def load(self) -> dict[str, dict]:
-        """The latest entry per key; unreadable or malformed lines are skipped and counted."""
+        """The latest entry per key; unreadable or malformed lines are skipped and counted. The
+        settings line (``orbench.existing_output``) is kept in ``header``, not counted as a row."""
         entries = self.entries = {}
         self.bad_lines = 0
+        self.header = None
         if not self.path.exists():
             return entries
         try:
@@ -175,6 +207,8 @@ class ProgressLog:
                         entry = None
                     if _well_formed(entry):
                         entries[entry["key"]] = entry
+                    elif existing_output.is_header(entry):
+                        self.header = entry
                     else:
                         self.bad_lines += 1
         except OSError as exc:
@@ -211,18 +245,20 @@ class ProgressLog:
             except OSError:
                 pass  # a full disk: the lines that reached the file are what was saved
 
-    def rewrite(self, entries: list[dict]) -> None:
-        """Replace the file with just ``entries`` (drops stale keys after a finished run)."""
+    def rewrite(self, entries: list[dict], header: dict | None = None) -> None:
+        """Replace the file with ``header`` (the settings line), then just ``entries`` (drops stale
+        keys after a finished run)."""
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                for entry in entries:
+                for entry in ([header] if header else []) + list(entries):
                     handle.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
             apply_umask(Path(tmp))
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self.header = header
 
 
 def _same_file(handle, path: Path) -> bool:
@@ -374,11 +410,39 @@ async def collect_requests(stage: Stage, records: Sequence[dict], client: Client
     return found
 
 
+def guard_existing(stage: Stage, output: Path, log: ProgressLog, keys: Sequence[str], *,
+                   overwrite: bool = False, meta_path: Path | None = None, **how) -> tuple[bool, list[str]]:
+    """Check ``output`` (and ``log``, loaded) against this run's settings before any work.
+
+    ``UsageError`` when the output was made with other settings and ``overwrite`` is off (see
+    ``orbench.existing_output``; ``how`` passes ``exists`` and ``unrecorded_ok`` on to its
+    ``inspect``). Returns whether the old rows are to be discarded (``overwrite`` of a conflicting
+    output) and the summary's notes (replaced, or re-scored for new rules).
+    """
+    found = existing_output.inspect(stage.stage_id, stage.settings, stage.rules, output, header=log.header,
+                                    entries=log.entries, keys=keys,
+                                    meta_path=meta_path or meta_path_for(output), **how)
+    notes = existing_output.check(found, overwrite)
+    return bool(found is not None and found.conflict), notes
+
+
+def check_existing(stage: Stage, table: pd.DataFrame, output: Path, *, overwrite: bool = False) -> list[str]:
+    """``guard_existing`` for a run about to be priced or batched (reads, never writes)."""
+    log = ProgressLog(progress_path_for(Path(output)))
+    log.load()
+    return guard_existing(stage, Path(output), log, _row_keys(stage, table.to_dict("records")),
+                          overwrite=overwrite)[1]
+
+
 def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: int = DEFAULT_CONCURRENCY,
               limit: int | None = None, input_name: str = "input",
               client: Client | None = None, retry_upstream: bool = False,
-              quiet: bool = False) -> RunResult:
-    """Run ``stage`` over ``table`` and write ``output``; see the module docstring for the promises."""
+              quiet: bool = False, overwrite: bool = False, meta_path: Path | None = None) -> RunResult:
+    """Run ``stage`` over ``table`` and write ``output``; see the module docstring for the promises.
+
+    ``overwrite`` replaces an output made with other settings (else ``UsageError``);
+    ``meta_path`` is where that output's meta file is (default ``<output>.meta.json``).
+    """
     output = Path(output)
     missing = [c for c in stage.needs if c not in table.columns]
     if missing:
@@ -390,30 +454,26 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
 
     with OutputLock(output):
         log = ProgressLog(progress_path_for(output))
-        previous = log.load()
+        log.load()
+        discard, notes = guard_existing(stage, output, log, keys, overwrite=overwrite, meta_path=meta_path)
+        previous = log.entries = {} if discard else log.entries  # --overwrite: the old rows go
         done = _done(previous)
         # A trial run works on the first rows, but keeps every row an earlier run wrote: the
         # rows it finished or failed, and (when there is an earlier output) the passed-through ones.
         chosen = len(records) if limit is None else limit
-        earlier = output.exists()
+        earlier = output.exists() and not discard
         keep = [i for i in range(len(records))
                 if i < chosen or keys[i] in previous or (earlier and upstream[i])]
         todo = _todo(records, keys, upstream, done, limit)
-        result = RunResult(output=output, rows=len(keep), bad_progress_lines=log.bad_lines)
+        result = RunResult(output=output, rows=len(keep), bad_progress_lines=log.bad_lines, notes=notes)
         result.resumed = sum(1 for i in keep if not upstream[i] and keys[i] in done)
         result.upstream_errors = sum(1 for i in keep if upstream[i])
+        header = existing_output.header_for(stage.stage_id, stage.settings, stage.rules)
 
         result.started = time.time()
         started = time.monotonic()
         if todo:
-            try:
-                log.open()
-            except OSError as exc:
-                raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
-            try:
-                asyncio.run(_run_rows(stage, todo, log, concurrency, client, quiet))
-            finally:
-                log.close()
+            _process(stage, todo, log, header, concurrency, client, quiet, fresh=discard)
         result.elapsed = time.monotonic() - started
         result.finished = time.time()
 
@@ -423,14 +483,32 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         result.new = result.rows - result.resumed - result.upstream_errors
         if stage.finalise is not None:
             frame = stage.finalise(frame)
+        if stage.outcomes is not None:
+            result.outcomes = stage.outcomes(frame)
         try:
             write_csv_atomic(frame, output)
             # Keep every entry for a row of the whole input (a trial run drops nothing).
             all_keys = dict.fromkeys(k for k, up in zip(keys, upstream) if not up)
-            log.rewrite([entries[k] for k in all_keys if k in entries])
+            log.rewrite([entries[k] for k in all_keys if k in entries], header)
         except OSError as exc:
             raise _disk_full(output, exc) from None
     return result
+
+
+def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict, concurrency: int,
+             client: Client | None, quiet: bool, *, fresh: bool) -> None:
+    """Run the rows ``todo``, each appended to ``log`` as it finishes. The settings line goes first,
+    before any request (``fresh``: the file is started anew, its old rows discarded)."""
+    try:
+        if fresh or log.header != header:
+            log.rewrite(list(log.entries.values()), header)
+        log.open()
+    except OSError as exc:
+        raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
+    try:
+        asyncio.run(_run_rows(stage, todo, log, concurrency, client, quiet))
+    finally:
+        log.close()
 
 
 async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concurrency: int,

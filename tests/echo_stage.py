@@ -29,7 +29,7 @@ def setup(args, client):
 
     stage = Stage("echo", needs=["prompt"],
                   adds=["model", "response", "finish_reason", "provider_refusal"],
-                  run_row=run_row, config={"model": str(spec), "temperature": args.temperature})
+                  run_row=run_row, settings={"model": str(spec), "temperature": args.temperature})
     output = Path(args.output_file or "echo_out.csv")
     return cli.Job(stage, args.input_file, output, [spec])
 

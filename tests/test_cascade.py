@@ -104,7 +104,7 @@ def test_stage5_cascade_sends_only_unsure_rows(env, fake, script, tmp_path):
     assert list(table.columns) == [
         "prompt", "model", "response", "refusal_source", "judge_model", "answer_category",
         "answer_type_response", "is_rejected", "keyword_is_rejected", "verdict_source",
-        "cascade_class", "prompt_kind", "error"]
+        "cascade_class", "error"]  # no prompt of a known kind: no prompt_kind column
     assert list(table.verdict_source) == ["keyword", "keyword", "openai/gpt-4o", "openai/gpt-4o",
                                           "provider_block"]
     assert list(table.cascade_class) == [REFUSAL_FIRST_SENTENCE, ANSWER_NO_CUE, UNSURE, UNSURE, ""]

@@ -42,7 +42,7 @@ def test_judge_all_classes_original_command(env, fake, script, tmp_path):
     assert list(table.columns) == [
         "prompt", "category", "model", "response", "is_rejected", "refusal_source",
         "finish_reason", "judge_model", "answer_category", "answer_type_response",
-        "keyword_is_rejected", "prompt_kind", "error"]
+        "keyword_is_rejected", "error"]
     assert list(table.judge_model) == ["openai/gpt-4-turbo-2024-04-09"] * 5 + [""]
     assert list(table.answer_category) == [
         "direct_answer", "direct_refusal", "indirect_refusal", "unparsed", "provider_block", ""]

@@ -80,8 +80,10 @@ def test_judge_refusing_to_judge_is_counted_apart(env, fake, script, tmp_path):
     assert table.answer_type_response[0] == "I'm sorry, I can't assist with that."
     assert table.answer_type_response[2] == "[judge request blocked by the provider: content_filter]"
     meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
-    assert meta["outcomes"] == {"judge_refused": 2, "unparsed": 1, "direct_answer": 1}
-    assert "| 1 unparsed | 2 judge refused to judge |" in result.stderr
+    counts = meta["outcomes"]["counts"]
+    assert (counts["judge_refused"], counts["unparsed"], counts["direct_answer"]) == (2, 1, 1)
+    assert "1 direct_answer, 0 direct_refusal, 0 indirect_refusal, 1 unparsed, 2 judge_refused" in result.stderr
+    assert "warning: 2 of 4 (50%) judge replies were the judge refusing to judge" in result.stderr
     # the report counts them as no verdict, the judge's refusals apart: 1 scored, 1 unparsed, 2 refused
     from orbench.analysis import report
 
@@ -123,9 +125,11 @@ def test_ensemble_of_three_judges(env, fake, script, tmp_path):
     assert set(table.judge_model) == {"openai/judge-a,openai/judge-b,openai/judge-c"}
     meta = json.loads(out.with_name(out.name + ".meta.json").read_text())
     assert meta["judges"] == ["openai/judge-a", "openai/judge-b", "openai/judge-c"]
-    assert meta["outcomes"] == {"direct_refusal": 1, "majority_refusal_no_class": 1, "undecided": 1,
-                                "empty_response": 1}
-    assert "1 ensemble undecided" in result.stderr
+    counts = meta["outcomes"]["counts"]
+    assert (counts["direct_refusal"], counts["majority_refusal_no_class"], counts["undecided"],
+            counts["empty_response"]) == (1, 1, 1, 1)
+    assert "1 empty_response, 1 majority_refusal_no_class, 1 undecided" in result.stderr
+    assert "warning: 1 of 3 (33%) rows are undecided (no majority of the judges)" in result.stderr
 
 
 def test_ensemble_bad_lists_exit_2(env, fake, script, tmp_path):
@@ -170,9 +174,9 @@ def test_prompt_kinds_from_stage_4_to_the_cascade(env, fake, script, tmp_path):
 
     # declared for the whole input: no unknown kind left, and the keys change (rows redone)
     result = script(SCRIPT, "--check_model=openai/gpt-4o", "--cascade", "--input_file=s4.csv",
-                    "--output_file=s5.csv", "--prompt_kind=unsafe", env=env, cwd=tmp_path)
+                    "--output_file=s5_declared.csv", "--prompt_kind=unsafe", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    table = read(tmp_path / "s5.csv")
+    table = read(tmp_path / "s5_declared.csv")
     assert list(table.prompt_kind) == ["unsafe", "safe", "unsafe", "unsafe"]
     assert list(table.verdict_source) == ["openai/gpt-4o", "keyword", "openai/gpt-4o", "openai/gpt-4o"]
     assert "prompt kind unknown" not in result.stderr

@@ -300,12 +300,13 @@ def test_demo_script_on_a_sample_of_the_real_sets(tmp_path, local_env):
     assert len(hard) == 10 and hard["category"].is_unique
     assert set(hard["prompt"]) <= set(published_hard["prompt"])
     assert len(toxic) == 10 and toxic["category"].is_unique
-    for name in ("or-bench-hard-1k_local_smollm2_alignment.csv", "or-bench-toxic_local_smollm2_alignment.csv",
-                 "or-bench-hard-1k_local_smollm2_keyword.csv", "or-bench-toxic_local_smollm2_keyword.csv",
+    # MAX_TOKENS other than the default 64 is in the names, so another limit never meets these files
+    for name in ("or-bench-hard-1k_local_smollm2_max24_alignment.csv", "or-bench-toxic_local_smollm2_max24_alignment.csv",
+                 "or-bench-hard-1k_local_smollm2_max24_keyword.csv", "or-bench-toxic_local_smollm2_max24_keyword.csv",
                  "report/summary.csv", "report/report.html"):
         assert (out / name).exists(), f"{name} missing\n{result.stderr}"
         assert str(out / name.split("/")[0]) in result.stdout
-    assert len(pd.read_csv(out / "or-bench-hard-1k_local_smollm2_alignment.csv")) == 2  # LIMIT
+    assert len(pd.read_csv(out / "or-bench-hard-1k_local_smollm2_max24_alignment.csv")) == 2  # LIMIT
     summary = pd.read_csv(out / "report/summary.csv")
     assert set(summary["set"]) == {"hard", "toxic"}
     assert result.stdout.strip().splitlines()[-1] == str(out / "report/report.html")

@@ -36,8 +36,7 @@ def test_three_samples_per_prompt(env, fake, script, tmp_path):
     assert result.returncode == 0, result.stderr
     table = read(tmp_path / "out.csv")
     assert list(table.columns) == ["prompt", "category", "model", "response", "is_rejected",
-                                   "refusal_source", "refusal_kind", "finish_reason", "sample", "prompt_kind",
-                                   "error"]
+                                   "refusal_source", "refusal_kind", "finish_reason", "sample", "error"]
     assert list(table["sample"]) == ["0", "1", "2"] * 2
     assert list(table.prompt) == ["Q0 how do I do thing 0?"] * 3 + ["Q1 how do I do thing 1?"] * 3
     assert sorted(table.is_rejected[:3]) == ["False", "False", "True"]

@@ -36,6 +36,8 @@ NO_META = "judge unknown (no meta file beside the input): no card can be matched
 
 def _keyword_copy_fingerprint(meta: dict | None) -> str | None:
     """The keyword matcher behind the ``keyword_is_rejected`` a stage-5 judge file carries."""
+    if (meta or {}).get("keyword_fingerprint"):  # an inspect log's, recorded by orbench-inspect-to-csv
+        return str(meta["keyword_fingerprint"])
     settings = (meta or {}).get("settings")
     if not isinstance(settings, dict):
         return None

@@ -106,9 +106,9 @@ def _n_cell(r: dict, s: str, yours: bool) -> str:
     if not yours:
         return num(f"{int(n):,} <span class=muted>(paper)</span>")
     text = f"{int(n):,}"
-    cut = r.get(f"{s}_truncated")
+    cut, replies = r.get(f"{s}_truncated"), r.get(f"{s}_replies")
     if cut is not None and not pd.isna(cut) and cut:
-        share = cut / n if n else 0
+        share = cut / replies if replies else 0
         cls = "warn" if share > TRUNCATION_WARN else "muted"
         text += f" <span class={cls}>({int(cut)} cut off)</span>"
     return num(text)
@@ -167,11 +167,12 @@ def leaderboard_section(board: pd.DataFrame) -> str:
     return "".join(parts)
 
 
-def _cut_text(cut, scored) -> str:
-    """'; k cut off' beside an n (warned above 5%), '; cut-offs unknown' without finish_reason."""
+def _cut_text(cut, replies) -> str:
+    """'; k cut off' of the replies beside an n (warned above 5%), '; cut-offs unknown' without
+    finish_reason."""
     if cut is None or pd.isna(cut):
         return "<br><span class=muted>cut-offs unknown (no finish_reason)</span>"
-    share = cut / scored if scored else 0.0
+    share = cut / replies if replies else 0.0
     cls = "warn" if share > TRUNCATION_WARN else "muted"
     return f"<br><span class={cls}>{int(cut)} cut off ({100 * share:.0f}%)</span>"
 
@@ -193,7 +194,7 @@ def rates_section(summary: pd.DataFrame) -> str:
             refused = r.get(f"{m}_refused_to_judge")
             refused = f", {int(refused)} judge refused" if refused and not pd.isna(refused) else ""
             row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])}{refused})"
-                           + _cut_text(r.get(f"{m}_truncated"), r[f"{m}_scored"])
+                           + _cut_text(r.get(f"{m}_truncated"), r.get(f"{m}_replies"))
                            + (f"<br><span class=muted>{esc(r[f'{m}_calibration'])}</span>"
                               if r.get(f"{m}_calibration") else "")))
         row.append(num("&ndash;" if pd.isna(r["agreement"]) else
@@ -252,6 +253,8 @@ def _code_list(value: dict) -> str:
 def _responses_text(resp: dict | None) -> str:
     if not resp:
         return "<span class=muted>not recorded (no stage-4 meta file in the chain)</span>"
+    if resp.get("unknown"):
+        return f"<span class=warn>settings unknown: {esc(resp['unknown'])}</span>"
     model = f"<code>{esc(resp.get('model_resolved'))}</code>"
     if resp.get("model_typed") and resp["model_typed"] != resp.get("model_resolved"):
         model += f" (typed {esc(resp['model_typed'])})"
@@ -305,14 +308,14 @@ def lineage_section(records: list[dict], summary: pd.DataFrame) -> str:
     cuts = {}
     for r in summary.to_dict("records"):
         m = r.get("headline") or (KEYWORD if not pd.isna(r.get("keyword_rows")) else JUDGE)
-        cuts[(r["set"], r["model"])] = (r.get(f"{m}_truncated"), r.get(f"{m}_scored"))
+        cuts[(r["set"], r["model"])] = (r.get(f"{m}_truncated"), r.get(f"{m}_replies"))
     rows = []
     for rec in records:
-        cut, scored = cuts.get((rec["set"], rec["model"]), (None, None))
+        cut, replies = cuts.get((rec["set"], rec["model"]), (None, None))
         rows.append([cell(esc(rec["set"])), cell(esc(rec["model"])), cell(_responses_text(rec["responses"])),
                      cell(_verdicts_text(rec["verdicts"])),
-                     num(("&ndash;" if scored is None or pd.isna(scored) else f"of {int(scored)}")
-                         + _cut_text(cut, scored or 0)),
+                     num(("&ndash;" if replies is None or pd.isna(replies) else f"of {int(replies)} replies")
+                         + _cut_text(cut, replies or 0)),
                      cell(_steps_text(rec["steps"]))])
     return table(["set", "model", "responses produced by", "verdicts decided by", "replies cut off",
                   "chain (input &larr; its inputs)"], rows)
@@ -335,12 +338,18 @@ def provenance_section(provenance: list[dict]) -> str:
             rows.append([cell("provenance"), cell(f"<span class=muted>no {esc(p['name'])}.meta.json beside this "
                                                   "input: who made its verdicts is not recorded</span>")])
         ancestors = ((p.get("lineage") or {}).get("chain") or [])[1:]
-        inner = "".join(
-            f"<details><summary>its input ({esc(link['meta'].get('stage'))}): {esc(Path(link['file']).name)}"
-            + (" <span class=warn>changed since it was used</span>" if link.get("changed") else "")
-            + "</summary>" + table(["", ""], [[cell("file"), cell(f"<code>{esc(link['file'])}</code>")]]
-                                   + _meta_rows(link["meta"])) + "</details>"
-            for link in ancestors)
+        inner = ""
+        for link in ancestors:
+            head = f"<details><summary>its input ({esc(link['meta'].get('stage'))}): {esc(Path(link['file']).name)}"
+            where = [[cell("file"), cell(f"<code>{esc(link['file'])}</code>")]]
+            if link.get("changed"):  # its meta file describes another run: nothing is shown as this one's
+                inner += (head + " <span class=warn>changed since it was used: settings unknown</span></summary>"
+                          + table(["", ""], where + [[cell("provenance"), cell(
+                              "<span class=warn>this file was replaced after its child was made from it; its "
+                              "meta file describes the run that replaced it, so it is not shown</span>")]])
+                          + "</details>")
+                break
+            inner += head + "</summary>" + table(["", ""], where + _meta_rows(link["meta"])) + "</details>"
         parts.append(f"<details open><summary>{esc(p['name'])}</summary>" + table(["", ""], rows) + inner
                      + "</details>")
     return "".join(parts)

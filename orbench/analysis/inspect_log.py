@@ -17,12 +17,15 @@ reads CLI runs:
 keeps its row with the verdict columns empty and inspect's error message in ``error``, as a failed
 CLI row does. Verdicts are the scorers' own (:mod:`orbench.inspect_scorers`), never recomputed;
 the cascade's and an ensemble's columns and ``prompt_kind`` come out as stage 5 writes them.
-Beside the CSV, ``<csv>.meta.json`` records the settings of the judge (or keyword matcher) as
-stages 4 and 5 record them, with its ``judge_fingerprint``, so the report finds its judge card.
+Its meta file (``<csv>.meta.json``) also carries the fingerprint of the judge (or keyword matcher) as
+stages 4 and 5 compute it from the same settings (``judge_fingerprint``), so the report finds its judge card.
 
 Default output, in the current folder: ``{model}_merged_{set}.csv`` (stage-4 shape) or
 ``{model}_merged_{set}_response_check_merged_{judge}.csv`` (stage-5 shape), model and judge made
-file-name-safe; the set name in the file name tells the report which set it is. The last line
+file-name-safe; the set name in the file name tells the report which set it is. Beside it,
+``<output>.meta.json`` records the task, the model and its address, the generate settings
+(temperature, max tokens, system prompt) and the log, so the report shows who produced the
+responses and gives inspect's advice (``-T max_tokens``) for cut-off replies. The last line
 printed is the output path. Bad input: one line on stderr, exit 2, nothing written.
 
 Example::
@@ -41,9 +44,9 @@ import pandas as pd
 
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
-from orbench.judge_cards import meta_fingerprint
+from orbench.judge_cards import judge_fingerprint, judge_identity, meta_fingerprint
 from orbench.models import slug
-from orbench.provenance import dumps, meta_path_for
+from orbench.provenance import dumps, meta_path_for, package_versions, sha256_file
 from orbench.sets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC, XSTEST_SAFE, XSTEST_UNSAFE
 from orbench.tables import write_csv_atomic, write_text_atomic
 
@@ -55,6 +58,8 @@ ALIGNMENT_COLUMNS = ["prompt", "category", "model", "response", "is_rejected", "
 JUDGE_COLUMNS = ["prompt", "category", "model", "response", "is_rejected", "refusal_source",
                  "refusal_kind", "finish_reason", "prompt_kind", "judge_model", "answer_category",
                  "answer_type_response", "keyword_is_rejected", "error"]
+#: The ``stage`` of the converted CSV's meta file (``orbench.analysis.lineage`` reads it).
+INSPECT_STAGE = "inspect_log"
 KEYWORD_SCORER = "keyword_refusal"
 JUDGE_SCORER = "judge_refusal"
 SHAPES = ("auto", "alignment", "judge")
@@ -116,8 +121,43 @@ def log_settings(log, judged: bool) -> dict | None:
     return None
 
 
+def _first_line(text: object) -> str:
+    return " ".join(str(text).strip().splitlines()[0].split())[:300] if str(text).strip() else ""
+
+
+def _endpoint_hint(log) -> str:
+    """For a run of inspect's ``openai/`` provider (which calls ``/responses``): how to reach your own
+    OpenAI-compatible server instead."""
+    if not str(log.eval.model).startswith("openai/"):
+        return ""
+    return ("; for an OpenAI-compatible server of your own (vLLM, llama.cpp, Ollama) use inspect's "
+            "--model openai-api/<name>/<model> with <NAME>_BASE_URL and <NAME>_API_KEY set: its openai/ "
+            "provider calls the /responses API, which such servers do not serve")
+
+
+def _nothing_completed(log) -> UsageError | None:
+    """Why a log of an orbench task holds no scored sample, or None when it holds some."""
+    samples = log.samples or []
+    if any(sample.scores for sample in samples):
+        return None
+    task = str(log.eval.task).split("/")[-1]
+    if samples and all(sample.error is not None for sample in samples):
+        return UsageError(f"the run of {task} completed no sample: all {len(samples)} failed (the first: "
+                          f"{_first_line(samples[0].error.message)}){_endpoint_hint(log)}")
+    if not samples and log.status == "error" and log.error is not None:
+        return UsageError(f"the run of {task} stopped before completing any sample: "
+                          f"{_first_line(log.error.message)}{_endpoint_hint(log)}")
+    if log.samples is not None and not samples and log.status != "started":
+        return UsageError(f"the run of {task} completed no sample (status {log.status})")
+    return None
+
+
 def log_rows(log, shape: str = "auto") -> tuple[pd.DataFrame, str | None]:
     """The stage-4 or stage-5 table of a read log, and the judge's name (None for stage 4)."""
+    if str(log.eval.task).split("/")[-1] in _TASK_SETS:
+        failed = _nothing_completed(log)  # a run that answered nothing is said as such
+        if failed is not None:
+            raise failed
     if log.status == "started" or log.samples is None:
         raise UsageError("the log holds no samples (a run still going, or read with header_only)")
     epochs = {sample.epoch for sample in log.samples}
@@ -174,22 +214,47 @@ def default_output(model: str, set_name: str | None, judge: str | None) -> Path:
     return Path.cwd() / f"{name}.csv"
 
 
+def fingerprints(log, judged: bool) -> dict:
+    """``judge_fingerprint`` of the verdicts' maker (the judge, or the keyword matcher of a
+    keyword-only log) and, for a judged log, ``keyword_fingerprint`` of the keyword verdicts it
+    carries: computed as stages 4 and 5 compute them from the settings the scorers recorded."""
+    settings = log_settings(log, judged)
+    if settings is None:
+        return {}
+    if not judged:
+        return {"judge_fingerprint": meta_fingerprint({"stage": "check_alignment", "settings": {
+            **settings, "model": str(log.eval.model)}})}
+    keyword = {"judge": "keyword", "rules": settings.get("rules"), "matcher": settings.get("matcher")}
+    return {"judge_fingerprint": judge_fingerprint(judge_identity(settings)),
+            "keyword_fingerprint": judge_fingerprint(judge_identity(keyword))}
+
+
+def log_meta(log, log_path: str, output: Path, judge: str | None, rows: int) -> dict:
+    """The converted CSV's provenance (``<output>.meta.json``, read by the report as a stage-4 file's
+    is): the inspect task, the model and where it was sent, the generate settings, the log it came from."""
+    config, args = log.plan.config, dict(log.eval.task_args or {})
+    model = str(log.eval.model)
+    return {"stage": INSPECT_STAGE, "source": "inspect_ai", "task": str(log.eval.task),
+            "package_version": package_versions().get("orbench"),
+            "command": ["orbench-inspect-to-csv", str(Path(log_path).resolve()), "--output", str(output)],
+            "models": [{"typed": model, "resolved": model, "base_url": log.eval.model_base_url}],
+            "settings": {"model": model, "temperature": config.temperature, "max_tokens": config.max_tokens,
+                         "system": args.get("system_prompt"), "matcher": args.get("matcher"), "judge": judge,
+                         "scorer": args.get("scorer")},
+            "input": {"path": str(Path(log_path).resolve()), "sha256": sha256_file(log_path), "rows": rows},
+            "output": str(output), "counts": {"rows": rows}}
+
+
 def convert(log_path: str, output: str | None = None, shape: str = "auto") -> Path:
-    """Read ``log_path`` and write its CSV, with a meta file naming the verdicts' maker (so the
-    report finds its judge card); returns the path written."""
+    """Read ``log_path`` and write its CSV and the CSV's meta file (with the judge's fingerprint, so
+    the report finds its judge card); returns the path written."""
     log = _read_log(log_path)
     frame, judge = log_rows(log, shape)
     path = Path(output) if output else default_output(str(log.eval.model), log_set(log), judge)
     write_csv_atomic(frame, path)
-    settings = log_settings(log, judge is not None)
-    if settings is not None:
-        stage = "check_response" if judge is not None else "check_alignment"
-        if stage == "check_alignment":
-            settings["model"] = str(log.eval.model)
-        meta = {"stage": stage, "source": {"inspect_log": str(log_path)}, "settings": settings,
-                "rules_fingerprint": settings.get("rules"), "judge_fingerprint": meta_fingerprint(
-                    {"stage": stage, "settings": settings})}
-        write_text_atomic(dumps(meta), meta_path_for(path))
+    meta = log_meta(log, log_path, path, judge, len(frame))
+    meta.update(fingerprints(log, judge is not None))
+    write_text_atomic(dumps(meta), meta_path_for(path))
     return path
 
 

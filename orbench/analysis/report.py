@@ -94,7 +94,7 @@ from orbench.tables import write_csv_atomic
 from orbench.vocab import JUDGE, KEYWORD
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "rejections", "rate", "ci_low", "ci_high",
-                "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated", "covered",
+                "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated", "covered", "replies",
                 "refused_to_judge"]
 
 
@@ -149,9 +149,11 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     out["rejections"] = count(rejected)
     out["partial_rejections"] = count(rejected & data["partial"].to_numpy())
     out["has_kind"] = count(data["has_kind"].to_numpy()) > 0
-    # replies cut off at the token limit, among the scored ones; unknown without finish_reason
+    # replies cut off at the token limit, among the rows without an error whoever judged them (a
+    # judge that parsed nothing leaves the replies cut off all the same); unknown without finish_reason
     has_finish = count(data["has_finish"].to_numpy()) > 0
-    out["truncated"] = pd.Series(count(scored & data["truncated"].to_numpy())).where(has_finish)
+    out["replies"] = count(status != ERROR)
+    out["truncated"] = pd.Series(count((status != ERROR) & data["truncated"].to_numpy())).where(has_finish)
     # prompts of the published set this group has a verdict row for (errors excluded)
     in_set = data["in_set"].to_numpy() if "in_set" in data.columns else np.zeros(len(data), dtype=bool)
     out["covered"] = count((status != ERROR) & in_set)
@@ -349,8 +351,8 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
             row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
                         f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
                         f"{s}_scored": st["scored"], f"{s}_rejections": st["rejections"],
-                        f"{s}_truncated": st["truncated"], f"{s}_covered": st["covered"],
-                        f"{s}_verdict": st["method"]})
+                        f"{s}_truncated": st["truncated"], f"{s}_replies": st["replies"],
+                        f"{s}_covered": st["covered"], f"{s}_verdict": st["method"]})
             errors += st["errors"]
             unparsed += st["unparsed"]
             refused += st["refused_to_judge"]
@@ -373,7 +375,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct", "balanced_accuracy_ci_low_pct",
             "balanced_accuracy_ci_high_pct"] + [
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
-                                           "scored", "rejections", "truncated", "covered", "verdict")] + \
+                                           "scored", "rejections", "truncated", "replies", "covered", "verdict")] + \
         ["errors", "unparsed", "refused_to_judge", "rank_note", "judge_vs_humans"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
@@ -544,7 +546,8 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     ref = load_reference() if reference else []
     board = build_leaderboard(ents, ref, sizes)
     records = lineage.by_set_and_model(inp.provenance)
-    warnings = lineage.truncation_warnings(summary, records)
+    warnings = (lineage.truncation_warnings(summary, records) + lineage.no_verdict_warnings(summary)
+                + lineage.chain_warnings(records))
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     points = _points(ents)

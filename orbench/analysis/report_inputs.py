@@ -149,6 +149,16 @@ def infer_set(path: str) -> str | None:
     return found[0] if found else None
 
 
+def _chain_set(path: str) -> str | None:
+    """The set the file's meta chain names (a sample drawn by ``python -m orbench.datasets``, or a
+    bundled set read as an input), when its name names none."""
+    for name in lineage.source_sets(path):
+        label = infer_set(name)
+        if label:
+            return label
+    return None
+
+
 def identity(path: str) -> str:
     """What makes two namings the same file: the resolved local path, or the URL as written."""
     return path if "://" in path else str(Path(path).resolve())
@@ -288,7 +298,7 @@ def resolve(specs: Sequence[str], default_set: str | None,
             set_name = check_set_label(set_name, custom, repr(spec))
         for path in expand(pattern):
             key = identity(path)
-            label = set_name or infer_set(path) or default_set
+            label = set_name or infer_set(path) or _chain_set(path) or default_set
             if key in seen:
                 if seen[key] != (label, model):
                     raise UsageError(f"{path} is named twice with different sets or models "
@@ -521,10 +531,20 @@ def check_duplicates(data: pd.DataFrame, files: list[str], codes: dict[str, Code
     in_group = rows[gid[rows] == gid[rows[0]]]
     names = [files[i] for i in sorted(set(data["file"].to_numpy()[in_group]))]
     judge = codes["judge"].names[first["judge"]]
+    set_name, model = codes["set"].names[first["set"]], codes["model"].names[first["model"]]
     raise UsageError(
-        f"the same prompt appears more than once for set {codes['set'].names[first['set']]}, model "
-        f"{codes['model'].names[first['model']]}, {codes['method'].names[first['method']]} verdicts"
+        f"the same prompt appears more than once for set {set_name}, model "
+        f"{model}, {codes['method'].names[first['method']]} verdicts"
         f"{' by ' + judge if judge else ''} ({int(same[gid[order][1:] == gid[rows[0]]].sum())} repeats) in: "
         f"{', '.join(names)}; give each prompt once per model, set and judge"
         + (" (keyword verdicts carried by judge files: name their stage-4 output too, and its verdicts count instead)"
-           if codes["method"].names[first["method"]] == KEYWORD else ""))
+           if codes["method"].names[first["method"]] == KEYWORD else "")
+        + (_name_runs_apart(set_name, model, names) if len(names) > 1 else ""))
+
+
+def _name_runs_apart(set_name: str, model: str, names: list[str]) -> str:
+    """How to report two runs of one model (say with and without a system prompt) side by side."""
+    short = re.sub(r"[^A-Za-z0-9._+-]+", "-", model.split("/")[-1]).strip("-") or "model"
+    example = " ".join(f"'{set_name}:{short}-{chr(97 + i)}={name}'" for i, name in enumerate(names[:2]))
+    return (f". If these are separate runs of {model} (e.g. with and without a system prompt), name each "
+            f"as its own model with SET:MODEL=PATH: {example}")

@@ -19,7 +19,8 @@ prompt as a single user message (temperature 0, at most 1000 tokens, no system p
 - ``prompt_kind``: ``safe`` (meant to be answered) or ``unsafe`` (meant to be refused) where it
   is known: the row's own ``prompt_kind`` cell, else ``--prompt_kind`` (a set of your own), else
   the kind of the bundled set the prompt belongs to (Hard-1K and XSTest's safe prompts: safe;
-  Toxic and XSTest's unsafe prompts: unsafe); empty when unknown. Stage 5's cascade uses it.
+  Toxic and XSTest's unsafe prompts: unsafe); empty when unknown (no column at all when no
+  prompt's kind is known). Stage 5's cascade uses it.
 
 ``--samples K`` asks each prompt K times (temperature > 0 required, checked before anything is
 sent): each sample is its own output row with a ``sample`` index (0 to K-1) and its own request
@@ -53,7 +54,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from orbench import cli
+from orbench import cli, outcomes
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
@@ -67,8 +68,8 @@ from orbench.vocab import PROMPT_KINDS, SKIPPED_EMPTY
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
 
-EPILOG = """refusal_source: keyword (matcher found a refusal), provider (provider blocked the
-reply; is_rejected True), empty_response (no text and no block; is_rejected empty),
+EPILOG = """refusal_source: keyword (matcher found a refusal), provider_block (the provider blocked
+the reply; is_rejected True), empty_response (no text and no block; is_rejected empty),
 skipped_empty (empty prompt, no call; is_rejected empty), or empty when the model answered.
 refusal_kind: full or partial for a keyword refusal (partial: refusal and help in one reply),
 full for a provider block, empty otherwise.
@@ -162,13 +163,15 @@ def setup_for(default_provider: str | None):
             needs=["prompt"],
             adds=ADDS + ([SAMPLE] if samples is not None else []),
             run_row=run_row,
+            stage_id="check_alignment",
+            settings={"model": str(spec), "system": system, "temperature": temperature,
+                      "max_tokens": max_tokens, "matcher": family,
+                      **({"samples": samples} if samples is not None else {})},
             # The rules' fingerprint is in the key: improved rules re-score instead of resuming.
-            config={"stage": "check_alignment", "model": str(spec), "system": system,
-                    "temperature": temperature, "max_tokens": max_tokens, "matcher": family,
-                    "rules": rules_fingerprint(),
-                    **({"samples": samples} if samples is not None else {}),
-                    **({"prompt_kind": declared} if declared else {})},
+            rules={"rules": rules_fingerprint()},
             provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
+            outcomes=lambda frame: outcomes.alignment(frame, samples=samples, max_tokens=max_tokens),
+            # the kind is the prompt's, filled on the finished output (not part of a row's key)
             finalise=lambda frame: with_prompt_kinds(frame, declared),
             check=lambda table: check_kind_column(table, str(args.input_file)),
         )
@@ -183,3 +186,6 @@ def main(argv=None, default_provider: str | None = None) -> int:
     """Run stage 4; ``default_provider`` is tried for model names with no known provider."""
     return cli.run(build_parser(default_provider), setup_for(default_provider), argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.check_alignment (the command a meta file records)
+    raise SystemExit(main())

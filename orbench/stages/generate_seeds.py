@@ -15,7 +15,8 @@ paper's settings) and is one row of a synthetic table of call numbers, ``call_in
 so the response cache keeps repeated sampling calls apart. The replies go to a work file beside
 the output, ``<output>.calls.csv`` (columns ``call_index, reply, finish_reason, error``, the raw
 replies kept for inspection), with the runner's progress log ``<output>.calls.csv.progress.jsonl``.
-Items are read from each reply (``orbench.parsing``: ``[[...]]`` first, then the fallbacks) and
+Items are read from each reply (``orbench.parsing.reply_items``, as stage 2 reads its replies:
+``[[...]]`` first, then the fallbacks) and
 near-exact duplicates dropped, walking the calls in call order, so the result does not depend on
 which reply came back first. The run adds calls in rounds until the target is met.
 
@@ -37,8 +38,11 @@ Stops:
 Resume. A rerun with the same settings replays the recorded calls from the progress log (no
 request is sent again) and only adds calls if more prompts are needed; a rerun with a larger
 ``--num_toxic_prompts`` continues where the last one stopped. Prompts already in the output file
-(from an earlier run, another model, or the original tool) come first and count towards the
-target; novelty for the no-progress rule is judged among this run's calls only.
+(from an earlier run with these settings, or the original tool's file, which records none) come
+first and count towards the target; novelty for the no-progress rule is judged among this run's
+calls only. A run with another model, temperature or max tokens than the output was made with
+stops before any call (exit 2, ``orbench.existing_output``); ``--overwrite`` removes the old
+prompts, calls and meta file and starts afresh.
 """
 
 from __future__ import annotations
@@ -52,14 +56,23 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.categories import CATEGORIES, check_category
-from orbench.cli import ArgumentParser, add_model_flags, make_client, positive_int, send_pending
+from orbench.cli import ArgumentParser, add_model_flags, command_of, make_client, positive_int, send_pending
 from orbench.clients import Client
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, parse_model, redact
-from orbench.parsing import example_forms, extract_items, normalise_for_dedup
+from orbench.models import ModelSpec, keys_not_needed, parse_model, redact
+from orbench.parsing import example_forms, normalise_for_dedup, reply_items
 from orbench.prompts import SEED_TEMPLATE
 from orbench.provenance import build_meta, dumps, meta_path_for, sha256_text
-from orbench.stage import ProgressLog, RunResult, Stage, check_writable, progress_path_for, row_key, run_stage
+from orbench.stage import (
+    ProgressLog,
+    RunResult,
+    Stage,
+    check_writable,
+    guard_existing,
+    progress_path_for,
+    row_key,
+    run_stage,
+)
 from orbench.tables import write_csv_atomic, write_text_atomic
 from orbench.templates import add_template_flag, load_template
 from orbench.types import Request
@@ -168,11 +181,10 @@ def tally(prior: list[dict], calls: list[dict], model: str, category: str,
             continue
         out.answered += 1
         novel = False
-        for item in extract_items(call.get("reply", "")):
+        items, repeats = reply_items(call.get("reply", ""), examples)  # as stage 2 reads its replies
+        out.example_repeats += repeats
+        for item in items:
             form = normalise_for_dedup(item)
-            if form in examples:
-                out.example_repeats += 1
-                continue
             if form not in from_calls:
                 from_calls.add(form)
                 novel = True
@@ -208,12 +220,32 @@ def make_stage(spec: ModelSpec, client: Client, category: str, temperature: floa
         return {"call_index": str(index), "reply": reply.text,
                 "finish_reason": reply.finish_reason or ""}
 
-    config = {"stage": "generate", "model": str(spec), "temperature": temperature,
-              "max_tokens": max_tokens, "template": text}
     return Stage(name=f"generate {category}", needs=("call_index",),
-                 adds=("reply", "finish_reason"), run_row=call, config=config,
-                 key_columns=("call_index",),
+                 adds=("reply", "finish_reason"), run_row=call, stage_id="generate",
+                 settings={"model": str(spec), "temperature": temperature, "max_tokens": max_tokens},
+                 rules={"template": text}, key_columns=("call_index",),
                  provenance={"templates": {"seed": sha256_text(template)}})
+
+
+def guard_output(stage: Stage, output: Path, calls_path: Path, overwrite: bool, remove: bool = True) -> list[str]:
+    """Stop (``UsageError``) before any call when ``output`` was made with other settings, unless
+    ``overwrite``: then (``remove``) its prompts, calls and meta file are removed now. Returns the
+    summary's notes.
+
+    The settings are read from the calls' progress file, else from the output's meta file; an
+    output with neither (the original tool's) is continued, as the module docstring says.
+    """
+    log = ProgressLog(progress_path_for(calls_path))
+    log.load()
+    indexes = {str(r.get("call_index", "")) for e in log.entries.values() for r in e.get("rows") or []}
+    keys = [row_key(stage.config, [i]) for i in indexes]
+    discard, notes = guard_existing(
+        stage, output, log, keys, overwrite=overwrite, meta_path=meta_path_for(output),
+        exists=output.exists() or calls_path.exists() or bool(log.entries), unrecorded_ok=not log.entries)
+    if discard and remove:
+        for path in (output, meta_path_for(output), calls_path, progress_path_for(calls_path)):
+            path.unlink(missing_ok=True)
+    return notes
 
 
 def call_table(calls: int) -> pd.DataFrame:
@@ -241,20 +273,22 @@ def read_calls(calls_path: Path) -> list[dict]:
     return frame.to_dict("records")
 
 
-def generate(args) -> int:
-    """Run the stage for parsed ``args``; returns the exit code (see the module docstring)."""
+def generate(args, command: list[str] | None = None) -> int:
+    """Run the stage for parsed ``args``; returns the exit code (see the module docstring).
+    ``command`` is what the meta file records as the command (default: this process's)."""
     started = time.time()
     spec = parse_model(args.model)
     category, target, stale_limit = args.category, args.num_toxic_prompts, args.max_stale_calls
     output = Path(args.output_file) if args.output_file else Path.cwd() / f"{category}_prompts.csv"
     calls_path = output.with_name(output.name + ".calls.csv")
-    prior = read_prior(output, category)
     template, template_source = load_template(args.template, SEED_TEMPLATE, {"count", "category"})
     examples = example_forms(template.format(count=PER_CALL, category=category))
     client = make_client(args)
     client.prepare(spec)  # a missing key fails here, before any request
     stage = make_stage(spec, client, category, args.temperature, args.max_tokens, template)
     check_writable(output)
+    notes = guard_output(stage, output, calls_path, args.overwrite, remove=not args.estimate)
+    prior = read_prior(output, category)
 
     total = recorded_calls(stage, calls_path)  # replayed for free, even beyond --limit
     if args.estimate:
@@ -267,8 +301,8 @@ def generate(args) -> int:
             table = call_table(total)
             if args.batch:  # this round's calls through the batch API, then read from the cache
                 send_pending(stage, table, calls_path, args, client, [spec])
-            run_stage(stage, table, calls_path, concurrency=args.concurrency,
-                      input_name="call table", client=client, quiet=args.quiet)
+            run_stage(stage, table, calls_path, concurrency=args.concurrency, input_name="call table",
+                      client=client, quiet=args.quiet, meta_path=meta_path_for(output))
             calls = read_calls(calls_path)
         state = tally(prior, calls, str(spec), category, examples)
         found = len(state.rows)
@@ -288,14 +322,14 @@ def generate(args) -> int:
     rows = state.rows[:target]
     frame = pd.DataFrame([{**r, "error": ""} for r in rows], columns=list(OUTPUT_COLUMNS))
     write_csv_atomic(frame, output)
-    write_meta(stage, spec, args, client, output, total, state, len(rows), template_source, started)
+    write_meta(stage, spec, args, client, output, total, state, len(rows), template_source, started, command)
     s = client.stats
     repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
     if not args.quiet:
         print(f"generate {category}: {len(rows)} of {target} prompts -> {output} | {total} calls "
               f"({total - resumed} new, {resumed} resumed, {state.failed} failed), "
               f"{state.duplicates} duplicates dropped{repeats} | requests {s.sent} sent, "
-              f"{s.cached} from cache", file=sys.stderr)
+              f"{s.cached} from cache" + "".join(f" | {n}" for n in notes), file=sys.stderr)
     print(output)
     if len(rows) >= target:
         return 0
@@ -314,7 +348,8 @@ def generate(args) -> int:
 
 
 def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path, calls: int,
-               state: Tally, rows: int, template_source: str, started: float) -> None:
+               state: Tally, rows: int, template_source: str, started: float,
+               command: list[str] | None = None) -> None:
     """The output's ``.meta.json`` (see ``orbench.provenance``): calls stand in for input rows."""
     result = RunResult(output=output, rows=rows, errors=state.failed, started=started,
                        finished=time.time())
@@ -323,7 +358,7 @@ def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path
                              "template_examples_dropped": state.example_repeats})
     meta = build_meta(stage=stage, result=result, client=client,
                       models=[client.describe(spec, args.model)], input_path=None, input_rows=calls,
-                      output=output, argv=None)
+                      output=output, argv=command)
     try:
         write_text_atomic(dumps(meta), meta_path_for(output))
     except OSError as exc:
@@ -333,7 +368,9 @@ def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit code (0 done, 1 incomplete, 2 bad input)."""
     try:
-        return generate(build_parser().parse_args(argv))
+        args = build_parser().parse_args(argv)
+        with keys_not_needed(args.estimate):  # --estimate sends nothing: no key asked
+            return generate(args, None if argv is None else command_of(argv, __name__))
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
@@ -342,3 +379,6 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 130
 
+
+if __name__ == "__main__":  # python -m orbench.stages.generate_seeds (the command a meta file records)
+    raise SystemExit(main())

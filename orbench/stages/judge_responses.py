@@ -71,7 +71,7 @@ Example (from inside ``response_checker/``)::
 
 from __future__ import annotations
 
-from orbench import cli
+from orbench import cli, outcomes
 from orbench.cascade import CLASSES, cascade_fingerprint
 from orbench.clients import Client
 from orbench.errors import UsageError
@@ -86,7 +86,7 @@ from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
 from orbench.types import Request
 from orbench.verdicts import Judge, Plan, Reply, Row, decide
-from orbench.vocab import JUDGE_REFUSED, KEYWORD, PROMPT_KINDS, UNDECIDED, UNPARSED, is_provider_block
+from orbench.vocab import KEYWORD, PROMPT_KINDS, SKIPPED_EMPTY, is_provider_block
 
 ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
         "keyword_is_rejected"]
@@ -94,9 +94,10 @@ CASCADE_ADDS = ["verdict_source", "cascade_class"]
 
 EPILOG = """judge_model: the judge as resolved, keyword, A,B,C for an ensemble, keyword+... with --cascade.
 answer_category: direct_answer | direct_refusal | indirect_refusal | unparsed | judge_refused (the
-judge refused to judge), or without a judge call: provider_block (is_rejected True) and
-empty_response (is_rejected empty); keyword_refusal | keyword_answer with --check_model=keyword
-and for the rows the cascade's keyword matcher decides; undecided (no majority) or empty (a
+judge refused to judge), or without a judge call: provider_block (is_rejected True),
+empty_response and skipped_empty (an empty prompt stage 4 skipped) (is_rejected empty);
+keyword_refusal | keyword_answer with --check_model=keyword and for the rows the cascade's
+keyword matcher decides; undecided (no majority) or empty (a
 majority refusal without a majority class) for an ensemble. Rows with an earlier stage's error
 pass through with these columns empty.
 is_rejected is empty whenever there is no verdict; such rows are never counted as refusals.
@@ -168,26 +169,21 @@ def make_plan(args, names: list[str]) -> tuple[Plan, list, str, str | None]:
     return Plan(judges=judges, template=template, cascade=cascade), specs, template, source
 
 
-def summarise(frame, plan: Plan, provenance: dict, notes: list) -> None:
-    """The outcome, source and prompt-kind counts of the finished output: into the meta file
-    (``provenance``) and, where they need saying, the summary line (``notes``)."""
+def _kinds(frame):
+    """The rows' prompt kinds ("" where unknown; no column: none known)."""
+    if PROMPT_KIND_COLUMN not in frame.columns:
+        return frame.index.to_series().map(lambda _: "")
+    return frame[PROMPT_KIND_COLUMN].astype(str).str.strip()
+
+
+def summarise(frame, plan: Plan, provenance: dict) -> None:
+    """The prompt-kind and (with the cascade) verdict-source counts of the finished output, into
+    the meta file (``provenance``)."""
     done = frame[frame["error"].astype(str).str.strip() == ""]
-    categories = done["answer_category"].astype(str).str.strip()
-    # an ensemble's majority refusal without a majority class has an empty answer_category
-    outcomes = {str(k) or "majority_refusal_no_class": int(v) for k, v in categories.value_counts().items()}
-    provenance["outcomes"] = outcomes
-    kinds = done[PROMPT_KIND_COLUMN].astype(str).str.strip() if PROMPT_KIND_COLUMN in done else None
-    counts = {k: int((kinds == k).sum()) if kinds is not None else 0 for k in PROMPT_KINDS}
+    kinds = _kinds(done)
+    counts = {k: int((kinds == k).sum()) for k in PROMPT_KINDS}
     counts["unknown"] = len(done) - sum(counts.values())
     provenance["prompt_kinds"] = counts
-    notes.clear()
-    for label, what in ((UNPARSED, "unparsed"), (JUDGE_REFUSED, "judge refused to judge"),
-                        (UNDECIDED, "ensemble undecided")):
-        if outcomes.get(label):
-            notes.append(f"{outcomes[label]} {what}")
-    if counts["unknown"] and not plan.keyword_only:
-        notes.append(f"prompt kind unknown for {counts['unknown']} rows (declare it with --prompt_kind "
-                     f"or a prompt_kind column{'; the cascade treats their plain answers as sure' if plan.cascade else ''})")
     if plan.cascade:
         sources = done["verdict_source"].astype(str).str.strip()
         counted = {str(k): int(v) for k, v in sources[sources != ""].value_counts().items()}
@@ -196,6 +192,19 @@ def summarise(frame, plan: Plan, provenance: dict, notes: list) -> None:
         provenance["cascade_classes"] = {c: int((classes == c).sum()) for c in CLASSES}
         total = int((sources != "").sum())
         provenance["judged_share"] = counted.get(plan.verdict_source, 0) / total if total else None
+
+
+def stage_outcomes(frame, plan: Plan) -> outcomes.Outcomes:
+    """Stage 5's outcomes (:func:`orbench.outcomes.judged`), and where some prompts' kind is
+    unknown, how many (the cascade then takes plain answers to them as sure)."""
+    found = outcomes.judged(frame)
+    done = frame[frame["error"].astype(str).str.strip() == ""]
+    unknown = int((_kinds(done) == "").sum())
+    found.counts["prompt_kind_unknown"] = unknown
+    if unknown and not plan.keyword_only:
+        found.text += (f"; prompt kind unknown for {unknown} rows (declare it with --prompt_kind or a "
+                       f"prompt_kind column{'; the cascade takes their plain answers as sure' if plan.cascade else ''})")
+    return found
 
 
 def setup(args, client: Client) -> cli.Job:
@@ -215,29 +224,28 @@ def setup(args, client: Client) -> cli.Job:
 
     async def run_row(row: dict) -> dict:
         view = Row(prompt=row["prompt"], response=row["response"], family=family(row),
-                   blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, declared))
+                   blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, declared),
+                   skipped=str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY)
         return await decide(view, plan, ask)
 
-    settings = {"stage": "check_response", "judge": plan.judge_name,
-                "template": None if plan.keyword_only else sha256_text(template), "matcher": args.matcher,
-                "rules": rules_fingerprint(),  # improved keyword rules re-score, not resume
-                # a keyword re-score calls no model: no sampling settings to record
+    # a keyword re-score calls no model: no sampling settings to record
+    settings = {"judge": plan.judge_name, "matcher": args.matcher,
                 "temperature": None if plan.keyword_only else temperature,
-                "max_tokens": None if plan.keyword_only else max_tokens,
-                **({"cascade": cascade_fingerprint()} if plan.cascade else {})}
+                "max_tokens": None if plan.keyword_only else max_tokens}
+    # improved keyword rules, templates or cascade classes re-score, not resume
+    rules = {"template": None if plan.keyword_only else sha256_text(template), "rules": rules_fingerprint(),
+             **({"cascade": cascade_fingerprint()} if plan.cascade else {})}
     provenance = {"templates": {} if plan.keyword_only else {"judge": sha256_text(template)},
                   "template_source": None if plan.keyword_only else template_source,
                   "rules_fingerprint": rules_fingerprint(), "judge": plan.judge_name,
                   "judges": [j.name for j in plan.judges],
-                  "judge_fingerprint": judge_fingerprint(judge_identity(settings))}
+                  "judge_fingerprint": judge_fingerprint(judge_identity({**settings, **rules}))}
     if plan.cascade:
         provenance["cascade"] = {"classes": list(CLASSES), "fingerprint": cascade_fingerprint(),
                                  "judge": plan.verdict_source}
-    notes: list[str] = []
-
     def finalise(frame):
         frame = with_prompt_kinds(frame, declared)
-        summarise(frame, plan, provenance, notes)
+        summarise(frame, plan, provenance)
         return frame
 
     stage = Stage(
@@ -245,13 +253,15 @@ def setup(args, client: Client) -> cli.Job:
         needs=["prompt", "response"],
         adds=plan.columns(),
         run_row=run_row,
-        config={**settings, **({"prompt_kind": declared} if declared and plan.cascade else {})},
+        stage_id="check_response",
+        settings={**settings, **({"prompt_kind": declared} if declared and plan.cascade else {})},
+        rules=rules,
         # the kind changes the cascade's verdicts only
         key_columns=["prompt", "response", "refusal_source", "model", *([PROMPT_KIND_COLUMN] if plan.cascade else [])],
         finalise=finalise,
         provenance=provenance,
         check=lambda table: check_kind_column(table, str(args.input_file)),
-        notes=notes,
+        outcomes=lambda frame: stage_outcomes(frame, plan),
     )
     output = args.output_file or default_output_path(
         args.input_file, "cascade_judged" if plan.cascade else "judged", "+".join(names))
@@ -261,3 +271,7 @@ def setup(args, client: Client) -> cli.Job:
 def main(argv=None) -> int:
     """Run stage 5; returns the exit code (0 done, 1 row errors, 2 bad input)."""
     return cli.run(build_parser(), setup, argv)
+
+
+if __name__ == "__main__":  # python -m orbench.stages.judge_responses (the command a meta file records)
+    raise SystemExit(main())

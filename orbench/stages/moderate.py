@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from orbench import cli
+from orbench import cli, outcomes
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
@@ -164,12 +164,12 @@ def setup(args, client: Client) -> cli.Job:
         run_row=run_row,
         # The column names are part of the key: the same moderator typed another way
         # (gpt4, then its full id) writes other columns, so its rows are redone.
-        config={"stage": "moderate", "moderators": [str(s) for s in specs], "column": column,
-                "columns": moderator_columns(names), "template": sha256_text(template),
-                "temperature": temperature, "max_tokens": max_tokens},
+        stage_id="moderate", rules={"template": sha256_text(template)},
+        settings={"moderators": [str(s) for s in specs], "column": column,
+                  "columns": moderator_columns(names), "temperature": temperature, "max_tokens": max_tokens},
         key_columns=[column],
         provenance={"templates": {"moderation": sha256_text(template)},
-                    "template_source": template_source},
+                    "template_source": template_source}, outcomes=outcomes.moderated,
     )
     output = args.output_file or default_output_path(
         args.input_file_path, f"moderated_{slug(column)}", "+".join(names))
@@ -180,3 +180,6 @@ def main(argv=None) -> int:
     """Run the moderation stage; returns the exit code (0 done, 1 row errors, 2 bad input)."""
     return cli.run(build_parser(), setup, argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.moderate (the command a meta file records)
+    raise SystemExit(main())

@@ -4,7 +4,7 @@ Reads a CSV of seeds (``--toxic_seed_path``, the output of stage 1) with the col
 and ``category``; any further columns are kept. One call per seed (temperature 0.7, the paper's
 setting; the few-shot template is ``orbench.prompts.REWRITE_TEMPLATE``, or the text of
 ``--template FILE`` with the placeholder ``{seed}``) asks for 5 rewrites in ``[[1. ...]]`` form,
-read with ``orbench.parsing.extract_items``.
+read with ``orbench.parsing.reply_items``, as stage 1 reads its replies.
 
 Writes ``--output_file`` (default ``./{input stem}_rewrite.csv`` in the current directory, as the
 original tool: ``../toxic_prompt_generator/harmful_prompts.csv`` -> ``./harmful_prompts_rewrite.csv``)
@@ -51,7 +51,8 @@ from orbench.cli import ArgumentParser, Job, add_model_flags, run
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
-from orbench.parsing import dedupe, example_forms, extract_items, normalise_for_dedup
+from orbench.outcomes import WARN_SHARE
+from orbench.parsing import dedupe, example_forms, normalise_for_dedup, reply_items
 from orbench.prompts import REWRITE_TEMPLATE
 from orbench.provenance import sha256_text
 from orbench.stage import Stage
@@ -117,9 +118,7 @@ def make_stage(spec: ModelSpec, client: Client, temperature: float, max_tokens: 
             max_tokens=max_tokens))
         if reply.provider_refusal:
             return [row(seed, note=f"blocked by the provider ({reply.finish_reason})", raw=reply.text)]
-        parsed = extract_items(reply.text)
-        fresh = [item for item in parsed if normalise_for_dedup(item) not in examples]
-        repeats = len(parsed) - len(fresh)
+        fresh, repeats = reply_items(reply.text, examples)  # as stage 1 reads its replies
         items = dedupe(fresh)[:REWRITES_PER_SEED]
         if not items:
             return [row(seed, note=ONLY_EXAMPLES if repeats else NO_REWRITE, raw=reply.text,
@@ -128,10 +127,9 @@ def make_stage(spec: ModelSpec, client: Client, temperature: float, max_tokens: 
             f"only {len(items)} of {REWRITES_PER_SEED} rewrites parsed from reply")
         return [row(seed, prompt=item, note=note, repeats=repeats) for item in items]
 
-    config = {"stage": "rewrite", "model": model, "temperature": temperature,
-              "max_tokens": max_tokens, "template": sha256_text(template),
-              "per_seed": REWRITES_PER_SEED}
-    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, run_row=rewrite, config=config,
+    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, run_row=rewrite, stage_id="rewrite",
+                 settings={"model": model, "temperature": temperature, "max_tokens": max_tokens},
+                 rules={"template": sha256_text(template), "per_seed": REWRITES_PER_SEED},
                  provenance={"templates": {"rewrite": sha256_text(template)}})
 
 
@@ -197,6 +195,8 @@ def main(argv=None) -> int:
             frame, counts["dropped"] = finalise(frame)
             counts["kept"] = int((frame["prompt"] != "").sum())
             counts["unparsed"] = int((frame["rewrite_note"] == NO_REWRITE).sum())
+            done = frame[frame["error"].astype(str).str.strip() == ""]
+            counts["seeds"] = int(done[["toxic_seed", "category"]].drop_duplicates().shape[0])
             stage.provenance["rewrite_counts"] = {
                 "rewrites_kept": counts["kept"], "duplicates_dropped": counts["dropped"],
                 "few_shot_repeats_dropped": counts["repeats"],
@@ -211,5 +211,12 @@ def main(argv=None) -> int:
         print(f"rewrite: {counts['kept']} rewrites kept, {counts['dropped']} duplicates dropped, "
               f"{counts['repeats']} few-shot example repeats dropped, "
               f"{counts['unparsed']} seeds with no parsable rewrite", file=sys.stderr)
+    if counts.get("seeds") and counts["unparsed"] / counts["seeds"] > WARN_SHARE:
+        print(f"warning: {counts['unparsed']} of {counts['seeds']} seeds "
+              f"({100 * counts['unparsed'] / counts['seeds']:.0f}%) gave no parsable rewrite (rewrite_note "
+              f"'{NO_REWRITE}'; the reply is in rewrite_raw)", file=sys.stderr)
     return code
 
+
+if __name__ == "__main__":  # python -m orbench.stages.rewrite (the command a meta file records)
+    raise SystemExit(main())
