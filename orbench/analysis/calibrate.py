@@ -21,7 +21,9 @@ resolved, its template's hash, the rules' and cascade's fingerprints, its settin
 into the card store in the cache folder, where ``orbench-report`` finds it without a flag, and
 as ``judge_card.json`` beside the calibration's output (``--output_dir``, default
 ``./calibration_<judge>/``, which also holds the stage-5 input, output, progress and meta files).
-A card on fewer labelled rows never replaces one on more in the store.
+A card on fewer labelled rows never replaces one on more in the store. A rerun into the same
+folder with other stage-5 settings (``--temperature``, ``--max_tokens``, ...) stops as stage 5
+does: give it another ``--output_dir``, or add ``--overwrite``.
 
 Examples::
 
