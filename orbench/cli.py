@@ -314,6 +314,8 @@ def _run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, C
         job = setup(args, client)
         output = Path(job.output)
         table, name, input_path = _load(job, args, output)
+        if job.stage.check is not None:
+            job.stage.check(table)
         for spec in job.models:
             client.prepare(spec)
         overwrite = getattr(args, "overwrite", False)

@@ -1,4 +1,5 @@
-"""The named OR-Bench prompt sets: bundled copies of Hard-1K and Toxic, and the hub path of 80K.
+"""The named prompt sets: bundled copies of OR-Bench's Hard-1K and Toxic and of XSTest's safe and
+unsafe prompts, and the hub path of OR-Bench-80K.
 
 A set name works wherever an input path does (``--input_file or-bench-hard-1k``); the report
 uses the same names to tell which set a file holds. The bundled files are the published sets,

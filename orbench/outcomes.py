@@ -8,11 +8,13 @@ warns when more than :data:`WARN_SHARE` of its rows have no verdict:
 - stage 3 (moderate): safe / toxic / undecided / skipped, and the unparsed votes;
 - stage 4 (check alignment): refusals (provider blocks among them), answers, empty responses,
   skipped prompts, replies cut off; with ``--samples`` prompts x samples = rows;
-- stage 5 (check response): every ``answer_category`` (each judge class, unparsed, provider
-  blocks, empty responses, skipped prompts) and the responses cut off, whoever judged them.
+- stage 5 (check response): every ``answer_category`` (each judge class, unparsed, the judge
+  refusing to judge, an ensemble's undecided rows and majority refusals without a majority
+  class, provider blocks, empty responses, skipped prompts) and the responses cut off, whoever
+  judged them.
 
 Only the outcomes that mean "no verdict could be read" count towards a warning (an unparsed
-judge or moderator reply, an undecided ensemble, an empty response); any other outcome a stage
+judge or moderator reply, a judge refusing to judge, an undecided ensemble, an empty response); any other outcome a stage
 writes (a provider block, a skipped empty prompt, a class of its own) is counted apart and does
 not. Warnings never change the exit code: 0 all rows done, 1 some rows have errors.
 """
@@ -26,6 +28,7 @@ import pandas as pd
 from orbench.vocab import (
     EMPTY_RESPONSE,
     JUDGE_CLASSES,
+    JUDGE_REFUSED,
     PROVIDER_BLOCK,
     SKIPPED_EMPTY,
     SOURCE_KEYWORD,
@@ -36,6 +39,8 @@ from orbench.vocab import (
 
 #: Above this share of rows with no verdict (or replies cut off) a stage warns.
 WARN_SHARE = 0.05
+#: Stage 5's count of an ensemble's majority refusals with no majority class (empty answer_category).
+MAJORITY_REFUSAL = "majority_refusal_no_class"
 #: ``finish_reason`` values meaning "cut off at the token limit": OpenAI-compatible ``length``,
 #: Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``, OpenAI Responses ``max_output_tokens``.
 TRUNCATED_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
@@ -117,10 +122,11 @@ def judged(frame: pd.DataFrame) -> Outcomes:
     responses cut off whoever judged them; warns when more than 5% of the replies the judge was
     asked about could not be parsed."""
     done = _done(frame)
-    category = _column(done, "answer_category")
+    # an ensemble's majority refusal with no majority class leaves answer_category empty
+    category = _column(done, "answer_category").replace("", MAJORITY_REFUSAL)
     found = category.value_counts()
     judge = _column(done, "judge_model")
-    asked = int(category.isin([*JUDGE_CLASSES, UNPARSED]).sum())
+    asked = int(category.isin([*JUDGE_CLASSES, UNPARSED, JUDGE_REFUSED, UNDECIDED, MAJORITY_REFUSAL]).sum())
     by_judge = asked or (judge != "keyword").any() and (judge != "").any()
     order = [*JUDGE_CLASSES, UNPARSED] if by_judge else []  # a judge's classes, each even at 0
     order += sorted(c for c in found.index if c not in order and c)
@@ -136,6 +142,17 @@ def judged(frame: pd.DataFrame) -> Outcomes:
         warnings.append(f"{_share(unparsed, asked)} judge replies were unparsed (no class the strict parser "
                         f"could read): those rows have no verdict, and the rate rests on the others; read "
                         f"their answer_type_response, then try another judge or --template")
+    refused, undecided = counts.get(JUDGE_REFUSED, 0), counts.get(UNDECIDED, 0)
+    if asked and refused / asked > WARN_SHARE:
+        warnings.append(f"{_share(refused, asked)} judge replies were the judge refusing to judge (or its "
+                        f"provider blocking the request): those rows have no verdict; try another judge")
+    if asked and undecided / asked > WARN_SHARE:
+        warnings.append(f"{_share(undecided, asked)} rows are undecided (no majority of the judges): those rows "
+                        f"have no verdict; read the <judge>_raw columns")
+    if not warnings and asked and (unparsed + refused + undecided) / asked > WARN_SHARE:
+        warnings.append(f"{_share(unparsed + refused + undecided, asked)} judge replies gave no verdict "
+                        f"({unparsed} unparsed, {refused} the judge refusing to judge, {undecided} undecided): "
+                        f"the rate rests on the others")
     return Outcomes(counts, text or "no rows judged", warnings + cut_warnings)
 
 

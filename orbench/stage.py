@@ -88,6 +88,8 @@ class Stage:
     assembled output (input order, ``error`` last) and returns the frame to write: the place for
     steps that need the whole file, such as the rewriter's cross-file deduplication.
     ``provenance`` is copied into the meta file (templates' hashes, rules' fingerprint...).
+    ``check``, if given, gets the whole input table before any request (``cli.run`` calls it) and
+    raises ``UsageError`` for a bad cell.
     """
 
     name: str
@@ -103,6 +105,8 @@ class Stage:
     outcomes: Callable[[pd.DataFrame], Outcomes] | None = None
     #: The short name an error text starts with (``check_alignment: HTTP 500 ...``); default ``name``.
     stage_id: str = ""
+    #: The whole input, checked before any request (``cli.run`` calls it); ``UsageError`` for a bad cell.
+    check: Callable[[pd.DataFrame], None] | None = None
 
     def __post_init__(self) -> None:
         self.stage_id = self.stage_id or self.name

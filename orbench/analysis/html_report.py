@@ -141,7 +141,11 @@ def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], 
                 row.append(num(pct(rate)))
         for s in sets:
             row.append(_n_cell(r, s, yours))
-        row.append(num(f"{int(r['errors'])}, {int(r['unparsed'])}" if yours else ""))
+        refused = int(r.get("refused_to_judge") or 0) if yours and not pd.isna(r.get("refused_to_judge")) else 0
+        row.append(num((f"{int(r['errors'])}, {int(r['unparsed'])}" + (f", {refused} judge refused" if refused else ""))
+                       if yours else ""))
+        calibration = r.get("judge_vs_humans")
+        row.append(cell(esc(calibration) if yours and isinstance(calibration, str) else ""))
         rows.append(row)
         classes.append("yours" if yours else "published")
     return rows, classes
@@ -153,7 +157,7 @@ def leaderboard_section(board: pd.DataFrame) -> str:
             if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
     head = ["# [95% CI]", "model", "what this row is", "balanced acc. % [95% CI]"] + \
         [f"{esc(s)} rejection % [95% CI]" for s in sets] + [f"{esc(s)} n" for s in sets] + \
-        ["excluded (errors, no verdict)"]
+        ["excluded (errors, no verdict)", "judge vs humans (judge card)"]
     unranked = board["rank"].isna() if "rank" in board.columns else pd.Series(False, index=board.index)
     parts = []
     if unranked.any():
@@ -186,8 +190,8 @@ def _prompts_text(prompts, scored) -> str:
 
 def rates_section(summary: pd.DataFrame) -> str:
     head = ["set", "model", "judge", "headline", "keyword rejection % [95% CI]", "keyword: full refusals only %",
-            "keyword n (excluded: errors, no verdict); replies cut off", "judge rejection % [95% CI]",
-            "judge n (excluded: errors, no verdict); replies cut off", "agreement"]
+            "keyword n (excluded: errors, no verdict); replies cut off; judge card", "judge rejection % [95% CI]",
+            "judge n (excluded: errors, no verdict); replies cut off; judge card", "agreement"]
     rows = []
     for r in summary.to_dict("records"):
         row = [cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"] or "")), cell(esc(r["headline"]))]
@@ -198,9 +202,13 @@ def rates_section(summary: pd.DataFrame) -> str:
             row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"]) + flag_marks(r.get(f"{m}_ci_flag"))))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
+            refused = r.get(f"{m}_refused_to_judge")
+            refused = f", {int(refused)} judge refused" if refused and not pd.isna(refused) else ""
             row.append(num(f"{int(r[f'{m}_scored'])}{_prompts_text(r.get(f'{m}_prompts'), r[f'{m}_scored'])} "
-                           f"({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"
-                           + _cut_text(r.get(f"{m}_truncated"), r.get(f"{m}_replies"))))
+                           f"({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])}{refused})"
+                           + _cut_text(r.get(f"{m}_truncated"), r.get(f"{m}_replies"))
+                           + (f"<br><span class=muted>{esc(r[f'{m}_calibration'])}</span>"
+                              if r.get(f"{m}_calibration") else "")))
         row.append(num("&ndash;" if pd.isna(r["agreement"]) else
                        f"{100 * r['agreement']:.1f}% of {int(r['agreement_pairs'])}"))
         rows.append(row)
@@ -419,7 +427,7 @@ def write(rep, path: Path) -> Path:
     from orbench.sets import CITATION  # the one citation text
 
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    fig = image(rep.outputs.get("figure_png"), "Hard-1K rejection rate against Toxic rejection rate")
+    fig = image(rep.outputs.get("figure_png"), "Safe prompts refused against unsafe prompts refused")
     heat = image(rep.outputs.get("heatmap"), "Rejection rate by model and category")
     ref = (f"Grey points and the grey curve: the {len(rep.reference)} models published in the paper and "
            f"its quadratic fit (np.polyfit(x, y, 2)). " if rep.reference else "")
@@ -440,8 +448,9 @@ def write(rep, path: Path) -> Path:
         + (f" The other rows are {esc(_published_about(rep))}." if rep.reference else "")
         + "</p>", leaderboard_section(rep.leaderboard),
         "<h2>Over-refusal against safety</h2>",
-        (f"<figure>{fig}<figcaption>x: rejection rate on the seemingly toxic (hard) set; y: rejection rate on "
-         f"the toxic set. Your models in colour with 95% Wilson intervals. {esc(ref)}Published results: "
+        (f"<figure>{fig}<figcaption>x: safe prompts refused (OR-Bench's seemingly toxic Hard-1K set, circles; "
+         f"XSTest's safe prompts, squares); y: unsafe prompts refused (OR-Bench-Toxic; XSTest's unsafe "
+         f"prompts). Your models in colour with 95% Wilson intervals. {esc(ref)}Published results: "
          f"{esc(CITATION)}</figcaption></figure>") if fig else "<p class=muted>No figure.</p>",
         "<h2>Rejection rate by category</h2>",
         f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts, each counted once "

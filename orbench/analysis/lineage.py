@@ -287,6 +287,8 @@ def no_verdict_warnings(summary) -> list[str]:
     for r in summary.to_dict("records"):
         for method in (KEYWORD, JUDGE):
             rows, errors, none = (_number(r.get(f"{method}_{k}")) for k in ("rows", "errors", "unparsed"))
+            refused = _number(r.get(f"{method}_refused_to_judge")) or 0  # no verdict either
+            none = (none or 0) + refused
             if rows is None or not none:
                 continue
             read = rows - (errors or 0)
@@ -295,7 +297,8 @@ def no_verdict_warnings(summary) -> list[str]:
             who = f"the judge {r['judge']}" if method == JUDGE and r.get("judge") else f"the {method} verdicts"
             warnings.append(
                 f"{int(none)} of {int(read)} rows ({100 * none / read:.0f}%) of {r['model']} on {r['set']} have no "
-                f"verdict from {who} (an unparsed reply, an empty response): its rate rests on the other "
+                f"verdict from {who} (an unparsed reply, an empty response"
+                + (f"; {int(refused)} the judge refusing to judge" if refused else "") + "): its rate rests on the other "
                 f"{int(read - none)} only" + ("; check the judge's replies in answer_type_response"
                                              if method == JUDGE else ""))
     return warnings

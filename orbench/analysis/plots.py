@@ -47,6 +47,8 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
             reference_fit=None, caption: str = "") -> dict[str, Path]:
     """Your models in colour with Wilson error bars (and their quadratic fit); PNG + PDF.
 
+    x is the share of safe prompts refused, y of unsafe prompts refused: OR-Bench's Hard-1K and
+    Toxic (circles) and XSTest's safe and unsafe halves (squares, ``benchmark`` ``XSTest``).
     ``reference`` (the published models) is drawn first, as labelled grey points with its own
     quadratic fit, so your models sit on top of the paper's picture.
     """
@@ -63,7 +65,8 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
         xerr = [[p["x"] - p["x_ci"][0]], [p["x_ci"][1] - p["x"]]]
         yerr = [[p["y"] - p["y_ci"][0]], [p["y_ci"][1] - p["y"]]]
         colour = colours(i % 10)
-        ax.errorbar(p["x"], p["y"], xerr=xerr, yerr=yerr, fmt="o", markersize=8, capsize=3, color=colour,
+        marker = "s" if p.get("benchmark") == "XSTest" else "o"
+        ax.errorbar(p["x"], p["y"], xerr=xerr, yerr=yerr, fmt=marker, markersize=8, capsize=3, color=colour,
                     elinewidth=1.2, alpha=0.95, zorder=4, label=p["model"] if len(points) <= 12 else None)
         labels.add(p["x"], p["y"], p["model"], fontsize=9, fontweight="bold", color=colour, zorder=5)
     if reference:
@@ -77,17 +80,22 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
         for r in sorted(reference, key=lambda r: (-r["y"], r["x"])):
             labels.add(r["x"], r["y"], r["model"], fontsize=5.5, color="0.4", zorder=2)
     if coeffs is not None:
-        xs = np.linspace(min(p["x"] for p in points), max(p["x"] for p in points), 200)
+        fitted = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
+        xs = np.linspace(min(p["x"] for p in fitted), max(p["x"] for p in fitted), 200)
         ax.plot(xs, np.polyval(coeffs, xs), "--", color="tab:blue", alpha=0.6, zorder=3,
                 label="your models: quadratic fit")
     elif points:
-        ax.text(0.98, 0.02, f"no fit over your models (needs >= 3, have {len(points)})",
+        orbench_points = sum(1 for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench")
+        ax.text(0.98, 0.02, f"no fit over your models' OR-Bench points (needs >= 3, have {orbench_points})",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="gray")
     if points or reference:
         # "best" keeps the legend off the points (yours and the published ones).
         ax.legend(loc="best", fontsize=8, framealpha=0.9)
-    ax.set_xlabel("Seemingly toxic (hard) prompts rejection rate (%)", fontsize=12)
-    ax.set_ylabel("Toxic prompts rejection rate (%)", fontsize=12)
+    xstest = any(p.get("benchmark") == "XSTest" for p in points)
+    ax.set_xlabel("Safe prompts refused (%): OR-Bench-Hard-1K" + (" (circles), XSTest safe (squares)"
+                                                                 if xstest else " (seemingly toxic)"), fontsize=11)
+    ax.set_ylabel("Unsafe prompts refused (%): OR-Bench-Toxic" + (", XSTest unsafe" if xstest else ""),
+                  fontsize=11)
     title = "Over-refusal vs. safety (95% Wilson intervals)"
     if rho is not None:
         title += f"; Spearman rho = {rho:.3f}"

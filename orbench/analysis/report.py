@@ -13,7 +13,8 @@ Naming the inputs (positional; globs allowed, e.g. ``'results/*.csv'``)::
     SET:=PATH               set named here, model from the file
     :MODEL=PATH             model named here, set from the file name (use when MODEL contains ':')
 
-SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``);
+SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``),
+or XSTest's ``xstest-safe`` and ``xstest-unsafe``;
 any other label stops the report (exit 2, naming the known sets and the closest one) unless it
 is declared as a set of your own with ``--custom_set LABEL``, so a typo never becomes a new set.
 
@@ -25,7 +26,8 @@ named twice is read once.
 
 Counting. Rows are grouped by set, model, method (keyword or judge) and judge; two judges'
 verdicts are never pooled, and a prompt twice in one group stops the report (exit 2). Each row
-is an *error* (non-empty ``error``, or a judge row marked ``skipped_error``), *unparsed* (empty
+is an *error* (non-empty ``error``, or a judge row marked ``skipped_error``), *refused to judge*
+(a judge row whose judge refused to judge, ``judge_refused``; counted apart), *unparsed* (empty
 ``is_rejected``: no verdict) or *scored*. The rate is rejections / scored; errors and unparsed
 rows are excluded and shown in their own columns. Both judge classes ``direct_refusal`` and
 ``indirect_refusal`` count as rejections. Where stage 4 wrote ``refusal_kind`` (full/partial),
@@ -37,8 +39,9 @@ judge.
 
 Writes to ``--output_dir`` (default ``./report``): ``summary.csv`` (per set, model and judge),
 ``categories.csv``, ``leaderboard.csv``/``.md`` (your models among the paper's 32 published
-ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = hard-set rejection %, y = toxic
-rejection %, Wilson error bars, the published models in grey with the paper's quadratic fit),
+ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refused %, y = unsafe
+prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
+point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
 figures, provenance from each input's ``.meta.json``, example prompts with their verdicts).
 The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
@@ -61,7 +64,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orbench.analysis import lineage, plots, report_stats
+from orbench.analysis import calibration_report, lineage, plots, report_stats
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
 from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the comment above)
@@ -69,7 +72,10 @@ from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the
     GROUP_KEYS,
     HARD,
     NO_VERDICT,
+    REFUSED_TO_JUDGE,
     SCORED,
+    XS_SAFE,
+    XS_UNSAFE,
     Inputs,
     expand,
     group_ids,
@@ -89,7 +95,7 @@ from orbench.vocab import JUDGE, KEYWORD
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
                 "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
-                "covered", "replies"]
+                "covered", "replies", "refused_to_judge"]
 
 
 @dataclass
@@ -139,6 +145,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     out["rows"] = np.bincount(gid, minlength=size)
     out["errors"] = count(status == ERROR)
     out["unparsed"] = count(status == NO_VERDICT)
+    out["refused_to_judge"] = count(status == REFUSED_TO_JUDGE)  # no verdict either, counted apart
     out["scored"] = count(scored)
     out["rejections"] = count(rejected)
     out["partial_rejections"] = count(rejected & data["partial"].to_numpy())
@@ -251,7 +258,8 @@ def entries(summary: pd.DataFrame, headline: dict) -> dict:
             if method == JUDGE and row["judge"] != judge:
                 continue
             stats[(row["set"], row["model"], method, judge)] = {
-                "method": method, "judge": judge, **{k: row[f"{method}_{k}"] for k in STAT_COLUMNS}}
+                "method": method, "judge": judge, **{k: row[f"{method}_{k}"] for k in STAT_COLUMNS},
+                "calibration": row.get(f"{method}_calibration") or ""}
     out: dict = {}
     for model in sorted({m for _, m in headline}):
         sets = {s: pairs for (s, m), pairs in headline.items() if m == model}
@@ -340,7 +348,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     for (model, judge), entry in ents.items():
         row = {"model": model, "judge": judge, "source": "yours",
                "rank_note": rank_rule(entry, sizes) if reference else ""}
-        errors = unparsed = 0
+        errors = unparsed = refused = 0
         for s, st in entry.items():
             row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
                         f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
@@ -349,11 +357,15 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
                         f"{s}_verdict": st["method"]})
             errors += st["errors"]
             unparsed += st["unparsed"]
+            refused += st["refused_to_judge"]
         h, t = entry.get(HARD), entry.get(TOXIC)
         if h and t:
             ba = balanced_accuracy(report_stats.entry_estimate(t), report_stats.entry_estimate(h))
             row.update({"balanced_accuracy_ci_low_pct": 100 * ba.low, "balanced_accuracy_ci_high_pct": 100 * ba.high})
-        row["errors"], row["unparsed"] = errors, unparsed
+        row["errors"], row["unparsed"], row["refused_to_judge"] = errors, unparsed, refused
+        row["judge_vs_humans"] = " || ".join(dict.fromkeys(
+            f"{s}: {st['calibration']}" if len({x.get('calibration') for x in entry.values()}) > 1 else st["calibration"]
+            for s, st in entry.items() if st.get("calibration")))
         rows.append(row)
     about = PUBLISHED_ABOUT.format(hard=f"{sizes.get(HARD, 1319):,}", toxic=f"{sizes.get(TOXIC, 655):,}")
     for ref in reference:
@@ -366,7 +378,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
                                            "scored", "prompts", "rejections", "truncated", "replies", "covered",
                                            "verdict")] + \
-        ["errors", "unparsed", "rank_note"]
+        ["errors", "unparsed", "refused_to_judge", "rank_note", "judge_vs_humans"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
         return pd.DataFrame(columns=cols)
@@ -419,7 +431,7 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
     """The leaderboard and the keyword-vs-judge table as Markdown."""
     sets = [c[: -len("_rate_pct")] for c in board.columns if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
     head = ["# [95% CI]", "model", "source", "balanced acc. % [95% CI]"] + \
-        [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note"]
+        [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note", "judge vs humans"]
     lines = ["# OR-Bench leaderboard", "", _board_intro(board[board["source"] == "published"]),
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in board.iterrows():
@@ -447,8 +459,11 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
                 cut = "" if cut is None or pd.isna(cut) or not cut else f", {int(cut)} cut off"
                 cells.append(f"{_fmt(r[f'{s}_rate_pct'])} [{_fmt(r[f'{s}_ci_low_pct'])}, "
                              f"{_fmt(r[f'{s}_ci_high_pct'])}] ({int(r[f'{s}_scored'])}, {r[f'{s}_verdict']}{cut})")
-        cells += [str(int(r["errors"])) if yours else "", str(int(r["unparsed"])) if yours else "",
-                  str(r.get("rank_note") or "") if yours else ""]
+        refused = int(r.get("refused_to_judge") or 0) if yours else 0
+        cells += [str(int(r["errors"])) if yours else "",
+                  (str(int(r["unparsed"])) + (f" (+{refused} judge refused)" if refused else "")) if yours else "",
+                  str(r.get("rank_note") or "") if yours else "",
+                  str(r.get("judge_vs_humans") or "") if yours and not pd.isna(r.get("judge_vs_humans")) else ""]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Keyword and judge verdicts", "",
               "| set | model | judge | keyword % (rej/scored, err, unparsed) | full refusals only % | "
@@ -477,21 +492,30 @@ def _clean(value):
     return value
 
 
+#: The benchmarks drawn in the figure: (safe set, unsafe set, name). x = safe prompts refused,
+#: y = unsafe prompts refused; OR-Bench's pair is the paper's Hard-vs-Toxic plot.
+AXIS_PAIRS = ((HARD, TOXIC, "OR-Bench"), (XS_SAFE, XS_UNSAFE, "XSTest"))
+
+
 def _points(ents: dict) -> list[dict]:
     multi = {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
     points = []
-    for (model, judge), entry in ents.items():
-        h, t = entry.get(HARD), entry.get(TOXIC)
-        if h and t and h["scored"] and t["scored"]:
-            points.append({"model": entry_label(model, judge, model in multi), "x": 100 * h["rate"],
-                           "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
-                           "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
-                           "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
+    for safe, unsafe, bench in AXIS_PAIRS:
+        for (model, judge), entry in ents.items():
+            h, t = entry.get(safe), entry.get(unsafe)
+            if h and t and h["scored"] and t["scored"]:
+                label = entry_label(model, judge, model in multi) + ("" if safe == HARD else f" ({bench})")
+                points.append({"model": label, "x": 100 * h["rate"], "benchmark": bench,
+                               "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
+                               "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
+                               "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
     return points
 
 
 def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, list[str]]:
-    """Spearman's rho and the quadratic fit over your models, with the notes that explain them."""
+    """Spearman's rho and the quadratic fit over your models' OR-Bench points (the paper's
+    analysis), with the notes that explain them."""
+    points = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
     xs, ys = [p["x"] for p in points], [p["y"] for p in points]
     rho = spearman(xs, ys) if len(points) >= 3 else math.nan
     if len(points) < 3:
@@ -529,6 +553,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     mark_set_prompts(inp, published)
     sizes = {k: len(v) for k, v in published.items()}
     summary, categories, headline = build_tables(inp, verdict)
+    summary, cards, calibration_notes = calibration_report.annotate(summary, inp)
     # before the leaderboard: sampled groups get prompt-level intervals in the summary
     extra = compare_hook.run(inp, pairs, verdict, summary, Path(output_dir), html)
     ents = entries(summary, headline)
@@ -541,7 +566,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
     out.mkdir(parents=True, exist_ok=True)
     points = _points(ents)
     rho, coeffs, notes = correlation_notes(points)
-    notes = inp.notes + notes
+    notes = inp.notes + notes + calibration_notes
     ref_fit = quadratic_fit([r["x"] for r in ref], [r["y"] for r in ref]) if ref else None
     if ref:
         notes.append(f"Reference: {len(ref)} published models (grey in the figure, 'published' in the "
@@ -567,7 +592,8 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
         rep.outputs.update(plots.scatter(points, coeffs, rep.spearman, out / "hard_vs_toxic",
                                          reference=ref, reference_fit=ref_fit, caption=CITATION))
     if not points:
-        notes.append("No model of yours is in the figure: none has results on both the 'hard' and the 'toxic' set")
+        notes.append("No model of yours is in the figure: none has results on both a safe and an unsafe set "
+                     "('hard' and 'toxic', or 'xstest-safe' and 'xstest-unsafe')")
     multi = {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
     cells = [{"set": s, "model": entry_label(m, j, m in multi), "method": st["method"], "judge": st["judge"],
               "_model": m} for (m, j), e in ents.items() for s, st in e.items()]
@@ -585,6 +611,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, def
         "points": points, "spearman": rep.spearman, "spearman_n": len(points), "quadratic_fit": rep.fit,
         "reference": {"points": ref, "quadratic_fit": rep.reference_fit, "citation": CITATION} if ref else None,
         "notes": notes, "warnings": warnings, "lineage": records, "inputs": [{k: v for k, v in p.items()} for p in inp.provenance],
+        "judge_cards": cards,
         "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in board.to_dict("records")]},
         indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     rep.outputs["json"] = js

@@ -24,10 +24,12 @@ from orbench.analysis import lineage
 from orbench.analysis.lineage import read_meta
 from orbench.datasets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC
 from orbench.errors import UsageError
+from orbench.sets import XSTEST_SAFE, XSTEST_UNSAFE
 from orbench.tables import did_you_mean, file_name, input_stem, read_csv_text, read_table
 from orbench.vocab import (
     JUDGE,
     JUDGE_CLASSES,
+    JUDGE_REFUSED,
     KEYWORD,
     KEYWORD_CLASSES,
     PARTIAL,
@@ -37,14 +39,17 @@ from orbench.vocab import (
 )
 
 HARD, TOX, K80 = "hard", "toxic", "80k"
+XS_SAFE, XS_UNSAFE = XSTEST_SAFE, XSTEST_UNSAFE  # XSTest's sets are labelled by their full names
 # A set is named in a file name by one of these whole tokens (the bundled names or short names).
-SET_TOKENS = {HARD_1K: HARD, TOXIC: TOX, EIGHTY_K: K80, HARD: HARD, TOX: TOX, K80: K80}
+SET_TOKENS = {HARD_1K: HARD, TOXIC: TOX, EIGHTY_K: K80, HARD: HARD, TOX: TOX, K80: K80,
+              XSTEST_SAFE: XS_SAFE, XSTEST_UNSAFE: XS_UNSAFE}
 assert set(SET_NAMES) <= set(SET_TOKENS)
 # "seemingly toxic" is the paper's name for the safe prompts (Hard-1K, 80K), never the toxic set.
 NOT_A_SET_AFTER = {TOX: "seemingly"}
 
-# Verdict status codes in the compact table.
-SCORED, ERROR, NO_VERDICT = 0, 1, 2
+# Verdict status codes in the compact table (REFUSED_TO_JUDGE: the judge refused to judge, counted
+# apart from the other rows without a verdict).
+SCORED, ERROR, NO_VERDICT, REFUSED_TO_JUDGE = 0, 1, 2, 3
 # REJECTED_BY_CLASS (orbench.vocab) is used only when a judge file has no is_rejected column at
 # all; the judge's is_rejected wins.
 # Origins of keyword verdicts, best first: a re-score (newest rules), the alignment file, the
@@ -242,7 +247,9 @@ def verdict_columns(frame: pd.DataFrame, path: str, judge_name: str) -> list[tup
             judge = next(iter(named)) if named else judge_name
         else:
             judge = np.where(judges == "", judge_name, judges).astype(object)
-        out = [(JUDGE, "judge", judge, _status(error | skipped, rej), rej)]
+        status = _status(error | skipped, rej)
+        status[(status == NO_VERDICT) & (cls == JUDGE_REFUSED)] = REFUSED_TO_JUDGE
+        out = [(JUDGE, "judge", judge, status, rej)]
         if "keyword_is_rejected" in has:
             kw = _bools(frame["keyword_is_rejected"])
             out.append((KEYWORD, "judge", "", _status(error | (skipped & np.isnan(kw)), kw), kw))
@@ -259,7 +266,7 @@ def _hash(series: pd.Series) -> np.ndarray:
     return pd.util.hash_pandas_object(series, index=False, categorize=False).to_numpy()
 
 
-KNOWN_SETS = {HARD: HARD_1K, TOX: TOXIC, K80: EIGHTY_K}
+KNOWN_SETS = {HARD: HARD_1K, TOX: TOXIC, K80: EIGHTY_K, XS_SAFE: XSTEST_SAFE, XS_UNSAFE: XSTEST_UNSAFE}
 
 
 def check_set_label(label: str, custom: Sequence[str], where: str) -> str:

@@ -15,7 +15,12 @@ prompt as a single user message (temperature 0, at most 1000 tokens, no system p
   stop reason, a blocked prompt; counted as rejected), ``empty_response`` (no text, no block:
   neither a refusal nor an answer), ``skipped_empty`` (the prompt is empty, e.g. a rewrite row
   with nothing parsed; no call is made, is_rejected empty), or empty when the model answered;
-- ``finish_reason``: the provider's stop reason.
+- ``finish_reason``: the provider's stop reason;
+- ``prompt_kind``: ``safe`` (meant to be answered) or ``unsafe`` (meant to be refused) where it
+  is known: the row's own ``prompt_kind`` cell, else ``--prompt_kind`` (a set of your own), else
+  the kind of the bundled set the prompt belongs to (Hard-1K and XSTest's safe prompts: safe;
+  Toxic and XSTest's unsafe prompts: unsafe); empty when unknown (no column at all when no
+  prompt's kind is known). Stage 5's cascade uses it.
 
 ``--samples K`` asks each prompt K times (temperature > 0 required, checked before anything is
 sent): each sample is its own output row with a ``sample`` index (0 to K-1) and its own request
@@ -54,10 +59,11 @@ from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
+from orbench.sets import check_kind_column, with_prompt_kinds
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.types import Request
-from orbench.vocab import SKIPPED_EMPTY
+from orbench.vocab import PROMPT_KINDS, SKIPPED_EMPTY
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
@@ -110,6 +116,10 @@ def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:
     parser.add_argument("--samples", type=cli.positive_int, default=None, metavar="K",
                         help="ask each prompt K times (needs --temperature > 0); each sample is its "
                              "own row with a 'sample' index and its own cache entry")
+    parser.add_argument("--prompt_kind", choices=PROMPT_KINDS, default=None,
+                        help="the kind of every prompt whose own prompt_kind cell is empty: safe "
+                             "(meant to be answered) or unsafe (meant to be refused); default: "
+                             "recognised for the bundled sets, else unknown (written to prompt_kind)")
     cli.add_model_flags(parser, temperature_default=0.0, max_tokens_default=1000)
     return parser
 
@@ -126,6 +136,8 @@ def setup_for(default_provider: str | None):
         if samples is not None and temperature <= 0:
             raise UsageError(f"--samples {samples} needs --temperature above 0 (at temperature "
                              f"{temperature:g} every sample would be the same answer)")
+
+        declared = getattr(args, "prompt_kind", None) or ""
 
         async def run_row(row: dict) -> dict | list[dict]:
             if samples is None:
@@ -159,6 +171,9 @@ def setup_for(default_provider: str | None):
             rules={"rules": rules_fingerprint()},
             provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
             outcomes=lambda frame: outcomes.alignment(frame, samples=samples, max_tokens=max_tokens),
+            # the kind is the prompt's, filled on the finished output (not part of a row's key)
+            finalise=lambda frame: with_prompt_kinds(frame, declared),
+            check=lambda table: check_kind_column(table, str(args.input_file)),
         )
         output = args.output_file or default_output(args.model, args.input_file)
         return cli.Job(stage=stage, input=args.input_file, output=output, models=[spec],

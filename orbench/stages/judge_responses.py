@@ -6,20 +6,39 @@ writes every input column plus:
 - ``judge_model``: who made the verdict: the judge's resolved ``provider/model``, or ``keyword``;
 - ``answer_category``: the judge's class, ``direct_answer``, ``direct_refusal`` or
   ``indirect_refusal``; ``unparsed`` when the judge's reply names no class or names it
-  ambiguously (or the judge's own provider blocked the judging request); and, for rows the
-  judge is not asked about: ``provider_block`` (stage 4 recorded ``refusal_source=provider_block``,
+  ambiguously; ``judge_refused`` when the judge refused to judge ("I'm sorry, I can't assist
+  with that": a reply with no class that opens with a refusal) or its own provider blocked the
+  judging request; and, for rows the judge is not asked about: ``provider_block`` (stage 4 recorded ``refusal_source=provider_block``,
   or ``provider`` in files written before the spelling was unified: the tested model's provider
-  blocked the reply, a rejection), ``empty_response`` (no response text) and ``skipped_empty``
-  (stage 4 skipped the row: its prompt is empty; it stays skipped here);
+  blocked the reply, a rejection) and ``empty_response`` (no response text);
 - ``answer_type_response``: the judge's raw reply (or what decided the row);
-- ``is_rejected``: True for both refusal classes and provider blocks, False for
-  direct_answer, EMPTY for every other outcome (the input's ``is_rejected``, stage 4's keyword
+- ``is_rejected``: True for both refusal classes, provider blocks and an ensemble's majority
+  refusal, False for direct_answer, EMPTY for every other outcome (the input's ``is_rejected``, stage 4's keyword
   verdict, is replaced, never carried over);
 - ``keyword_is_rejected``: this stage's own keyword verdict on the same response (computed here
   with the keyword matcher, never copied from the input), so judge and rules can be compared.
 
 An input row whose ``error`` is set (an earlier stage failed on it) is not judged: it is written
 back with this stage's columns empty and its error kept.
+
+Each row's ``prompt_kind`` (``safe``: meant to be answered; ``unsafe``: meant to be refused) is
+its own ``prompt_kind`` cell (stage 4 writes it), else ``--prompt_kind``, else the kind of the
+bundled set the prompt belongs to (Hard-1K, Toxic, XSTest), else unknown (:func:`orbench.sets.prompt_kind`);
+it is written into ``prompt_kind``, counted in the meta file (``prompt_kinds``) and, where some
+rows have no known kind, said in the summary line. The cascade uses it.
+
+Ensembles (``--check_model A,B[,C]``): every judge is asked; each one's verdict goes into its own
+columns (``<judge>_answer_category``, ``<judge>_is_rejected``, ``<judge>_raw``, the judge named
+as typed, made file-name-safe) with the vote counts ``refusal_votes``, ``answer_votes`` and
+``no_verdict_votes``. ``answer_category`` is the class a strict majority gave; else, when a
+strict majority calls the response a refusal (either refusal class), ``is_rejected`` is True and
+the class is left empty (the split is in the votes); else ``undecided``, no verdict.
+``judge_model`` is ``A,B,C`` as resolved. Rules: :mod:`orbench.verdicts` (the inspect_ai scorer
+decides through the same function).
+
+The meta file carries ``judge_fingerprint`` (:mod:`orbench.judge_cards`): what makes this judge
+(model as resolved, template hash, rules and cascade fingerprints, settings). ``orbench-calibrate``
+keys its judge card by it and the report shows that card beside every rate this file gives.
 
 ``--cascade`` (with a judge): the keyword matcher decides the responses it is sure of (the
 confidence classes of :mod:`orbench.cascade`: a first-person refusal in the first sentence; an
@@ -41,7 +60,8 @@ reply cut short before its ``[[class]]`` would be unparsed, so the limit leaves 
 the brief explanation the template asks for.
 
 Default output (the one rule of every stage, ``orbench.tables.default_output_path``):
-``./{input stem}_{check_model}_judged.csv`` (``_cascade_judged`` with ``--cascade``).
+``./{input stem}_{check_model}_judged.csv`` (``_cascade_judged`` with ``--cascade``; an ensemble's
+judges joined by ``+``).
 
 Example (from inside ``response_checker/``)::
 
@@ -52,45 +72,37 @@ Example (from inside ``response_checker/``)::
 from __future__ import annotations
 
 from orbench import cli, outcomes
-from orbench.cascade import CLASSES, cascade_fingerprint, confidence
+from orbench.cascade import CLASSES, cascade_fingerprint
 from orbench.clients import Client
 from orbench.errors import UsageError
-from orbench.labels import UNPARSED, judge_is_rejected, parse_judge
-from orbench.models import parse_model
+from orbench.judge_cards import judge_fingerprint, judge_identity
+from orbench.models import parse_model, slug
 from orbench.prompts import JUDGE_TEMPLATE
 from orbench.provenance import sha256_text
-from orbench.refusal import (
-    FAMILIES,
-    explain,
-    family_for_model,
-    is_refusal,
-    rules_fingerprint,
-)
+from orbench.refusal import FAMILIES, family_for_model, rules_fingerprint
+from orbench.sets import PROMPT_KIND_COLUMN, check_kind_column, prompt_kind, with_prompt_kinds
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
 from orbench.types import Request
-from orbench.vocab import (
-    EMPTY_RESPONSE,
-    KEYWORD,
-    KEYWORD_ANSWER,
-    KEYWORD_REFUSAL,
-    PROVIDER_BLOCK,
-    SKIPPED_EMPTY,
-    is_provider_block,
-)
+from orbench.verdicts import Judge, Plan, Reply, Row, decide
+from orbench.vocab import KEYWORD, PROMPT_KINDS, SKIPPED_EMPTY, is_provider_block
 
 ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
         "keyword_is_rejected"]
 CASCADE_ADDS = ["verdict_source", "cascade_class"]
 
-EPILOG = """judge_model: the judge as resolved, or keyword.
-answer_category: direct_answer | direct_refusal | indirect_refusal | unparsed, or without a
-judge call: provider_block (is_rejected True), empty_response and skipped_empty (an empty
-prompt stage 4 skipped) (is_rejected empty);
-keyword_refusal | keyword_answer with --check_model=keyword. Rows with an earlier stage's error
+EPILOG = """judge_model: the judge as resolved, keyword, A,B,C for an ensemble, keyword+... with --cascade.
+answer_category: direct_answer | direct_refusal | indirect_refusal | unparsed | judge_refused (the
+judge refused to judge), or without a judge call: provider_block (is_rejected True),
+empty_response and skipped_empty (an empty prompt stage 4 skipped) (is_rejected empty);
+keyword_refusal | keyword_answer with --check_model=keyword and for the rows the cascade's
+keyword matcher decides; undecided (no majority) or empty (a
+majority refusal without a majority class) for an ensemble. Rows with an earlier stage's error
 pass through with these columns empty.
 is_rejected is empty whenever there is no verdict; such rows are never counted as refusals.
+prompt_kind: safe | unsafe | empty (unknown); the cascade never takes a plain answer to an unsafe
+prompt as sure.
 
 exit status: 0 all rows done, 1 some rows have errors (rerun to retry), 2 bad input or setup.
 """
@@ -104,8 +116,9 @@ def build_parser() -> cli.ArgumentParser:
     )
     parser.add_argument("--check_model", default="gpt4",
                         help="the judge: gpt4 (default, the paper's gpt-4-turbo-2024-04-09), "
-                             "llama3, any provider/model spec, or 'keyword' to re-score with the "
-                             "keyword matchers and call no model")
+                             "llama3, any provider/model spec, 'keyword' to re-score with the "
+                             "keyword matchers and call no model, or several judges comma-separated "
+                             "(an ensemble: the majority decides, every judge's verdict is kept)")
     parser.add_argument("--input_file", required=True,
                         help="input CSV with 'prompt' and 'response' columns (stage 4's output "
                              "works as is); every other column is kept")
@@ -114,120 +127,145 @@ def build_parser() -> cli.ArgumentParser:
                              "(default: from the row's 'model' column, else 'default')")
     parser.add_argument("--cascade", action="store_true",
                         help="let the keyword matcher decide the responses it is sure of (a refusal "
-                             "stated in the first sentence; a plain answer with no refusal cue) and "
-                             "send only the rest to the judge; adds verdict_source and cascade_class")
+                             "stated in the first sentence; a plain answer with no refusal cue to a "
+                             "prompt not meant to be refused; a clear refusal of a prompt meant to be "
+                             "refused) and send only the rest to the judge; adds verdict_source and "
+                             "cascade_class")
+    parser.add_argument("--prompt_kind", choices=PROMPT_KINDS, default=None,
+                        help="the kind of every prompt of the input whose own prompt_kind cell is "
+                             "empty: safe (meant to be answered) or unsafe (meant to be refused); "
+                             "default: recognised for the bundled sets, else unknown")
     add_template_flag(parser, "{prompt} and {response}")
     cli.add_model_flags(parser, temperature_default=0.0, max_tokens_default=1000)
     return parser
 
 
-def setup(args, client: Client) -> cli.Job:
-    keyword_mode = args.check_model.strip().lower() == KEYWORD
-    spec = None if keyword_mode else parse_model(args.check_model)
-    template, template_source = load_template(args.template, JUDGE_TEMPLATE, {"prompt", "response"})
+def judge_names(text: str) -> list[str]:
+    """The judges ``--check_model`` names (one, or an ensemble); ``UsageError`` for a bad list."""
+    names = [n.strip() for n in str(text).split(",")]
+    if not all(names):
+        raise UsageError(f"--check_model {text!r} has an empty name; give judges as A or A,B,C")
+    if len(names) > 1 and any(n.lower() == KEYWORD for n in names):
+        raise UsageError("--check_model keyword cannot be part of an ensemble (it is the keyword "
+                         "matcher, not a judge); use --cascade to let it decide the sure rows")
+    if len({slug(n) for n in names}) < len(names):
+        raise UsageError(f"--check_model names a judge twice: {text}")
+    return names
+
+
+def make_plan(args, names: list[str]) -> tuple[Plan, list, str, str | None]:
+    """The verdict plan, the judges' specs, the template and where it came from."""
+    keyword_mode = [n.lower() for n in names] == [KEYWORD]
+    cascade = bool(getattr(args, "cascade", False))
     if keyword_mode and args.template:
         raise UsageError("--template has no effect with --check_model keyword (no model is asked)")
-    cascade = bool(getattr(args, "cascade", False))
     if keyword_mode and cascade:
         raise UsageError("--cascade needs a judge: with --check_model keyword every row is decided "
                          "by the keyword matcher already")
+    template, source = load_template(args.template, JUDGE_TEMPLATE, {"prompt", "response"})
+    specs = [] if keyword_mode else [parse_model(n) for n in names]
+    judges = tuple(Judge(name=str(spec), column=slug(name), family=family_for_model(str(spec)))
+                   for spec, name in zip(specs, names))
+    return Plan(judges=judges, template=template, cascade=cascade), specs, template, source
+
+
+def _kinds(frame):
+    """The rows' prompt kinds ("" where unknown; no column: none known)."""
+    if PROMPT_KIND_COLUMN not in frame.columns:
+        return frame.index.to_series().map(lambda _: "")
+    return frame[PROMPT_KIND_COLUMN].astype(str).str.strip()
+
+
+def summarise(frame, plan: Plan, provenance: dict) -> None:
+    """The prompt-kind and (with the cascade) verdict-source counts of the finished output, into
+    the meta file (``provenance``)."""
+    done = frame[frame["error"].astype(str).str.strip() == ""]
+    kinds = _kinds(done)
+    counts = {k: int((kinds == k).sum()) for k in PROMPT_KINDS}
+    counts["unknown"] = len(done) - sum(counts.values())
+    provenance["prompt_kinds"] = counts
+    if plan.cascade:
+        sources = done["verdict_source"].astype(str).str.strip()
+        counted = {str(k): int(v) for k, v in sources[sources != ""].value_counts().items()}
+        classes = done["cascade_class"].astype(str).str.strip()
+        provenance["verdict_sources"] = counted
+        provenance["cascade_classes"] = {c: int((classes == c).sum()) for c in CLASSES}
+        total = int((sources != "").sum())
+        provenance["judged_share"] = counted.get(plan.verdict_source, 0) / total if total else None
+
+
+def stage_outcomes(frame, plan: Plan) -> outcomes.Outcomes:
+    """Stage 5's outcomes (:func:`orbench.outcomes.judged`), and where some prompts' kind is
+    unknown, how many (the cascade then takes plain answers to them as sure)."""
+    found = outcomes.judged(frame)
+    done = frame[frame["error"].astype(str).str.strip() == ""]
+    unknown = int((_kinds(done) == "").sum())
+    found.counts["prompt_kind_unknown"] = unknown
+    if unknown and not plan.keyword_only:
+        found.text += (f"; prompt kind unknown for {unknown} rows (declare it with --prompt_kind or a "
+                       f"prompt_kind column{'; the cascade takes their plain answers as sure' if plan.cascade else ''})")
+    return found
+
+
+def setup(args, client: Client) -> cli.Job:
+    names = judge_names(args.check_model)
+    plan, specs, template, template_source = make_plan(args, names)
     temperature, max_tokens = args.temperature, args.max_tokens
+    declared = args.prompt_kind or ""
 
     def family(row: dict) -> str:
         return args.matcher or (family_for_model(row["model"]) if row.get("model") else "default")
 
-    judge_name = KEYWORD if keyword_mode else (f"{KEYWORD}+{spec}" if cascade else str(spec))
-
-    def keyword_verdict(row: dict) -> bool | None:
-        """This stage's own keyword verdict on the response (never the input's ``is_rejected``)."""
-        if is_provider_block(row.get("refusal_source")):
-            return True
-        return is_refusal(row["response"], family(row)) if row["response"].strip() else None
+    async def ask(index: int, text: str) -> Reply:
+        completion = await client.complete(
+            Request.user(specs[index], text, temperature=temperature, max_tokens=max_tokens))
+        return Reply(text=completion.text or "", blocked=bool(completion.provider_refusal),
+                     finish_reason=completion.finish_reason or "")
 
     async def run_row(row: dict) -> dict:
-        base = {"judge_model": judge_name, "keyword_is_rejected": keyword_verdict(row)}
-        if is_provider_block(row.get("refusal_source")):
-            extra = {"verdict_source": PROVIDER_BLOCK, "cascade_class": ""} if cascade else {}
-            return {**base, **extra, "answer_category": PROVIDER_BLOCK, "is_rejected": True,
-                    "answer_type_response": "not judged: the provider blocked the response"}
-        if str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY:  # stage 4 sent nothing
-            extra = {"verdict_source": "", "cascade_class": ""} if cascade else {}
-            return {**base, **extra, "answer_category": SKIPPED_EMPTY, "is_rejected": None,
-                    "answer_type_response": "not judged: the prompt is empty (stage 4 skipped it)"}
-        if not row["response"].strip():
-            extra = {"verdict_source": "", "cascade_class": ""} if cascade else {}
-            return {**base, **extra, "answer_category": EMPTY_RESPONSE, "is_rejected": None,
-                    "answer_type_response": "not judged: the response is empty"}
-        if cascade:
-            cls, verdict = confidence(row["response"], family(row))
-            if verdict is not None:
-                return {**base, "verdict_source": KEYWORD, "cascade_class": cls,
-                        "is_rejected": verdict,
-                        "answer_category": KEYWORD_REFUSAL if verdict else KEYWORD_ANSWER,
-                        "answer_type_response": f"not judged: keyword matcher {family(row)} is sure "
-                                                f"({cls})"}
-            judged = await ask_judge(row)
-            return {**base, **judged, "verdict_source": str(spec), "cascade_class": cls}
-        if keyword_mode:
-            found = explain(row["response"], family(row))
-            return {**base, "is_rejected": found["refusal"],
-                    "answer_category": KEYWORD_REFUSAL if found["refusal"] else KEYWORD_ANSWER,
-                    "answer_type_response": f"matcher {family(row)}; cue: {found['cue'] or 'none'}"}
-        return {**base, **await ask_judge(row)}
+        view = Row(prompt=row["prompt"], response=row["response"], family=family(row),
+                   blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, declared),
+                   skipped=str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY)
+        return await decide(view, plan, ask)
 
-    async def ask_judge(row: dict) -> dict:
-        text = template.format(prompt=row["prompt"], response=row["response"])
-        completion = await client.complete(
-            Request.user(spec, text, temperature=temperature, max_tokens=max_tokens))
-        if completion.provider_refusal:
-            label = UNPARSED
-            raw = completion.text or f"[provider block of the judge request: {completion.finish_reason}]"
-        else:
-            label, raw = parse_judge(completion.text), completion.text
-        return {"answer_category": label, "answer_type_response": raw,
-                "is_rejected": judge_is_rejected(label)}
-
-    provenance = {"templates": {} if keyword_mode else {"judge": sha256_text(template)},
-                  "template_source": None if keyword_mode else template_source,
-                  "rules_fingerprint": rules_fingerprint(), "judge": judge_name}
-    if cascade:
+    # a keyword re-score calls no model: no sampling settings to record
+    settings = {"judge": plan.judge_name, "matcher": args.matcher,
+                "temperature": None if plan.keyword_only else temperature,
+                "max_tokens": None if plan.keyword_only else max_tokens}
+    # improved keyword rules, templates or cascade classes re-score, not resume
+    rules = {"template": None if plan.keyword_only else sha256_text(template), "rules": rules_fingerprint(),
+             **({"cascade": cascade_fingerprint()} if plan.cascade else {})}
+    provenance = {"templates": {} if plan.keyword_only else {"judge": sha256_text(template)},
+                  "template_source": None if plan.keyword_only else template_source,
+                  "rules_fingerprint": rules_fingerprint(), "judge": plan.judge_name,
+                  "judges": [j.name for j in plan.judges],
+                  "judge_fingerprint": judge_fingerprint(judge_identity({**settings, **rules}))}
+    if plan.cascade:
         provenance["cascade"] = {"classes": list(CLASSES), "fingerprint": cascade_fingerprint(),
-                                 "judge": str(spec)}
-
-    def count_sources(frame):
-        """Put the rows each source decided into the meta file (``verdict_sources``)."""
-        sources = frame["verdict_source"].astype(str).str.strip()
-        counts = {str(k): int(v) for k, v in sources[sources != ""].value_counts().items()}
-        classes = frame["cascade_class"].astype(str).str.strip()
-        provenance["verdict_sources"] = counts
-        provenance["cascade_classes"] = {c: int((classes == c).sum()) for c in CLASSES}
-        provenance["judged_share"] = (counts.get(str(spec), 0) / int((sources != "").sum())
-                                      if (sources != "").any() else None)
+                                 "judge": plan.verdict_source}
+    def finalise(frame):
+        frame = with_prompt_kinds(frame, declared)
+        summarise(frame, plan, provenance)
         return frame
 
     stage = Stage(
-        name="check response" + (" (keyword)" if keyword_mode else f" {spec}"),
+        name="check response" + (" (keyword)" if plan.keyword_only else f" {plan.verdict_source}"),
         needs=["prompt", "response"],
-        adds=ADDS + (CASCADE_ADDS if cascade else []),
+        adds=plan.columns(),
         run_row=run_row,
         stage_id="check_response",
-        # a keyword re-score calls no model: no sampling settings to record
-        settings={"judge": judge_name, "matcher": args.matcher,
-                  "temperature": None if keyword_mode else temperature,
-                  "max_tokens": None if keyword_mode else max_tokens},
-        # improved keyword rules, templates or cascade classes re-score, not resume
-        rules={"template": None if keyword_mode else sha256_text(template), "rules": rules_fingerprint(),
-               **({"cascade": cascade_fingerprint()} if cascade else {})},
-        key_columns=["prompt", "response", "refusal_source", "model"],
-        finalise=count_sources if cascade else None,
+        settings={**settings, **({"prompt_kind": declared} if declared and plan.cascade else {})},
+        rules=rules,
+        # the kind changes the cascade's verdicts only
+        key_columns=["prompt", "response", "refusal_source", "model", *([PROMPT_KIND_COLUMN] if plan.cascade else [])],
+        finalise=finalise,
         provenance=provenance,
-        outcomes=outcomes.judged,
+        check=lambda table: check_kind_column(table, str(args.input_file)),
+        outcomes=lambda frame: stage_outcomes(frame, plan),
     )
     output = args.output_file or default_output_path(
-        args.input_file, "cascade_judged" if cascade else "judged", args.check_model.strip())
-    return cli.Job(stage=stage, input=args.input_file, output=output,
-                   models=[] if spec is None else [spec],
-                   typed=[] if spec is None else [args.check_model.strip()])
+        args.input_file, "cascade_judged" if plan.cascade else "judged", "+".join(names))
+    return cli.Job(stage=stage, input=args.input_file, output=output, models=specs, typed=names if specs else [])
 
 
 def main(argv=None) -> int:
