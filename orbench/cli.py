@@ -91,6 +91,8 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
         group.add_argument("--retry_upstream_errors", action="store_true",
                            help="also process input rows whose 'error' is set by an earlier stage "
                                 "(default: pass them through untouched, their error kept)")
+    else:  # not offered (nothing upstream), so never asked for: RunOptions reads it as off
+        parser.set_defaults(retry_upstream_errors=False)
     group.add_argument("--overwrite", action="store_true",
                        help="replace an existing output (finished or partly done) that was made with other "
                             "settings (default: stop with exit 2 naming the setting that differs, so a "
@@ -158,22 +160,52 @@ def _separator(text: str | None) -> str | None:
     return value
 
 
-def make_client(args: argparse.Namespace) -> Client:
+@dataclass(frozen=True)
+class RunOptions:
+    """The flags every stage shares (``add_model_flags``), read once from the parsed arguments.
+
+    The parser owns the defaults; nothing else reads these flags from ``args``.
+    """
+
+    output_file: str | None
+    limit: int | None
+    sep: str | None  # one character, or None: the one the input's header line uses
+    concurrency: int
+    retry_upstream: bool
+    overwrite: bool
+    quiet: bool
+    base_url: str | None
+    rpm: float | None
+    patience: float
+    timeout: float
+    max_retries: int
+    no_cache: bool
+    batch: bool
+    poll_interval: float
+    estimate: bool
+    prices: str | None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunOptions:
+        """The options of a parser built with ``add_model_flags``; ``UsageError`` for a bad --sep."""
+        return cls(output_file=args.output_file, limit=args.limit, sep=_separator(args.sep),
+                   concurrency=args.concurrency, retry_upstream=args.retry_upstream_errors,
+                   overwrite=args.overwrite, quiet=args.quiet, base_url=args.base_url, rpm=args.rpm,
+                   patience=args.patience, timeout=args.timeout, max_retries=args.max_retries,
+                   no_cache=args.no_cache, batch=args.batch, poll_interval=args.poll_interval,
+                   estimate=args.estimate, prices=args.prices)
+
+
+def make_client(options: RunOptions) -> Client:
     """A ``Client`` configured from the common model flags."""
-    if getattr(args, "batch", False) and getattr(args, "no_cache", False):
+    if options.batch and options.no_cache:
         raise UsageError("--batch needs the response cache (batch answers are stored there); drop --no_cache")
-    use_cache = not getattr(args, "no_cache", False)
-    if getattr(args, "estimate", False) and not default_cache_path().exists():
+    use_cache = not options.no_cache
+    if options.estimate and not default_cache_path().exists():
         use_cache = False  # --estimate writes nothing, not even an empty cache
-    return Client(
-        cache=Cache() if use_cache else None,
-        base_url=getattr(args, "base_url", None),
-        concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
-        rpm=getattr(args, "rpm", None),
-        timeout=getattr(args, "timeout", DEFAULT_TIMEOUT),
-        max_retries=getattr(args, "max_retries", DEFAULT_MAX_RETRIES),
-        patience=getattr(args, "patience", DEFAULT_PATIENCE),
-    )
+    return Client(cache=Cache() if use_cache else None, base_url=options.base_url,
+                  concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
+                  max_retries=options.max_retries, patience=options.patience)
 
 
 @dataclass
@@ -213,7 +245,7 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
     return " | ".join(parts)
 
 
-def send_pending(stage: Stage, table: pd.DataFrame, output: Path, args: argparse.Namespace,
+def send_pending(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions,
                  client: Client, models: Sequence[ModelSpec]) -> str | None:
     """``--estimate`` and ``--batch`` for the rows a run of ``stage`` on ``table`` would still do.
 
@@ -225,13 +257,10 @@ def send_pending(stage: Stage, table: pd.DataFrame, output: Path, args: argparse
     """
     from orbench import batch, pricing, providers
 
-    limit = getattr(args, "limit", None)
-    retry_upstream = getattr(args, "retry_upstream_errors", False)
-    todo = pending_records(stage, table, output, limit=limit, retry_upstream=retry_upstream)
+    todo = pending_records(stage, table, output, limit=options.limit, retry_upstream=options.retry_upstream)
     requests = asyncio.run(collect_requests(stage, list(todo.values()), client))
-    if getattr(args, "estimate", False):
-        return pricing.estimate_text(requests, rows=len(todo), batch=getattr(args, "batch", False),
-                                     prices_file=getattr(args, "prices", None))
+    if options.estimate:
+        return pricing.estimate_text(requests, rows=len(todo), batch=options.batch, prices_file=options.prices)
     # Providers with a batch API go through it; the others (e.g. a Together moderator in an
     # ensemble) are asked synchronously in the pass that follows.
     batched = {s.provider.name for s in models if batch.has_batch_api(s.provider)}
@@ -241,8 +270,7 @@ def send_pending(stage: Stage, table: pd.DataFrame, output: Path, args: argparse
                          f"{', '.join(providers.batch_providers())}")
     requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
     check_writable(output)  # before anything is submitted (and paid for)
-    batch.run_batches(requests, client, output, poll_interval=args.poll_interval,
-                      quiet=getattr(args, "quiet", False))
+    batch.run_batches(requests, client, output, poll_interval=options.poll_interval, quiet=options.quiet)
     client.answer_from_batches(batched)
     return None
 
@@ -252,21 +280,22 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Cl
     """Parse flags, run the job, report; returns the process exit code."""
     try:
         args = parser.parse_args(argv)
-        with keys_not_needed(getattr(args, "estimate", False)):  # --estimate sends nothing: no key asked
-            return _run(parser, setup, args, argv)
+        options = RunOptions.from_args(args)
+        with keys_not_needed(options.estimate):  # --estimate sends nothing: no key asked
+            return _run(setup, args, options, command_of(argv, setup.__module__))
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
 
 
-def _load(job: Job, args: argparse.Namespace, output: Path) -> tuple[pd.DataFrame, str, str | None]:
+def _load(job: Job, options: RunOptions, output: Path) -> tuple[pd.DataFrame, str, str | None]:
     """The job's input table, its name in messages, and (a file, not a URL) its absolute path."""
     if isinstance(job.input, pd.DataFrame):
         return job.input, job.input_name or "input", None
     input_path = resolve_input(job.input)
     if "://" not in str(input_path):
         input_path = str(Path(input_path).resolve())
-    table = read_table(job.input, job.stage.needs, sep=_separator(getattr(args, "sep", None)))
+    table = read_table(job.input, job.stage.needs, sep=options.sep)
     if Path(input_path).resolve() == output.resolve():
         raise UsageError(f"--output_file {output} would overwrite the input file; choose another")
     return table, job.input_name or str(job.input), input_path
@@ -305,40 +334,37 @@ def _say(job: Job, result: RunResult, client: Client, quiet: bool) -> int:
     return result.exit_code
 
 
-def _run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Client], Job],
-         args: argparse.Namespace, argv: Sequence[str] | None) -> int:
+def _run(setup: Callable[[argparse.Namespace, Client], Job], args: argparse.Namespace,
+         options: RunOptions, command: list[str]) -> int:
     """``run`` after the flags are parsed."""
     output = None
     try:
-        client = make_client(args)
+        client = make_client(options)
         job = setup(args, client)
         output = Path(job.output)
-        table, name, input_path = _load(job, args, output)
+        table, name, input_path = _load(job, options, output)
         if job.stage.check is not None:
             job.stage.check(table)
         for spec in job.models:
             client.prepare(spec)
-        overwrite = getattr(args, "overwrite", False)
-        if getattr(args, "estimate", False) or getattr(args, "batch", False):
-            check_existing(job.stage, table, output, overwrite=overwrite)  # before anything is submitted
-            estimate = send_pending(job.stage, table, output, args, client, job.models)
+        if options.estimate or options.batch:
+            check_existing(job.stage, table, output, overwrite=options.overwrite)  # before anything is submitted
+            estimate = send_pending(job.stage, table, output, options, client, job.models)
             if estimate is not None:
                 print(estimate)
                 return 0
-        result = run_stage(job.stage, table, output,
-                           concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
-                           limit=getattr(args, "limit", None), input_name=name, client=client,
-                           retry_upstream=getattr(args, "retry_upstream_errors", False),
-                           quiet=getattr(args, "quiet", False), overwrite=overwrite)
-        _write_meta(job, result, client, table, input_path, command_of(argv, getattr(setup, "__module__", None)))
+        result = run_stage(job.stage, table, output, concurrency=options.concurrency, limit=options.limit,
+                           input_name=name, client=client, retry_upstream=options.retry_upstream,
+                           quiet=options.quiet, overwrite=options.overwrite)
+        _write_meta(job, result, client, table, input_path, command)
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         where = f" in {progress_path_for(output)}" if output else ""
-        if output and getattr(args, "batch", False):
+        if output and options.batch:
             where += f" (submitted batches in {output.name}.batches.jsonl; a rerun resumes polling)"
         print(f"\ninterrupted: finished rows are saved{where}; rerun the same command to continue",
               file=sys.stderr)
         return 130
-    return _say(job, result, client, getattr(args, "quiet", False))
+    return _say(job, result, client, options.quiet)

@@ -132,12 +132,12 @@ def setup_for(default_provider: str | None):
         family = args.matcher or family_for_model(str(spec))
         system = args.system_prompt or None
         temperature, max_tokens = args.temperature, args.max_tokens
-        samples = getattr(args, "samples", None)
+        samples = args.samples
         if samples is not None and temperature <= 0:
             raise UsageError(f"--samples {samples} needs --temperature above 0 (at temperature "
                              f"{temperature:g} every sample would be the same answer)")
 
-        declared = getattr(args, "prompt_kind", None) or ""
+        declared = args.prompt_kind or ""
 
         async def run_row(row: dict) -> dict | list[dict]:
             if samples is None:

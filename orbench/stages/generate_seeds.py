@@ -56,7 +56,15 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.categories import CATEGORIES, check_category
-from orbench.cli import ArgumentParser, add_model_flags, command_of, make_client, positive_int, send_pending
+from orbench.cli import (
+    ArgumentParser,
+    RunOptions,
+    add_model_flags,
+    command_of,
+    make_client,
+    positive_int,
+    send_pending,
+)
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, keys_not_needed, parse_model, redact
@@ -253,7 +261,7 @@ def call_table(calls: int) -> pd.DataFrame:
     return pd.DataFrame({"call_index": [str(i) for i in range(calls)]})
 
 
-def estimate(stage: Stage, args, client: Client, spec: ModelSpec, prior: list[dict],
+def estimate(stage: Stage, args, options: RunOptions, client: Client, spec: ModelSpec, prior: list[dict],
              examples: frozenset[str], calls_path: Path, recorded: int) -> str:
     """The ``--estimate`` report: the calls recorded but not answered, plus the new calls needed
     to reach the target (one per 20 prompts still missing, within ``--limit``); nothing is sent
@@ -262,9 +270,9 @@ def estimate(stage: Stage, args, client: Client, spec: ModelSpec, prior: list[di
     found = len(tally(prior, calls, str(spec), args.category, examples).rows)
     needed = max(0, math.ceil((args.num_toxic_prompts - found) / PER_CALL))
     total = recorded + needed
-    if args.limit is not None:
-        total = min(total, max(args.limit, recorded))
-    return send_pending(stage, call_table(total), calls_path, args, client, [spec])
+    if options.limit is not None:
+        total = min(total, max(options.limit, recorded))
+    return send_pending(stage, call_table(total), calls_path, options, client, [spec])
 
 
 def read_calls(calls_path: Path) -> list[dict]:
@@ -277,44 +285,45 @@ def generate(args, command: list[str] | None = None) -> int:
     """Run the stage for parsed ``args``; returns the exit code (see the module docstring).
     ``command`` is what the meta file records as the command (default: this process's)."""
     started = time.time()
+    options = RunOptions.from_args(args)
     spec = parse_model(args.model)
     category, target, stale_limit = args.category, args.num_toxic_prompts, args.max_stale_calls
-    output = Path(args.output_file) if args.output_file else Path.cwd() / f"{category}_prompts.csv"
+    output = Path(options.output_file) if options.output_file else Path.cwd() / f"{category}_prompts.csv"
     calls_path = output.with_name(output.name + ".calls.csv")
     template, template_source = load_template(args.template, SEED_TEMPLATE, {"count", "category"})
     examples = example_forms(template.format(count=PER_CALL, category=category))
-    client = make_client(args)
+    client = make_client(options)
     client.prepare(spec)  # a missing key fails here, before any request
     stage = make_stage(spec, client, category, args.temperature, args.max_tokens, template)
     check_writable(output)
-    notes = guard_output(stage, output, calls_path, args.overwrite, remove=not args.estimate)
+    notes = guard_output(stage, output, calls_path, options.overwrite, remove=not options.estimate)
     prior = read_prior(output, category)
 
     total = recorded_calls(stage, calls_path)  # replayed for free, even beyond --limit
-    if args.estimate:
-        print(estimate(stage, args, client, spec, prior, examples, calls_path, total))
+    if options.estimate:
+        print(estimate(stage, args, options, client, spec, prior, examples, calls_path, total))
         return 0
     calls: list[dict] = []
     resumed = total
     while True:
         if total:
             table = call_table(total)
-            if args.batch:  # this round's calls through the batch API, then read from the cache
-                send_pending(stage, table, calls_path, args, client, [spec])
-            run_stage(stage, table, calls_path, concurrency=args.concurrency, input_name="call table",
-                      client=client, quiet=args.quiet, meta_path=meta_path_for(output))
+            if options.batch:  # this round's calls through the batch API, then read from the cache
+                send_pending(stage, table, calls_path, options, client, [spec])
+            run_stage(stage, table, calls_path, concurrency=options.concurrency, input_name="call table",
+                      client=client, quiet=options.quiet, meta_path=meta_path_for(output))
             calls = read_calls(calls_path)
         state = tally(prior, calls, str(spec), category, examples)
         found = len(state.rows)
         if found >= target or state.failed or state.stale_streak >= stale_limit:
             break
-        if args.limit is not None and total >= args.limit:
+        if options.limit is not None and total >= options.limit:
             break
         # Rounds are capped so that a model that has run dry wastes at most one round.
-        step = min(math.ceil((target - found) / PER_CALL), max(stale_limit, args.concurrency))
-        if args.limit is not None:
-            step = min(step, args.limit - total)
-        if total and not args.quiet:
+        step = min(math.ceil((target - found) / PER_CALL), max(stale_limit, options.concurrency))
+        if options.limit is not None:
+            step = min(step, options.limit - total)
+        if total and not options.quiet:
             print(f"{found} of {target} unique prompts after {total} calls; asking {step} more",
                   file=sys.stderr)
         total += step
@@ -325,7 +334,7 @@ def generate(args, command: list[str] | None = None) -> int:
     write_meta(stage, spec, args, client, output, total, state, len(rows), template_source, started, command)
     s = client.stats
     repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
-    if not args.quiet:
+    if not options.quiet:
         print(f"generate {category}: {len(rows)} of {target} prompts -> {output} | {total} calls "
               f"({total - resumed} new, {resumed} resumed, {state.failed} failed), "
               f"{state.duplicates} duplicates dropped{repeats} | requests {s.sent} sent, "
@@ -342,7 +351,7 @@ def generate(args, command: list[str] | None = None) -> int:
               f"{target} found; the model seems to have run dry for {category!r} (raise "
               f"--max_stale_calls to keep trying, or lower --num_toxic_prompts)", file=sys.stderr)
         return 1
-    print(f"stopped at --limit={args.limit} calls with {len(rows)} of {target} prompts (a trial "
+    print(f"stopped at --limit={options.limit} calls with {len(rows)} of {target} prompts (a trial "
           f"run); rerun without --limit to continue", file=sys.stderr)
     return 0
 

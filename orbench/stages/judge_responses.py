@@ -156,7 +156,7 @@ def judge_names(text: str) -> list[str]:
 def make_plan(args, names: list[str]) -> tuple[Plan, list, str, str | None]:
     """The verdict plan, the judges' specs, the template and where it came from."""
     keyword_mode = [n.lower() for n in names] == [KEYWORD]
-    cascade = bool(getattr(args, "cascade", False))
+    cascade = args.cascade
     if keyword_mode and args.template:
         raise UsageError("--template has no effect with --check_model keyword (no model is asked)")
     if keyword_mode and cascade:
