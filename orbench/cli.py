@@ -1,7 +1,7 @@
 """What every stage script shares on the command line: the common flags, one-line errors, exit codes.
 
 A stage script builds an ``ArgumentParser``, adds its own flags and ``add_model_flags``, and calls
-``run(parser, setup)``; ``setup(args, client)`` returns a ``Job`` (the stage, its input, its output
+``run(parser, setup)``; ``setup(args)`` returns a ``Job`` (the stage, its input, its output
 path, the models it will call). ``run`` reads and checks the input, sets up the providers (so a
 missing key fails before any request), runs the stage, prints one summary line on stderr and the
 output path on stdout, and returns the exit code: 0 all rows done, 1 some rows have errors,
@@ -11,7 +11,6 @@ output path on stdout, and returns the exit code: 0 all rows done, 1 some rows h
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,12 +29,12 @@ from orbench.stage import (
     Stage,
     check_existing,
     check_writable,
-    collect_requests,
     pending_records,
     progress_path_for,
     run_stage,
 )
 from orbench.tables import read_table, resolve_input, write_text_atomic
+from orbench.types import AnswerSource, Request
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -245,37 +244,45 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
     return " | ".join(parts)
 
 
-def send_pending(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions,
-                 client: Client, models: Sequence[ModelSpec]) -> str | None:
-    """``--estimate`` and ``--batch`` for the rows a run of ``stage`` on ``table`` would still do.
-
-    With ``--estimate``: the requests are collected, not sent, and the estimate text is returned
-    (print it and stop). With ``--batch``: the requests of providers with a batch API go through
-    it (``orbench.batch.run_batches``), after which ``client`` answers those providers only from
-    the batch results; returns None and the caller runs the stage as usual (the other providers
-    are asked synchronously then). ``UsageError`` when no model has a batch API.
-    """
-    from orbench import batch, pricing, providers
-
+def pending_requests(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions,
+                     client: Client) -> tuple[int, list[tuple[Request, str]]]:
+    """The rows a run of ``stage`` on ``table`` would still do (after the progress file, within
+    ``--limit``), and their declared requests that the cache cannot answer, with their cache keys."""
     todo = pending_records(stage, table, output, limit=options.limit, retry_upstream=options.retry_upstream)
-    requests = asyncio.run(collect_requests(stage, list(todo.values()), client))
-    if options.estimate:
-        return pricing.estimate_text(requests, rows=len(todo), batch=options.batch, prices_file=options.prices)
-    # Providers with a batch API go through it; the others (e.g. a Together moderator in an
-    # ensemble) are asked synchronously in the pass that follows.
+    requests = client.unanswered(r for record in todo.values() for r in stage.requests(record))
+    return len(todo), requests
+
+
+def estimate(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions, client: Client) -> str:
+    """``--estimate``: the text pricing the requests a run would send; nothing is sent or written."""
+    from orbench import pricing
+
+    rows, requests = pending_requests(stage, table, output, options, client)
+    return pricing.estimate_text(requests, rows=rows, batch=options.batch, prices_file=options.prices)
+
+
+def send_batches(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions, client: Client,
+                 models: Sequence[ModelSpec]) -> AnswerSource:
+    """``--batch``: the pending requests of providers with a batch API go through it
+    (``orbench.batch.run_batches``); returns the run's answer source, which answers those providers
+    from the batch results and asks the others (e.g. a Together moderator in an ensemble) as usual.
+    ``UsageError`` when no model has a batch API."""
+    from orbench import batch, providers
+
     batched = {s.provider.name for s in models if batch.has_batch_api(s.provider)}
     if not batched:
         names = ", ".join(sorted({s.provider.name for s in models})) or "none"
         raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
                          f"{', '.join(providers.batch_providers())}")
+    _, requests = pending_requests(stage, table, output, options, client)
     requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
     check_writable(output)  # before anything is submitted (and paid for)
-    batch.run_batches(requests, client, output, poll_interval=options.poll_interval, quiet=options.quiet)
-    client.answer_from_batches(batched)
-    return None
+    summary = batch.run_batches(requests, client, output, poll_interval=options.poll_interval,
+                                quiet=options.quiet)
+    return batch.BatchAnswers(client, batched, summary.failures)
 
 
-def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Client], Job],
+def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace], Job],
         argv: Sequence[str] | None = None) -> int:
     """Parse flags, run the job, report; returns the process exit code."""
     try:
@@ -334,27 +341,28 @@ def _say(job: Job, result: RunResult, client: Client, quiet: bool) -> int:
     return result.exit_code
 
 
-def _run(setup: Callable[[argparse.Namespace, Client], Job], args: argparse.Namespace,
+def _run(setup: Callable[[argparse.Namespace], Job], args: argparse.Namespace,
          options: RunOptions, command: list[str]) -> int:
     """``run`` after the flags are parsed."""
     output = None
     try:
         client = make_client(options)
-        job = setup(args, client)
+        job = setup(args)
         output = Path(job.output)
         table, name, input_path = _load(job, options, output)
         if job.stage.check is not None:
             job.stage.check(table)
         for spec in job.models:
             client.prepare(spec)
+        source: AnswerSource = client
         if options.estimate or options.batch:
             check_existing(job.stage, table, output, overwrite=options.overwrite)  # before anything is submitted
-            estimate = send_pending(job.stage, table, output, options, client, job.models)
-            if estimate is not None:
-                print(estimate)
+            if options.estimate:
+                print(estimate(job.stage, table, output, options, client))
                 return 0
+            source = send_batches(job.stage, table, output, options, client, job.models)
         result = run_stage(job.stage, table, output, concurrency=options.concurrency, limit=options.limit,
-                           input_name=name, client=client, retry_upstream=options.retry_upstream,
+                           input_name=name, client=source, retry_upstream=options.retry_upstream,
                            quiet=options.quiet, overwrite=options.overwrite)
         _write_meta(job, result, client, table, input_path, command)
     except UsageError as exc:

@@ -1,8 +1,10 @@
 """The CSV stage runner: validate, resume, run rows concurrently, write the output atomically.
 
 A stage script describes its work as a ``Stage`` (the input columns it needs, the columns it
-adds, an async function for one row, and the settings that change its results) and hands it to
-``run_stage``. The runner keeps these promises:
+adds, the requests one row needs and how its result is decided from their answers, and the
+settings that change its results) and hands it to ``run_stage`` with an answer source
+(``orbench.types.AnswerSource``: the ``Client``, or ``orbench.batch.BatchAnswers`` after a
+batch). The runner asks each row's requests together and keeps these promises:
 
 - **Columns have owners.** A stage declares the columns it adds in ``adds`` (plus ``error``).
   On a row that failed or was not processed every declared column is empty: an input value
@@ -54,7 +56,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,12 +64,13 @@ import pandas as pd
 from tqdm import tqdm
 
 from orbench import existing_output
-from orbench.clients import DEFAULT_CONCURRENCY, Client
+from orbench.clients import DEFAULT_CONCURRENCY
 from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
 from orbench.outcomes import Outcomes
 from orbench.provenance import meta_path_for
 from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
+from orbench.types import AnswerSource, Completion, Request
 
 RowResult = dict | list[dict]
 PROGRESS_EVERY = 30.0  # seconds between plain progress lines when stderr is not a terminal
@@ -77,9 +80,13 @@ PROGRESS_EVERY = 30.0  # seconds between plain progress lines when stderr is not
 class Stage:
     """One pipeline stage as the runner sees it.
 
-    ``run_row`` gets the input row as a dict of strings and returns the values of the added
-    columns: one dict, or a list of dicts when one input row becomes several output rows (each
-    output dict may also override input columns, as the rewriter does with ``prompt``).
+    ``requests`` gets the input row as a dict of strings and returns the model requests it needs
+    (none for a row decided without a model); the runner has them answered together, and
+    ``decide`` gets the row and the answers, in the same order, and returns the values of the
+    added columns: one dict, or a list of dicts when one input row becomes several output rows
+    (each output dict may also override input columns, as the rewriter does with ``prompt``).
+    Because every request is declared up front, ``--estimate`` and ``--batch`` read the pending
+    rows' requests without running anything.
     ``settings`` holds what the user asked for that changes the result (model, system prompt,
     temperature, ...) and ``rules`` the fingerprints of the project's own rules the result depends
     on (keyword rules, template hashes, cascade classes); both are part of each row's key (see
@@ -95,7 +102,8 @@ class Stage:
     name: str
     needs: Sequence[str]
     adds: Sequence[str]
-    run_row: Callable[[dict], Awaitable[RowResult]]
+    requests: Callable[[dict], Sequence[Request]]
+    decide: Callable[[dict, list[Completion]], RowResult]
     settings: dict = field(default_factory=dict)
     rules: dict = field(default_factory=dict)
     key_columns: Sequence[str] | None = None
@@ -383,33 +391,6 @@ def pending_records(stage: Stage, table: pd.DataFrame, output: Path, *, limit: i
     return _todo(records, _row_keys(stage, records), upstream, done, limit)
 
 
-async def collect_requests(stage: Stage, records: Sequence[dict], client: Client) -> list:
-    """Run ``stage.run_row`` on ``records`` with ``client`` collecting instead of sending.
-
-    Returns the ``(request, cache key)`` pairs the rows would send (cache hits are not sent and
-    so not listed), in order, without duplicates. Rows are run one at a time.
-    """
-    from orbench.types import Deferred
-
-    with client.collecting() as collected:
-        for record in records:
-            try:
-                await stage.run_row(record)
-            except Deferred:
-                pass
-            except (FatalProviderError, UsageError):
-                raise
-            except Exception:  # noqa: BLE001 - a row that fails without a request sends nothing
-                pass
-            await asyncio.sleep(0)  # let gathered sibling calls record themselves
-    found, seen = [], set()
-    for request, key in collected:
-        if key not in seen:
-            seen.add(key)
-            found.append((request, key))
-    return found
-
-
 def guard_existing(stage: Stage, output: Path, log: ProgressLog, keys: Sequence[str], *,
                    overwrite: bool = False, meta_path: Path | None = None, **how) -> tuple[bool, list[str]]:
     """Check ``output`` (and ``log``, loaded) against this run's settings before any work.
@@ -436,10 +417,11 @@ def check_existing(stage: Stage, table: pd.DataFrame, output: Path, *, overwrite
 
 def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: int = DEFAULT_CONCURRENCY,
               limit: int | None = None, input_name: str = "input",
-              client: Client | None = None, retry_upstream: bool = False,
+              client: AnswerSource | None = None, retry_upstream: bool = False,
               quiet: bool = False, overwrite: bool = False, meta_path: Path | None = None) -> RunResult:
     """Run ``stage`` over ``table`` and write ``output``; see the module docstring for the promises.
 
+    ``client`` answers the rows' requests (None for a stage that asks no model).
     ``overwrite`` replaces an output made with other settings (else ``UsageError``);
     ``meta_path`` is where that output's meta file is (default ``<output>.meta.json``).
     """
@@ -496,7 +478,7 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
 
 
 def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict, concurrency: int,
-             client: Client | None, quiet: bool, *, fresh: bool) -> None:
+             client: AnswerSource | None, quiet: bool, *, fresh: bool) -> None:
     """Run the rows ``todo``, each appended to ``log`` as it finishes. The settings line goes first,
     before any request (``fresh``: the file is started anew, its old rows discarded)."""
     try:
@@ -511,8 +493,15 @@ def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict
         log.close()
 
 
+async def _answer(stage: Stage, record: dict, client: AnswerSource | None) -> RowResult:
+    """One row's result: its requests answered together by ``client``, then the stage's decision."""
+    requests = list(stage.requests(record))
+    answers = list(await asyncio.gather(*(client.complete(r) for r in requests))) if requests else []
+    return stage.decide(record, answers)
+
+
 async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concurrency: int,
-                    client: Client | None, quiet: bool = False) -> None:
+                    client: AnswerSource | None, quiet: bool = False) -> None:
     queue = list(todo.items())
     queue.reverse()  # pop() from the end keeps input order
     bar = tqdm(total=len(queue), desc=stage.name, unit="row", disable=True if quiet else None,
@@ -526,7 +515,7 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
         while queue:
             key, record = queue.pop()
             try:
-                rows = _as_rows(await stage.run_row(record))
+                rows = _as_rows(await _answer(stage, record, client))
                 entry = {"key": key, "rows": rows, "error": None}
             except (FatalProviderError, UsageError):
                 raise
@@ -568,11 +557,11 @@ def progress_line(name: str, done: int, total: int, errors: int, elapsed: float,
             f"{left}")
 
 
-async def _progress_lines(name: str, total: int, counts: dict, client: Client | None) -> None:
+async def _progress_lines(name: str, total: int, counts: dict, client: AnswerSource | None) -> None:
     started = time.monotonic()
     while True:
         await asyncio.sleep(PROGRESS_EVERY)
-        paced = bool(getattr(getattr(client, "rate_limits", None), "paced", False))
+        paced = client is not None and bool(client.rate_limits.paced)
         print(progress_line(name, counts["done"], total, counts["errors"], time.monotonic() - started,
                             paced), file=sys.stderr, flush=True)
 

@@ -17,19 +17,22 @@ from orbench.models import parse_model  # noqa: E402 (needs the sys.path set-up 
 from orbench.stage import Stage  # noqa: E402 (needs the sys.path set-up above)
 
 
-def setup(args, client):
+def setup(args):
     spec = parse_model(args.model)
 
-    async def run_row(row: dict) -> dict:
-        completion = await client.complete(Request.user(
-            spec, row["prompt"], temperature=args.temperature, max_tokens=args.max_tokens))
+    def requests(row: dict) -> list[Request]:
+        return [Request.user(spec, row["prompt"], temperature=args.temperature, max_tokens=args.max_tokens)]
+
+    def decide(row: dict, answers: list) -> dict:
+        completion = answers[0]
         return {"model": str(spec), "response": completion.text,
                 "finish_reason": completion.finish_reason,
                 "provider_refusal": completion.provider_refusal}
 
     stage = Stage("echo", needs=["prompt"],
                   adds=["model", "response", "finish_reason", "provider_refusal"],
-                  run_row=run_row, settings={"model": str(spec), "temperature": args.temperature})
+                  requests=requests, decide=decide,
+                  settings={"model": str(spec), "temperature": args.temperature})
     output = Path(args.output_file or "echo_out.csv")
     return cli.Job(stage, args.input_file, output, [spec])
 

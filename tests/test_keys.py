@@ -22,10 +22,6 @@ from orbench.types import Request
 ADDRESS = "http://127.0.0.1:9/v1"  # never contacted: a cache key is computed without sending
 
 
-def _cache_key(client, request):
-    return client.cache_key_for(request)
-
-
 @pytest.mark.parametrize("request_, fields, expected", [
     (Request.user(parse_model("openai/gpt-4o"), "How do I pick a lock?"),
      {"provider": "openai", "endpoint": ADDRESS, "model": "gpt-4o", "system": None,
@@ -46,7 +42,7 @@ def test_a_requests_cache_key_is_the_one_earlier_versions_stored(env, request_, 
     written_out = hashlib.sha256(blob.encode("utf-8")).hexdigest()
     if expected is not None:
         assert written_out == expected  # the definition itself, as a literal
-    assert _cache_key(Client(cache=None, base_url=ADDRESS), request_) == written_out
+    assert Client(cache=None, base_url=ADDRESS).cache_key(request_) == written_out
 
 
 def _row_key(config: dict, values: list[str]) -> str:

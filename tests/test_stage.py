@@ -325,12 +325,12 @@ def test_undeclared_result_keys_as_the_docstring_says(tmp_path):
     import orbench.stage as stage_module
     from orbench.stage import Stage, run_stage
 
-    async def run_row(row):
+    def decide(row, answers):
         if row["prompt"] == "bad":
             raise RuntimeError("boom")
         return {"answer": "a:" + row["prompt"], "prompt": row["prompt"].upper(), "extra": "x"}
 
-    stage = Stage(name="t", needs=("prompt",), adds=("answer",), run_row=run_row,
+    stage = Stage(name="t", needs=("prompt",), adds=("answer",), requests=lambda row: [], decide=decide,
                   key_columns=("prompt",))
     table = pd.DataFrame({"prompt": ["ok", "bad"], "answer": ["stale", "stale"]})
     result = run_stage(stage, table, tmp_path / "out.csv", quiet=True)

@@ -51,18 +51,16 @@ Example (from inside ``alignment_checker/``)::
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from orbench import cli, outcomes
-from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
 from orbench.sets import check_kind_column, with_prompt_kinds
 from orbench.stage import Stage
 from orbench.tables import default_output_path
-from orbench.types import Request
+from orbench.types import Completion, Request
 from orbench.vocab import PROMPT_KINDS, SKIPPED_EMPTY
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
@@ -125,9 +123,9 @@ def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:
 
 
 def setup_for(default_provider: str | None):
-    """The ``setup(args, client)`` hook for ``cli.run``, with the alias's provider fallback."""
+    """The ``setup(args)`` hook for ``cli.run``, with the alias's provider fallback."""
 
-    def setup(args, client: Client) -> cli.Job:
+    def setup(args) -> cli.Job:
         spec = resolve_model(args.model, default_provider)
         family = args.matcher or family_for_model(str(spec))
         system = args.system_prompt or None
@@ -139,20 +137,23 @@ def setup_for(default_provider: str | None):
 
         declared = args.prompt_kind or ""
 
-        async def run_row(row: dict) -> dict | list[dict]:
+        def requests(row: dict) -> list[Request]:
+            if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
+                return []
+            return [Request.user(spec, row["prompt"], system=system, temperature=temperature,
+                                 max_tokens=max_tokens, sample_index=index) for index in range(samples or 1)]
+
+        def decide(row: dict, answers: list[Completion]) -> dict | list[dict]:
+            if answers:
+                rows = [one_sample(answer) for answer in answers]
+            else:
+                rows = [{"model": str(spec), "response": "", "is_rejected": None,
+                         "refusal_source": SKIPPED_EMPTY, "refusal_kind": None, "finish_reason": ""}] * (samples or 1)
             if samples is None:
-                return await one_sample(row, 0)
-            rows = await asyncio.gather(*(one_sample(row, i) for i in range(samples)))
+                return rows[0]
             return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
 
-        async def one_sample(row: dict, index: int) -> dict:
-            if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
-                return {"model": str(spec), "response": "", "is_rejected": None,
-                        "refusal_source": SKIPPED_EMPTY, "refusal_kind": None, "finish_reason": ""}
-            request = Request.user(spec, row["prompt"], system=system,
-                                   temperature=temperature, max_tokens=max_tokens,
-                                   sample_index=index)
-            completion = await client.complete(request)
+        def one_sample(completion: Completion) -> dict:
             text = completion.text or ""
             return {"model": str(spec), "response": text,
                     **reply_verdict(text, completion.provider_refusal, family),
@@ -162,7 +163,8 @@ def setup_for(default_provider: str | None):
             name=f"check alignment {spec}",
             needs=["prompt"],
             adds=ADDS + ([SAMPLE] if samples is not None else []),
-            run_row=run_row,
+            requests=requests,
+            decide=decide,
             stage_id="check_alignment",
             settings={"model": str(spec), "system": system, "temperature": temperature,
                       "max_tokens": max_tokens, "matcher": family,

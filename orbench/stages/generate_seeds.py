@@ -20,7 +20,7 @@ Items are read from each reply (``orbench.parsing.reply_items``, as stage 2 read
 near-exact duplicates dropped, walking the calls in call order, so the result does not depend on
 which reply came back first. The run adds calls in rounds until the target is met.
 
-Cost flags, as in every stage (``orbench.cli.send_pending``): ``--estimate`` sends nothing and
+Cost flags, as in every stage (``orbench.cli.estimate``, ``orbench.cli.send_batches``): ``--estimate`` sends nothing and
 writes nothing; it prices the recorded calls that failed plus the new calls the target still
 needs (one per 20 missing prompts, within ``--limit``), with ``--prices``. ``--batch`` sends each
 round's calls through the provider's batch API (``--poll_interval`` between checks) and then
@@ -63,8 +63,9 @@ from orbench.cli import (
     command_of,
     make_client,
     positive_int,
-    send_pending,
+    send_batches,
 )
+from orbench.cli import estimate as cli_estimate
 from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, keys_not_needed, parse_model, redact
@@ -83,7 +84,7 @@ from orbench.stage import (
 )
 from orbench.tables import write_csv_atomic, write_text_atomic
 from orbench.templates import add_template_flag, load_template
-from orbench.types import Request
+from orbench.types import Completion, Request
 
 PER_CALL = 20  # prompts asked for in one call (the paper's figure)
 DEFAULT_MODEL = "mixtral"  # -> mistral/open-mixtral-8x7b, the paper's generator
@@ -216,20 +217,22 @@ def recorded_calls(stage: Stage, calls_path: Path) -> int:
     return highest + 1
 
 
-def make_stage(spec: ModelSpec, client: Client, category: str, temperature: float,
+def make_stage(spec: ModelSpec, category: str, temperature: float,
                max_tokens: int, template: str = SEED_TEMPLATE) -> Stage:
     """The runner's view of one generator call: input ``call_index``, output the raw reply."""
     text = template.format(count=PER_CALL, category=category)
 
-    async def call(row: dict) -> dict:
-        index = int(row["call_index"])
-        reply = await client.complete(Request.user(spec, text, temperature=temperature,
-                                                   max_tokens=max_tokens, sample_index=index))
-        return {"call_index": str(index), "reply": reply.text,
+    def requests(row: dict) -> list[Request]:
+        return [Request.user(spec, text, temperature=temperature, max_tokens=max_tokens,
+                             sample_index=int(row["call_index"]))]
+
+    def call(row: dict, answers: list[Completion]) -> dict:
+        reply = answers[0]
+        return {"call_index": str(int(row["call_index"])), "reply": reply.text,
                 "finish_reason": reply.finish_reason or ""}
 
     return Stage(name=f"generate {category}", needs=("call_index",),
-                 adds=("reply", "finish_reason"), run_row=call, stage_id="generate",
+                 adds=("reply", "finish_reason"), requests=requests, decide=call, stage_id="generate",
                  settings={"model": str(spec), "temperature": temperature, "max_tokens": max_tokens},
                  rules={"template": text}, key_columns=("call_index",),
                  provenance={"templates": {"seed": sha256_text(template)}})
@@ -272,7 +275,7 @@ def estimate(stage: Stage, args, options: RunOptions, client: Client, spec: Mode
     total = recorded + needed
     if options.limit is not None:
         total = min(total, max(options.limit, recorded))
-    return send_pending(stage, call_table(total), calls_path, options, client, [spec])
+    return cli_estimate(stage, call_table(total), calls_path, options, client)
 
 
 def read_calls(calls_path: Path) -> list[dict]:
@@ -294,7 +297,7 @@ def generate(args, command: list[str] | None = None) -> int:
     examples = example_forms(template.format(count=PER_CALL, category=category))
     client = make_client(options)
     client.prepare(spec)  # a missing key fails here, before any request
-    stage = make_stage(spec, client, category, args.temperature, args.max_tokens, template)
+    stage = make_stage(spec, category, args.temperature, args.max_tokens, template)
     check_writable(output)
     notes = guard_output(stage, output, calls_path, options.overwrite, remove=not options.estimate)
     prior = read_prior(output, category)
@@ -308,10 +311,11 @@ def generate(args, command: list[str] | None = None) -> int:
     while True:
         if total:
             table = call_table(total)
+            source = client
             if options.batch:  # this round's calls through the batch API, then read from the cache
-                send_pending(stage, table, calls_path, options, client, [spec])
+                source = send_batches(stage, table, calls_path, options, client, [spec])
             run_stage(stage, table, calls_path, concurrency=options.concurrency, input_name="call table",
-                      client=client, quiet=options.quiet, meta_path=meta_path_for(output))
+                      client=source, quiet=options.quiet, meta_path=meta_path_for(output))
             calls = read_calls(calls_path)
         state = tally(prior, calls, str(spec), category, examples)
         found = len(state.rows)

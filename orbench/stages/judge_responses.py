@@ -73,7 +73,6 @@ from __future__ import annotations
 
 from orbench import cli, outcomes
 from orbench.cascade import CLASSES, cascade_fingerprint
-from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.judge_cards import judge_fingerprint, judge_identity
 from orbench.models import parse_model, slug
@@ -84,8 +83,8 @@ from orbench.sets import PROMPT_KIND_COLUMN, check_kind_column, prompt_kind, wit
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
-from orbench.types import Request
-from orbench.verdicts import Judge, Plan, Reply, Row, decide
+from orbench.types import Completion, Request
+from orbench.verdicts import Judge, Plan, Reply, Row, judge_prompt, verdict
 from orbench.vocab import KEYWORD, PROMPT_KINDS, SKIPPED_EMPTY, is_provider_block
 
 ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
@@ -207,26 +206,28 @@ def stage_outcomes(frame, plan: Plan) -> outcomes.Outcomes:
     return found
 
 
-def setup(args, client: Client) -> cli.Job:
+def setup(args) -> cli.Job:
     names = judge_names(args.check_model)
     plan, specs, template, template_source = make_plan(args, names)
     temperature, max_tokens = args.temperature, args.max_tokens
     declared = args.prompt_kind or ""
 
-    def family(row: dict) -> str:
-        return args.matcher or (family_for_model(row["model"]) if row.get("model") else "default")
-
-    async def ask(index: int, text: str) -> Reply:
-        completion = await client.complete(
-            Request.user(specs[index], text, temperature=temperature, max_tokens=max_tokens))
-        return Reply(text=completion.text or "", blocked=bool(completion.provider_refusal),
-                     finish_reason=completion.finish_reason or "")
-
-    async def run_row(row: dict) -> dict:
-        view = Row(prompt=row["prompt"], response=row["response"], family=family(row),
+    def view(row: dict) -> Row:
+        family = args.matcher or (family_for_model(row["model"]) if row.get("model") else "default")
+        return Row(prompt=row["prompt"], response=row["response"], family=family,
                    blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, declared),
                    skipped=str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY)
-        return await decide(view, plan, ask)
+
+    def requests(row: dict) -> list[Request]:
+        text = judge_prompt(view(row), plan)
+        if text is None:
+            return []
+        return [Request.user(spec, text, temperature=temperature, max_tokens=max_tokens) for spec in specs]
+
+    def decide(row: dict, answers: list[Completion]) -> dict:
+        replies = [Reply(text=c.text or "", blocked=bool(c.provider_refusal), finish_reason=c.finish_reason or "")
+                   for c in answers]
+        return verdict(view(row), plan, replies)
 
     # a keyword re-score calls no model: no sampling settings to record
     settings = {"judge": plan.judge_name, "matcher": args.matcher,
@@ -252,7 +253,8 @@ def setup(args, client: Client) -> cli.Job:
         name="check response" + (" (keyword)" if plan.keyword_only else f" {plan.verdict_source}"),
         needs=["prompt", "response"],
         adds=plan.columns(),
-        run_row=run_row,
+        requests=requests,
+        decide=decide,
         stage_id="check_response",
         settings={**settings, **({"prompt_kind": declared} if declared and plan.cascade else {})},
         rules=rules,

@@ -38,11 +38,9 @@ Example (from inside ``moderator/``)::
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 from orbench import cli, outcomes
-from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
 from orbench.models import ModelSpec, parse_model, slug
@@ -51,7 +49,7 @@ from orbench.provenance import sha256_text
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
-from orbench.types import Request
+from orbench.types import Completion, Request
 from orbench.vocab import SKIPPED_EMPTY, UNDECIDED
 
 EPILOG = """ensemble rule:
@@ -114,7 +112,7 @@ def build_parser() -> cli.ArgumentParser:
     return parser
 
 
-def setup(args, client: Client) -> cli.Job:
+def setup(args) -> cli.Job:
     names = [n.strip() for n in args.moderator_model.split(",") if n.strip()]
     if not names:
         raise UsageError("--moderator_model is empty; give one or more model names")
@@ -128,10 +126,7 @@ def setup(args, client: Client) -> cli.Job:
     temperature, max_tokens = args.temperature, args.max_tokens
     template, template_source = load_template(args.template, MODERATION_TEMPLATE, {"text"})
 
-    async def ask(spec: ModelSpec, text: str) -> tuple[str, str]:
-        request = Request.user(spec, template.format(text=text),
-                               temperature=temperature, max_tokens=max_tokens)
-        completion = await client.complete(request)
+    def read(completion: Completion) -> tuple[str, str]:
         if completion.provider_refusal:
             raw = completion.text or f"[blocked by the provider: {completion.finish_reason}]"
             return PROVIDER_BLOCK, raw
@@ -144,16 +139,22 @@ def setup(args, client: Client) -> cli.Job:
                     "toxic_votes": 0, "safe_votes": 0, "unparsed_votes": 0})
         return out
 
-    async def run_row(row: dict) -> dict:
+    def requests(row: dict) -> list[Request]:
         if not str(row[column] or "").strip():
+            return []
+        return [Request.user(spec, template.format(text=row[column]), temperature=temperature,
+                             max_tokens=max_tokens) for spec in specs]
+
+    def decide(row: dict, answers: list[Completion]) -> dict:
+        if not answers:
             return skipped(SKIPPED_EMPTY, f"the {column} is empty")
-        answers = await asyncio.gather(*(ask(spec, row[column]) for spec in specs))
+        votes = [read(answer) for answer in answers]
         out: dict = {}
-        for s, (label, raw) in zip(slugs, answers):
+        for s, (label, raw) in zip(slugs, votes):
             out[f"{s}_label"] = label
             out[f"{s}_is_toxic"] = moderation_is_toxic(label)
             out[f"{s}_raw"] = raw
-        out.update(ensemble([label for label, _ in answers]))
+        out.update(ensemble([label for label, _ in votes]))
         return out
 
     stage = Stage(
@@ -161,7 +162,8 @@ def setup(args, client: Client) -> cli.Job:
         needs=[column],
         adds=[*moderator_columns(names), "is_toxic", "moderation_category",
               "toxic_votes", "safe_votes", "unparsed_votes"],
-        run_row=run_row,
+        requests=requests,
+        decide=decide,
         # The column names are part of the key: the same moderator typed another way
         # (gpt4, then its full id) writes other columns, so its rows are redone.
         stage_id="moderate", rules={"template": sha256_text(template)},

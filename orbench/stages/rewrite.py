@@ -48,7 +48,6 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.cli import ArgumentParser, Job, add_model_flags, run
-from orbench.clients import Client
 from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
 from orbench.outcomes import WARN_SHARE
@@ -58,7 +57,7 @@ from orbench.provenance import sha256_text
 from orbench.stage import Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
-from orbench.types import Request
+from orbench.types import Completion, Request
 
 REWRITES_PER_SEED = 5
 DEFAULT_MODEL = "mixtral"  # -> mistral/open-mixtral-8x7b, the paper's rewriter
@@ -95,7 +94,7 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def make_stage(spec: ModelSpec, client: Client, temperature: float, max_tokens: int,
+def make_stage(spec: ModelSpec, temperature: float, max_tokens: int,
                template: str = REWRITE_TEMPLATE) -> Stage:
     """The runner's view of this stage: one seed row in, one output row per rewrite out.
 
@@ -109,13 +108,18 @@ def make_stage(spec: ModelSpec, client: Client, temperature: float, max_tokens: 
         return {"prompt": prompt, "toxic_seed": seed, "rewriter_model": model,
                 "rewrite_note": note, "few_shot_repeats": repeats, "rewrite_raw": raw}
 
-    async def rewrite(record: dict) -> list[dict]:
+    def requests(record: dict) -> list[Request]:
         seed = str(record.get("prompt", ""))
         if not seed.strip():
+            return []
+        return [Request.user(spec, template.format(seed=seed.strip()), temperature=temperature,
+                             max_tokens=max_tokens)]
+
+    def rewrite(record: dict, answers: list[Completion]) -> list[dict]:
+        seed = str(record.get("prompt", ""))
+        if not answers:
             return [row(seed, note="empty seed; nothing to rewrite")]
-        reply = await client.complete(Request.user(
-            spec, template.format(seed=seed.strip()), temperature=temperature,
-            max_tokens=max_tokens))
+        reply = answers[0]
         if reply.provider_refusal:
             return [row(seed, note=f"blocked by the provider ({reply.finish_reason})", raw=reply.text)]
         fresh, repeats = reply_items(reply.text, examples)  # as stage 1 reads its replies
@@ -127,7 +131,7 @@ def make_stage(spec: ModelSpec, client: Client, temperature: float, max_tokens: 
             f"only {len(items)} of {REWRITES_PER_SEED} rewrites parsed from reply")
         return [row(seed, prompt=item, note=note, repeats=repeats) for item in items]
 
-    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, run_row=rewrite, stage_id="rewrite",
+    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, requests=requests, decide=rewrite, stage_id="rewrite",
                  settings={"model": model, "temperature": temperature, "max_tokens": max_tokens},
                  rules={"template": sha256_text(template), "per_seed": REWRITES_PER_SEED},
                  provenance={"templates": {"rewrite": sha256_text(template)}})
@@ -178,7 +182,7 @@ def main(argv=None) -> int:
     counts: dict[str, int] = {}
     quiet: list[bool] = []
 
-    def setup(args, client: Client) -> Job:
+    def setup(args) -> Job:
         quiet.append(args.quiet)
         if not args.input_file:
             raise UsageError("no seed file given: pass --toxic_seed_path=PATH (a CSV with columns "
@@ -187,7 +191,7 @@ def main(argv=None) -> int:
         output = Path(args.output_file) if args.output_file else default_output_path(
             args.input_file, "rewrite")
         template, source = load_template(args.template, REWRITE_TEMPLATE, {"seed"})
-        stage = make_stage(spec, client, args.temperature, args.max_tokens, template)
+        stage = make_stage(spec, args.temperature, args.max_tokens, template)
         stage.provenance["template_source"] = source
 
         def tidy(frame: pd.DataFrame) -> pd.DataFrame:
