@@ -110,8 +110,8 @@ def run_one(s: Scenario, rows: int, window: float, latency: float) -> dict:
         client.prepare(spec)
 
         stage = Stage("bench", needs=["prompt"], adds=["response"],
-                      requests=lambda row: [Request.user(spec, row["prompt"], max_tokens=s.max_tokens)],
-                      decide=lambda row, answers: {"response": answers[0].text})
+                      requests=lambda settings, row: [Request.user(spec, row["prompt"], max_tokens=s.max_tokens)],
+                      decide=lambda settings, row, answers: {"response": answers[0].text})
         table = pd.DataFrame({"prompt": [PROMPT.format(i=i) for i in range(rows)]})
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()

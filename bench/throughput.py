@@ -43,8 +43,8 @@ def bench_in_process(table: pd.DataFrame, concurrency: int, out: Path) -> float:
     client.prepare(spec)
 
     stage = Stage("bench", needs=["prompt"], adds=["response"],
-                  requests=lambda row: [Request.user(spec, row["prompt"])],
-                  decide=lambda row, answers: {"response": answers[0].text})
+                  requests=lambda settings, row: [Request.user(spec, row["prompt"])],
+                  decide=lambda settings, row, answers: {"response": answers[0].text})
     started = time.perf_counter()
     result = run_stage(stage, table, out, concurrency=concurrency, client=client)
     elapsed = time.perf_counter() - started

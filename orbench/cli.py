@@ -249,7 +249,7 @@ def pending_requests(stage: Stage, table: pd.DataFrame, output: Path, options: R
     """The rows a run of ``stage`` on ``table`` would still do (after the progress file, within
     ``--limit``), and their declared requests that the cache cannot answer, with their cache keys."""
     todo = pending_records(stage, table, output, limit=options.limit, retry_upstream=options.retry_upstream)
-    requests = client.unanswered(r for record in todo.values() for r in stage.requests(record))
+    requests = client.unanswered(r for record in todo.values() for r in stage.requests_of(record))
     return len(todo), requests
 
 
@@ -331,8 +331,10 @@ def _write_meta(job: Job, result: RunResult, client: Client, table: pd.DataFrame
 def _say(job: Job, result: RunResult, client: Client, quiet: bool) -> int:
     """The summary line, the warnings, the errors line and the output path; returns the exit code."""
     if not quiet:
-        print(summary_line(job.stage, result, client), file=sys.stderr)
-    for warning in result.outcomes.warnings if result.outcomes is not None else []:
+        for line in [summary_line(job.stage, result, client), *result.lines]:
+            print(line, file=sys.stderr)
+    warnings = [*(result.outcomes.warnings if result.outcomes is not None else []), *result.warnings]
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)  # even with --quiet, as the errors line below
     if result.errors:
         print(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
@@ -351,7 +353,7 @@ def _run(setup: Callable[[argparse.Namespace], Job], args: argparse.Namespace,
         output = Path(job.output)
         table, name, input_path = _load(job, options, output)
         if job.stage.check is not None:
-            job.stage.check(table)
+            job.stage.check(table, name)
         for spec in job.models:
             client.prepare(spec)
         source: AnswerSource = client

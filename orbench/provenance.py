@@ -68,9 +68,10 @@ def _iso(timestamp: float) -> str | None:
 
 def build_meta(*, stage, result, client, models: list[dict], input_path: str | None,
                input_rows: int, output: Path, argv: list[str] | None) -> dict:
-    """The provenance record of one finished run (see the module docstring)."""
+    """The provenance record of one finished run (see the module docstring): ``stage``'s recorded
+    settings and provenance, ``result``'s counts and its stage's further keys (``result.meta``)."""
     stats = client.stats if client is not None else None
-    settings = {**stage.settings, **stage.rules}  # as earlier versions recorded them: one dict
+    settings = {**stage.key_settings, **stage.key_rules}  # as earlier versions recorded them: one dict
     meta = {
         "stage": stage.stage_id,
         "stage_name": stage.name,
@@ -83,7 +84,7 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
         "templates": dict(stage.provenance.get("templates", {})),
         "rules_fingerprint": stage.provenance.get("rules_fingerprint"),
         "settings": settings,
-        "rules": dict(stage.rules),  # which of the settings are the project's rules, not the user's
+        "rules": dict(stage.key_rules),  # which of the settings are the project's rules, not the user's
         "input": {"path": input_path, "sha256": sha256_file(input_path) if input_path else None,
                   "rows": input_rows},
         "output": str(output),
@@ -95,7 +96,7 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
             "resumed": result.resumed,
             "bad_progress_lines": result.bad_progress_lines,
         },
-        "outcomes": None if getattr(result, "outcomes", None) is None else {
+        "outcomes": None if result.outcomes is None else {
             "counts": result.outcomes.counts, "warnings": result.outcomes.warnings},
         "requests": None if stats is None else {
             "sent": stats.sent, "from_cache": stats.cached, "provider_blocks": stats.provider_blocks,
@@ -113,6 +114,7 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
     }
     extra = {k: v for k, v in stage.provenance.items() if k not in ("templates", "rules_fingerprint")}
     meta.update(extra)
+    meta.update(result.meta)
     return meta
 
 

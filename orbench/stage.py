@@ -20,9 +20,10 @@ batch). The runner asks each row's requests together and keeps these promises:
   a hash of the stage's settings, its rules' fingerprints and the row's key columns) and retries
   rows that errored. A crash or Ctrl-C loses no finished row; a torn or malformed line is skipped
   and counted.
-- **Nothing replaced silently.** A stage declares two kinds of setting, both in every row's key:
-  ``settings`` (what the user asked for: model, system prompt, temperature, ...) and ``rules``
-  (fingerprints of the project's own rules: keyword rules, templates, cascade classes). The
+- **Nothing replaced silently.** A stage's settings (``orbench.settings``) record two kinds of
+  setting, both in every row's key: ``settings`` (what the user asked for: model, system prompt,
+  temperature, ...) and ``rules`` (fingerprints of the project's own rules: keyword rules,
+  templates, cascade classes). The
   progress file's first line records both before the first request, and the meta file does for
   a finished output. A run whose ``settings`` differ from those an existing output (finished or
   partly done) was made with stops before any work (``UsageError``: the output, each setting
@@ -59,6 +60,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from tqdm import tqdm
@@ -69,6 +71,7 @@ from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
 from orbench.outcomes import Outcomes
 from orbench.provenance import meta_path_for
+from orbench.settings import recorded
 from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
 from orbench.types import AnswerSource, Completion, Request
 
@@ -80,50 +83,72 @@ PROGRESS_EVERY = 30.0  # seconds between plain progress lines when stderr is not
 class Stage:
     """One pipeline stage as the runner sees it.
 
-    ``requests`` gets the input row as a dict of strings and returns the model requests it needs
-    (none for a row decided without a model); the runner has them answered together, and
-    ``decide`` gets the row and the answers, in the same order, and returns the values of the
-    added columns: one dict, or a list of dicts when one input row becomes several output rows
-    (each output dict may also override input columns, as the rewriter does with ``prompt``).
-    Because every request is declared up front, ``--estimate`` and ``--batch`` read the pending
-    rows' requests without running anything.
-    ``settings`` holds what the user asked for that changes the result (model, system prompt,
-    temperature, ...) and ``rules`` the fingerprints of the project's own rules the result depends
-    on (keyword rules, template hashes, cascade classes); both are part of each row's key (see
-    ``config``). A rerun with other ``settings`` stops unless told to overwrite; a rerun with
-    other ``rules`` redoes the rows in place. ``finalise``, if given, gets the
-    assembled output (input order, ``error`` last) and returns the frame to write: the place for
-    steps that need the whole file, such as the rewriter's cross-file deduplication.
-    ``provenance`` is copied into the meta file (templates' hashes, rules' fingerprint...).
-    ``check``, if given, gets the whole input table before any request (``cli.run`` calls it) and
-    raises ``UsageError`` for a bad cell.
+    ``settings`` is the stage's frozen settings dataclass (``orbench.settings``): everything that
+    changes a row's result, the model and sampling the user asked for as well as the project's
+    rules the result depends on (templates, keyword rules, cascade classes). Each row's key is
+    derived from it (``config``), so no setting can be left out of it; a rerun with other user
+    settings stops unless told to overwrite, a rerun with other rules redoes the rows in place.
+
+    ``requests(settings, row)`` gets the input row as a dict of strings and returns the model
+    requests it needs (none for a row decided without a model); the runner has them answered
+    together, and ``decide(settings, row, answers)`` gets the answers in the same order and
+    returns the values of the added columns: one dict, or a list of dicts when one input row
+    becomes several output rows (each output dict may also override input columns, as the
+    rewriter does with ``prompt``). Because every request is declared up front, ``--estimate``
+    and ``--batch`` read the pending rows' requests without running anything.
+
+    ``finish(settings, frame)``, if given, gets the assembled output (input order, ``error``
+    last) and returns what the run came to (:class:`Finished`): the frame to write (the place for
+    steps that need the whole file, such as the rewriter's cross-file deduplication), the
+    outcome counts and warnings, and the meta file's further keys. ``provenance`` is copied into
+    the meta file (templates' hashes, the rules' fingerprint...). ``check(table, input_name)``,
+    if given, gets the whole input before any request (``cli.run`` calls it) and raises
+    ``UsageError`` for a bad cell.
     """
 
     name: str
     needs: Sequence[str]
     adds: Sequence[str]
-    requests: Callable[[dict], Sequence[Request]]
-    decide: Callable[[dict, list[Completion]], RowResult]
-    settings: dict = field(default_factory=dict)
-    rules: dict = field(default_factory=dict)
+    requests: Callable[[Any, dict], Sequence[Request]]
+    decide: Callable[[Any, dict, list[Completion]], RowResult]
+    settings: Any = None
     key_columns: Sequence[str] | None = None
-    finalise: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # whole-file step before writing
+    finish: Callable[[Any, pd.DataFrame], Finished] | None = None
     provenance: dict = field(default_factory=dict)
-    #: What the written rows came to (``orbench.outcomes``): the summary's counts and warnings.
-    outcomes: Callable[[pd.DataFrame], Outcomes] | None = None
     #: The short name an error text starts with (``check_alignment: HTTP 500 ...``); default ``name``.
     stage_id: str = ""
-    #: The whole input, checked before any request (``cli.run`` calls it); ``UsageError`` for a bad cell.
-    check: Callable[[pd.DataFrame], None] | None = None
+    check: Callable[[pd.DataFrame, str], None] | None = None
+    #: What ``settings`` records (``orbench.settings.recorded``): the user's part and the rules.
+    key_settings: dict = field(init=False)
+    key_rules: dict = field(init=False)
 
     def __post_init__(self) -> None:
         self.stage_id = self.stage_id or self.name
+        self.key_settings, self.key_rules = recorded(self.settings)
+
+    def requests_of(self, row: dict) -> list[Request]:
+        """The requests ``row`` needs, in the order ``decide`` gets their answers."""
+        return list(self.requests(self.settings, row))
 
     @property
     def config(self) -> dict:
         """What every row's key covers: the stage id, the user's settings and the rules'
         fingerprints (one flat dict, as earlier versions keyed their rows, so their outputs resume)."""
-        return {"stage": self.stage_id, **self.settings, **self.rules}
+        return {"stage": self.stage_id, **self.key_settings, **self.key_rules}
+
+
+@dataclass
+class Finished:
+    """What a stage made of its assembled output (``Stage.finish``)."""
+
+    frame: pd.DataFrame
+    #: The summary's counts and warnings and the meta file's ``outcomes`` (``orbench.outcomes``).
+    outcomes: Outcomes | None = None
+    #: Further keys of the meta file (counts of this output, e.g. the rewriter's ``rewrite_counts``).
+    meta: dict = field(default_factory=dict)
+    #: Further summary lines (not with ``--quiet``) and warnings (always).
+    lines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +167,9 @@ class RunResult:
     finished: float = 0.0
     notes: list[str] = field(default_factory=list)  # re-scored for new rules, replaced on --overwrite
     outcomes: Outcomes | None = None  # what the rows came to, when the stage counts it
+    meta: dict = field(default_factory=dict)  # the stage's further keys of the meta file
+    lines: list[str] = field(default_factory=list)  # the stage's further summary lines
+    warnings: list[str] = field(default_factory=list)  # the stage's warnings beside the outcomes'
 
     @property
     def exit_code(self) -> int:
@@ -362,8 +390,8 @@ def _has_error(record: dict) -> bool:
 
 
 def _row_keys(stage: Stage, records: list[dict]) -> list[str]:
-    key_columns = list(stage.key_columns or stage.needs)
-    return [row_key(stage.config, [r.get(c, "") for c in key_columns]) for r in records]
+    key_columns, config = list(stage.key_columns or stage.needs), stage.config
+    return [row_key(config, [r.get(c, "") for c in key_columns]) for r in records]
 
 
 def _todo(records: list[dict], keys: list[str], upstream: list[bool], done: set[str],
@@ -400,7 +428,7 @@ def guard_existing(stage: Stage, output: Path, log: ProgressLog, keys: Sequence[
     ``inspect``). Returns whether the old rows are to be discarded (``overwrite`` of a conflicting
     output) and the summary's notes (replaced, or re-scored for new rules).
     """
-    found = existing_output.inspect(stage.stage_id, stage.settings, stage.rules, output, header=log.header,
+    found = existing_output.inspect(stage.stage_id, stage.key_settings, stage.key_rules, output, header=log.header,
                                     entries=log.entries, keys=keys,
                                     meta_path=meta_path or meta_path_for(output), **how)
     notes = existing_output.check(found, overwrite)
@@ -450,7 +478,7 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         result = RunResult(output=output, rows=len(keep), bad_progress_lines=log.bad_lines, notes=notes)
         result.resumed = sum(1 for i in keep if not upstream[i] and keys[i] in done)
         result.upstream_errors = sum(1 for i in keep if upstream[i])
-        header = existing_output.header_for(stage.stage_id, stage.settings, stage.rules)
+        header = existing_output.header_for(stage.stage_id, stage.key_settings, stage.key_rules)
 
         result.started = time.time()
         started = time.monotonic()
@@ -463,10 +491,10 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         picked = [(records[i], keys[i], upstream[i]) for i in keep]
         frame, result.errors = _assemble(stage, table.columns, picked, entries)
         result.new = result.rows - result.resumed - result.upstream_errors
-        if stage.finalise is not None:
-            frame = stage.finalise(frame)
-        if stage.outcomes is not None:
-            result.outcomes = stage.outcomes(frame)
+        if stage.finish is not None:
+            finished = stage.finish(stage.settings, frame)
+            frame, result.outcomes, result.meta = finished.frame, finished.outcomes, finished.meta
+            result.lines, result.warnings = finished.lines, finished.warnings
         try:
             write_csv_atomic(frame, output)
             # Keep every entry for a row of the whole input (a trial run drops nothing).
@@ -495,9 +523,9 @@ def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict
 
 async def _answer(stage: Stage, record: dict, client: AnswerSource | None) -> RowResult:
     """One row's result: its requests answered together by ``client``, then the stage's decision."""
-    requests = list(stage.requests(record))
+    requests = stage.requests_of(record)
     answers = list(await asyncio.gather(*(client.complete(r) for r in requests))) if requests else []
-    return stage.decide(record, answers)
+    return stage.decide(stage.settings, record, answers)
 
 
 async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concurrency: int,

@@ -115,3 +115,25 @@ def test_row_keys_are_the_ones_earlier_versions_wrote(case, env, fake, script, t
     assert {"stage": header["stage"], **header["settings"], **header["rules"]} == expected
     # a key column the input lacks counts as empty (the declared kind is in the settings)
     assert keys == [_row_key(expected, [ROW.get(c, "") for c in columns])]
+
+
+def test_every_settings_field_is_in_the_key_unless_it_says_why_not():
+    from dataclasses import dataclass
+
+    from orbench.settings import recorded, rule, setting
+
+    @dataclass(frozen=True, kw_only=True)
+    class Settings:
+        model: str
+        added_later: int = 3  # a new field: in the key with no further word
+        template: str = rule(record=str.upper)
+        samples: int | None = setting(default=None, omit=lambda s: s.samples is None)
+        label: str = setting(default="", name="columns")
+        note: str = setting(default="x", unkeyed="fills an output column only")
+
+    assert recorded(Settings(model="m", template="t")) == (
+        {"model": "m", "added_later": 3, "columns": ""}, {"template": "T"})
+    assert recorded(Settings(model="m", template="t", samples=2))[0]["samples"] == 2
+    assert recorded(None) == ({}, {})
+    with pytest.raises(ValueError, match="reason"):
+        setting(unkeyed=" ")

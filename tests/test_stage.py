@@ -157,7 +157,8 @@ def test_progress_file_tolerates_a_torn_last_line(tmp_path, env, fake, echo):
     progress = tmp_path / "echo_out.csv.progress.jsonl"
     lines = progress.read_text().splitlines()
     assert len(lines) == 7  # the settings line, then one line per row
-    assert json.loads(lines[0])["settings"] == {"model": "openai/test-model", "temperature": 0.0}
+    assert json.loads(lines[0])["settings"] == {"model": "openai/test-model", "temperature": 0.0,
+                                                "max_tokens": 100}
     # Drop the last two finished rows and leave half a line, as a killed writer would.
     progress.write_text("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
     (tmp_path / "echo_out.csv").unlink()
@@ -325,12 +326,12 @@ def test_undeclared_result_keys_as_the_docstring_says(tmp_path):
     import orbench.stage as stage_module
     from orbench.stage import Stage, run_stage
 
-    def decide(row, answers):
+    def decide(settings, row, answers):
         if row["prompt"] == "bad":
             raise RuntimeError("boom")
         return {"answer": "a:" + row["prompt"], "prompt": row["prompt"].upper(), "extra": "x"}
 
-    stage = Stage(name="t", needs=("prompt",), adds=("answer",), requests=lambda row: [], decide=decide,
+    stage = Stage(name="t", needs=("prompt",), adds=("answer",), requests=lambda settings, row: [], decide=decide,
                   key_columns=("prompt",))
     table = pd.DataFrame({"prompt": ["ok", "bad"], "answer": ["stale", "stale"]})
     result = run_stage(stage, table, tmp_path / "out.csv", quiet=True)

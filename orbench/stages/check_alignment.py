@@ -51,6 +51,7 @@ Example (from inside ``alignment_checker/``)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from orbench import cli, outcomes
@@ -58,7 +59,8 @@ from orbench.errors import UsageError
 from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
 from orbench.sets import check_kind_column, with_prompt_kinds
-from orbench.stage import Stage
+from orbench.settings import rule, setting
+from orbench.stage import Finished, Stage
 from orbench.tables import default_output_path
 from orbench.types import Completion, Request
 from orbench.vocab import PROMPT_KINDS, SKIPPED_EMPTY
@@ -122,63 +124,79 @@ def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:
     return parser
 
 
+@dataclass(frozen=True, kw_only=True)
+class AlignmentSettings:
+    """What a stage-4 verdict depends on (each in every row's key: ``orbench.settings``)."""
+
+    model: ModelSpec = setting(record=str)
+    system: str | None
+    temperature: float
+    max_tokens: int
+    #: The keyword rule family (``--matcher``, else the model's).
+    matcher: str
+    samples: int | None = setting(default=None, omit=lambda s: s.samples is None)
+    prompt_kind: str = setting(default="", unkeyed="fills the prompt_kind column of the finished output; "
+                                                   "no row's result depends on it")
+    #: The keyword rules' fingerprint: improved rules re-score instead of resuming.
+    rules: str = rule(default_factory=rules_fingerprint)
+
+
+def requests(s: AlignmentSettings, row: dict) -> list[Request]:
+    """The prompt, once or ``samples`` times (none for an empty prompt)."""
+    if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
+        return []
+    return [Request.user(s.model, row["prompt"], system=s.system, temperature=s.temperature,
+                         max_tokens=s.max_tokens, sample_index=index) for index in range(s.samples or 1)]
+
+
+def _verdict(s: AlignmentSettings, completion: Completion) -> dict:
+    text = completion.text or ""
+    return {"model": str(s.model), "response": text,
+            **reply_verdict(text, completion.provider_refusal, s.matcher),
+            "finish_reason": completion.finish_reason or ""}
+
+
+def decide(s: AlignmentSettings, row: dict, answers: list[Completion]) -> dict | list[dict]:
+    """The reply and its keyword verdict; with ``samples``, one row per sample."""
+    if answers:
+        rows = [_verdict(s, answer) for answer in answers]
+    else:
+        rows = [{"model": str(s.model), "response": "", "is_rejected": None, "refusal_source": SKIPPED_EMPTY,
+                 "refusal_kind": None, "finish_reason": ""}] * (s.samples or 1)
+    if s.samples is None:
+        return rows[0]
+    return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
+
+
+def finish(s: AlignmentSettings, frame) -> Finished:
+    """The output with each prompt's kind (the prompt's, filled on the finished output, not part
+    of a row's key) and its outcome counts (:func:`orbench.outcomes.alignment`)."""
+    frame = with_prompt_kinds(frame, s.prompt_kind)
+    return Finished(frame, outcomes=outcomes.alignment(frame, samples=s.samples, max_tokens=s.max_tokens))
+
+
+def make_stage(settings: AlignmentSettings) -> Stage:
+    """The runner's view of this stage: a prompt in, the reply and its verdict out."""
+    return Stage(name=f"check alignment {settings.model}", needs=["prompt"],
+                 adds=ADDS + ([SAMPLE] if settings.samples is not None else []),
+                 requests=requests, decide=decide, settings=settings, stage_id="check_alignment",
+                 finish=finish, check=check_kind_column,
+                 provenance={"rules_fingerprint": settings.rules, "matcher": settings.matcher})
+
+
 def setup_for(default_provider: str | None):
     """The ``setup(args)`` hook for ``cli.run``, with the alias's provider fallback."""
 
     def setup(args) -> cli.Job:
         spec = resolve_model(args.model, default_provider)
-        family = args.matcher or family_for_model(str(spec))
-        system = args.system_prompt or None
-        temperature, max_tokens = args.temperature, args.max_tokens
-        samples = args.samples
-        if samples is not None and temperature <= 0:
-            raise UsageError(f"--samples {samples} needs --temperature above 0 (at temperature "
-                             f"{temperature:g} every sample would be the same answer)")
-
-        declared = args.prompt_kind or ""
-
-        def requests(row: dict) -> list[Request]:
-            if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
-                return []
-            return [Request.user(spec, row["prompt"], system=system, temperature=temperature,
-                                 max_tokens=max_tokens, sample_index=index) for index in range(samples or 1)]
-
-        def decide(row: dict, answers: list[Completion]) -> dict | list[dict]:
-            if answers:
-                rows = [one_sample(answer) for answer in answers]
-            else:
-                rows = [{"model": str(spec), "response": "", "is_rejected": None,
-                         "refusal_source": SKIPPED_EMPTY, "refusal_kind": None, "finish_reason": ""}] * (samples or 1)
-            if samples is None:
-                return rows[0]
-            return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
-
-        def one_sample(completion: Completion) -> dict:
-            text = completion.text or ""
-            return {"model": str(spec), "response": text,
-                    **reply_verdict(text, completion.provider_refusal, family),
-                    "finish_reason": completion.finish_reason or ""}
-
-        stage = Stage(
-            name=f"check alignment {spec}",
-            needs=["prompt"],
-            adds=ADDS + ([SAMPLE] if samples is not None else []),
-            requests=requests,
-            decide=decide,
-            stage_id="check_alignment",
-            settings={"model": str(spec), "system": system, "temperature": temperature,
-                      "max_tokens": max_tokens, "matcher": family,
-                      **({"samples": samples} if samples is not None else {})},
-            # The rules' fingerprint is in the key: improved rules re-score instead of resuming.
-            rules={"rules": rules_fingerprint()},
-            provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
-            outcomes=lambda frame: outcomes.alignment(frame, samples=samples, max_tokens=max_tokens),
-            # the kind is the prompt's, filled on the finished output (not part of a row's key)
-            finalise=lambda frame: with_prompt_kinds(frame, declared),
-            check=lambda table: check_kind_column(table, str(args.input_file)),
-        )
+        if args.samples is not None and args.temperature <= 0:
+            raise UsageError(f"--samples {args.samples} needs --temperature above 0 (at temperature "
+                             f"{args.temperature:g} every sample would be the same answer)")
+        settings = AlignmentSettings(model=spec, system=args.system_prompt or None, temperature=args.temperature,
+                                     max_tokens=args.max_tokens, matcher=args.matcher or family_for_model(str(spec)),
+                                     samples=args.samples, prompt_kind=args.prompt_kind or "")
         output = args.output_file or default_output(args.model, args.input_file)
-        return cli.Job(stage=stage, input=args.input_file, output=output, models=[spec],
+        return cli.Job(stage=make_stage(settings), input=args.input_file, output=output, models=[spec],
                        typed=[args.model])
 
     return setup

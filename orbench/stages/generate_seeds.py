@@ -72,6 +72,7 @@ from orbench.models import ModelSpec, keys_not_needed, parse_model, redact
 from orbench.parsing import example_forms, normalise_for_dedup, reply_items
 from orbench.prompts import SEED_TEMPLATE
 from orbench.provenance import build_meta, dumps, meta_path_for, sha256_text
+from orbench.settings import rule, setting
 from orbench.stage import (
     ProgressLog,
     RunResult,
@@ -217,25 +218,37 @@ def recorded_calls(stage: Stage, calls_path: Path) -> int:
     return highest + 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class GenerateSettings:
+    """What a generator call depends on (each in every call's key: ``orbench.settings``)."""
+
+    model: ModelSpec = setting(record=str)
+    temperature: float
+    max_tokens: int
+    #: The request sent on every call: the template filled in with the count and the category.
+    template: str = rule()
+
+
+def requests(s: GenerateSettings, row: dict) -> list[Request]:
+    """One call: the request, with the call number as its sample index (its own cache entry)."""
+    return [Request.user(s.model, s.template, temperature=s.temperature, max_tokens=s.max_tokens,
+                         sample_index=int(row["call_index"]))]
+
+
+def decide(s: GenerateSettings, row: dict, answers: list[Completion]) -> dict:
+    """The raw reply of the call (its items are read when the calls are tallied)."""
+    reply = answers[0]
+    return {"call_index": str(int(row["call_index"])), "reply": reply.text, "finish_reason": reply.finish_reason or ""}
+
+
 def make_stage(spec: ModelSpec, category: str, temperature: float,
                max_tokens: int, template: str = SEED_TEMPLATE) -> Stage:
     """The runner's view of one generator call: input ``call_index``, output the raw reply."""
-    text = template.format(count=PER_CALL, category=category)
-
-    def requests(row: dict) -> list[Request]:
-        return [Request.user(spec, text, temperature=temperature, max_tokens=max_tokens,
-                             sample_index=int(row["call_index"]))]
-
-    def call(row: dict, answers: list[Completion]) -> dict:
-        reply = answers[0]
-        return {"call_index": str(int(row["call_index"])), "reply": reply.text,
-                "finish_reason": reply.finish_reason or ""}
-
-    return Stage(name=f"generate {category}", needs=("call_index",),
-                 adds=("reply", "finish_reason"), requests=requests, decide=call, stage_id="generate",
-                 settings={"model": str(spec), "temperature": temperature, "max_tokens": max_tokens},
-                 rules={"template": text}, key_columns=("call_index",),
-                 provenance={"templates": {"seed": sha256_text(template)}})
+    settings = GenerateSettings(model=spec, temperature=temperature, max_tokens=max_tokens,
+                                template=template.format(count=PER_CALL, category=category))
+    return Stage(name=f"generate {category}", needs=("call_index",), adds=("reply", "finish_reason"),
+                 requests=requests, decide=decide, settings=settings, stage_id="generate",
+                 key_columns=("call_index",), provenance={"templates": {"seed": sha256_text(template)}})
 
 
 def guard_output(stage: Stage, output: Path, calls_path: Path, overwrite: bool, remove: bool = True) -> list[str]:

@@ -71,16 +71,20 @@ Example (from inside ``response_checker/``)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cached_property
+
 from orbench import cli, outcomes
 from orbench.cascade import CLASSES, cascade_fingerprint
 from orbench.errors import UsageError
 from orbench.judge_cards import judge_fingerprint, judge_identity
-from orbench.models import parse_model, slug
+from orbench.models import ModelSpec, parse_model, slug
 from orbench.prompts import JUDGE_TEMPLATE
 from orbench.provenance import sha256_text
 from orbench.refusal import FAMILIES, family_for_model, rules_fingerprint
 from orbench.sets import PROMPT_KIND_COLUMN, check_kind_column, prompt_kind, with_prompt_kinds
-from orbench.stage import Stage
+from orbench.settings import rule, setting
+from orbench.stage import Finished, Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
 from orbench.types import Completion, Request
@@ -152,20 +156,58 @@ def judge_names(text: str) -> list[str]:
     return names
 
 
-def make_plan(args, names: list[str]) -> tuple[Plan, list, str, str | None]:
-    """The verdict plan, the judges' specs, the template and where it came from."""
+@dataclass(frozen=True, kw_only=True)
+class JudgeSettings:
+    """What a stage-5 verdict depends on (each in every row's key: ``orbench.settings``)."""
+
+    #: ``judge_model``: keyword, the judge, A,B,C for an ensemble, keyword+... with the cascade
+    #: (made from ``judges`` and ``cascade``).
+    judge: str = setting(init=False)
+    #: ``--matcher``: the keyword family for every row (None: each row's ``model``'s).
+    matcher: str | None
+    #: The judges' sampling; None when no model is asked (``--check_model keyword``).
+    temperature: float | None
+    max_tokens: int | None
+    #: ``--prompt_kind``, the kind of the prompts with none of their own: in the key only with the
+    #: cascade, the one thing whose verdicts it changes (it also fills ``prompt_kind`` in the output).
+    prompt_kind: str = setting(default="", omit=lambda s: not (s.cascade and s.prompt_kind))
+    #: The judge template, recorded by its hash; None when no model is asked.
+    template: str | None = rule(default=None, record=lambda text: None if text is None else sha256_text(text))
+    #: The keyword rules' and (with the cascade) the cascade classes' fingerprints.
+    rules: str = rule(default_factory=rules_fingerprint)
+    cascade: bool = rule(default=False, record=lambda _: cascade_fingerprint(), omit=lambda s: not s.cascade)
+    judges: tuple[ModelSpec, ...] = setting(default=(), unkeyed="recorded by judge, as resolved")
+    columns: tuple[str, ...] = setting(default=(), unkeyed="an ensemble's column prefixes (its judges as typed) "
+                                                           "name its columns, not its verdicts")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "judge", self.plan.judge_name)
+
+    @cached_property
+    def plan(self) -> Plan:
+        """How rows are decided (:class:`orbench.verdicts.Plan`)."""
+        judges = tuple(Judge(name=str(spec), column=column, family=family_for_model(str(spec)))
+                       for spec, column in zip(self.judges, self.columns))
+        return Plan(judges=judges, template=self.template or "", cascade=self.cascade)
+
+
+def settings_from(args) -> tuple[JudgeSettings, str | None]:
+    """The settings the flags ask for, and where the template came from; ``UsageError`` for
+    flags that cannot go together."""
+    names = judge_names(args.check_model)
     keyword_mode = [n.lower() for n in names] == [KEYWORD]
-    cascade = args.cascade
     if keyword_mode and args.template:
         raise UsageError("--template has no effect with --check_model keyword (no model is asked)")
-    if keyword_mode and cascade:
+    if keyword_mode and args.cascade:
         raise UsageError("--cascade needs a judge: with --check_model keyword every row is decided "
                          "by the keyword matcher already")
     template, source = load_template(args.template, JUDGE_TEMPLATE, {"prompt", "response"})
-    specs = [] if keyword_mode else [parse_model(n) for n in names]
-    judges = tuple(Judge(name=str(spec), column=slug(name), family=family_for_model(str(spec)))
-                   for spec, name in zip(specs, names))
-    return Plan(judges=judges, template=template, cascade=cascade), specs, template, source
+    if keyword_mode:  # a keyword re-score calls no model: no sampling settings, no template
+        return JudgeSettings(matcher=args.matcher, temperature=None, max_tokens=None,
+                             prompt_kind=args.prompt_kind or ""), None
+    return JudgeSettings(matcher=args.matcher, temperature=args.temperature, max_tokens=args.max_tokens,
+                         prompt_kind=args.prompt_kind or "", template=template, cascade=args.cascade,
+                         judges=tuple(parse_model(n) for n in names), columns=tuple(slug(n) for n in names)), source
 
 
 def _kinds(frame):
@@ -175,22 +217,22 @@ def _kinds(frame):
     return frame[PROMPT_KIND_COLUMN].astype(str).str.strip()
 
 
-def summarise(frame, plan: Plan, provenance: dict) -> None:
-    """The prompt-kind and (with the cascade) verdict-source counts of the finished output, into
-    the meta file (``provenance``)."""
+def summarise(frame, plan: Plan) -> dict:
+    """The meta file's prompt-kind and (with the cascade) verdict-source counts of the finished output."""
     done = frame[frame["error"].astype(str).str.strip() == ""]
     kinds = _kinds(done)
     counts = {k: int((kinds == k).sum()) for k in PROMPT_KINDS}
     counts["unknown"] = len(done) - sum(counts.values())
-    provenance["prompt_kinds"] = counts
+    found: dict = {"prompt_kinds": counts}
     if plan.cascade:
         sources = done["verdict_source"].astype(str).str.strip()
         counted = {str(k): int(v) for k, v in sources[sources != ""].value_counts().items()}
         classes = done["cascade_class"].astype(str).str.strip()
-        provenance["verdict_sources"] = counted
-        provenance["cascade_classes"] = {c: int((classes == c).sum()) for c in CLASSES}
+        found["verdict_sources"] = counted
+        found["cascade_classes"] = {c: int((classes == c).sum()) for c in CLASSES}
         total = int((sources != "").sum())
-        provenance["judged_share"] = counted.get(plan.verdict_source, 0) / total if total else None
+        found["judged_share"] = counted.get(plan.verdict_source, 0) / total if total else None
+    return found
 
 
 def stage_outcomes(frame, plan: Plan) -> outcomes.Outcomes:
@@ -206,68 +248,69 @@ def stage_outcomes(frame, plan: Plan) -> outcomes.Outcomes:
     return found
 
 
-def setup(args) -> cli.Job:
-    names = judge_names(args.check_model)
-    plan, specs, template, template_source = make_plan(args, names)
-    temperature, max_tokens = args.temperature, args.max_tokens
-    declared = args.prompt_kind or ""
+def view(s: JudgeSettings, row: dict) -> Row:
+    """The row as :mod:`orbench.verdicts` sees it."""
+    family = s.matcher or (family_for_model(row["model"]) if row.get("model") else "default")
+    return Row(prompt=row["prompt"], response=row["response"], family=family,
+               blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, s.prompt_kind),
+               skipped=str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY)
 
-    def view(row: dict) -> Row:
-        family = args.matcher or (family_for_model(row["model"]) if row.get("model") else "default")
-        return Row(prompt=row["prompt"], response=row["response"], family=family,
-                   blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, declared),
-                   skipped=str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY)
 
-    def requests(row: dict) -> list[Request]:
-        text = judge_prompt(view(row), plan)
-        if text is None:
-            return []
-        return [Request.user(spec, text, temperature=temperature, max_tokens=max_tokens) for spec in specs]
+def requests(s: JudgeSettings, row: dict) -> list[Request]:
+    """One request per judge (:func:`orbench.verdicts.judge_prompt`), none for a row decided without them."""
+    text = judge_prompt(view(s, row), s.plan)
+    if text is None:
+        return []
+    return [Request.user(spec, text, temperature=s.temperature, max_tokens=s.max_tokens) for spec in s.judges]
 
-    def decide(row: dict, answers: list[Completion]) -> dict:
-        replies = [Reply(text=c.text or "", blocked=bool(c.provider_refusal), finish_reason=c.finish_reason or "")
-                   for c in answers]
-        return verdict(view(row), plan, replies)
 
-    # a keyword re-score calls no model: no sampling settings to record
-    settings = {"judge": plan.judge_name, "matcher": args.matcher,
-                "temperature": None if plan.keyword_only else temperature,
-                "max_tokens": None if plan.keyword_only else max_tokens}
-    # improved keyword rules, templates or cascade classes re-score, not resume
-    rules = {"template": None if plan.keyword_only else sha256_text(template), "rules": rules_fingerprint(),
-             **({"cascade": cascade_fingerprint()} if plan.cascade else {})}
-    provenance = {"templates": {} if plan.keyword_only else {"judge": sha256_text(template)},
-                  "template_source": None if plan.keyword_only else template_source,
-                  "rules_fingerprint": rules_fingerprint(), "judge": plan.judge_name,
-                  "judges": [j.name for j in plan.judges],
-                  "judge_fingerprint": judge_fingerprint(judge_identity({**settings, **rules}))}
+def decide(s: JudgeSettings, row: dict, answers: list[Completion]) -> dict:
+    """Every stage-5 column of the row (:func:`orbench.verdicts.verdict`)."""
+    replies = [Reply(text=c.text or "", blocked=bool(c.provider_refusal), finish_reason=c.finish_reason or "")
+               for c in answers]
+    return verdict(view(s, row), s.plan, replies)
+
+
+def finish(s: JudgeSettings, frame) -> Finished:
+    """The output with each prompt's kind, its outcomes, and its counts for the meta file."""
+    frame = with_prompt_kinds(frame, s.prompt_kind)
+    return Finished(frame, outcomes=stage_outcomes(frame, s.plan), meta=summarise(frame, s.plan))
+
+
+def provenance(s: JudgeSettings, stage: Stage, template_source: str | None) -> dict:
+    """What the meta file records about the judge (templates, rules, its fingerprint, the cascade)."""
+    plan = s.plan
+    found = {"templates": {} if plan.keyword_only else {"judge": sha256_text(plan.template)},
+             "template_source": template_source, "rules_fingerprint": s.rules, "judge": s.judge,
+             "judges": [j.name for j in plan.judges],
+             "judge_fingerprint": judge_fingerprint(judge_identity({**stage.key_settings, **stage.key_rules}))}
     if plan.cascade:
-        provenance["cascade"] = {"classes": list(CLASSES), "fingerprint": cascade_fingerprint(),
-                                 "judge": plan.verdict_source}
-    def finalise(frame):
-        frame = with_prompt_kinds(frame, declared)
-        summarise(frame, plan, provenance)
-        return frame
+        found["cascade"] = {"classes": list(CLASSES), "fingerprint": cascade_fingerprint(),
+                            "judge": plan.verdict_source}
+    return found
 
-    stage = Stage(
-        name="check response" + (" (keyword)" if plan.keyword_only else f" {plan.verdict_source}"),
-        needs=["prompt", "response"],
-        adds=plan.columns(),
-        requests=requests,
-        decide=decide,
-        stage_id="check_response",
-        settings={**settings, **({"prompt_kind": declared} if declared and plan.cascade else {})},
-        rules=rules,
-        # the kind changes the cascade's verdicts only
-        key_columns=["prompt", "response", "refusal_source", "model", *([PROMPT_KIND_COLUMN] if plan.cascade else [])],
-        finalise=finalise,
-        provenance=provenance,
-        check=lambda table: check_kind_column(table, str(args.input_file)),
-        outcomes=lambda frame: stage_outcomes(frame, plan),
-    )
+
+def make_stage(settings: JudgeSettings, template_source: str | None = "built-in") -> Stage:
+    """The runner's view of this stage: a prompt and a response in, the verdict's columns out."""
+    plan = settings.plan
+    stage = Stage(name="check response" + (" (keyword)" if plan.keyword_only else f" {plan.verdict_source}"),
+                  needs=["prompt", "response"], adds=plan.columns(), requests=requests, decide=decide,
+                  settings=settings, stage_id="check_response", finish=finish, check=check_kind_column,
+                  # the kind changes the cascade's verdicts only
+                  key_columns=["prompt", "response", "refusal_source", "model",
+                               *([PROMPT_KIND_COLUMN] if plan.cascade else [])])
+    stage.provenance = provenance(settings, stage, template_source)
+    return stage
+
+
+def setup(args) -> cli.Job:
+    """The job of one command line: the settings from the flags, the input, the output."""
+    settings, template_source = settings_from(args)
+    names = judge_names(args.check_model)
     output = args.output_file or default_output_path(
-        args.input_file, "cascade_judged" if plan.cascade else "judged", "+".join(names))
-    return cli.Job(stage=stage, input=args.input_file, output=output, models=specs, typed=names if specs else [])
+        args.input_file, "cascade_judged" if settings.cascade else "judged", "+".join(names))
+    return cli.Job(stage=make_stage(settings, template_source), input=args.input_file, output=output,
+                   models=list(settings.judges), typed=names if settings.judges else [])
 
 
 def main(argv=None) -> int:
