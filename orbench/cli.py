@@ -1,11 +1,12 @@
 """What every stage script shares on the command line: the common flags, one-line errors, exit codes.
 
 A stage script builds an ``ArgumentParser``, adds its own flags and ``add_model_flags``, and calls
-``run(parser, setup)``; ``setup(args)`` returns a ``Job`` (the stage, its input, its output
-path, the models it will call). ``run`` reads and checks the input, sets up the providers (so a
-missing key fails before any request), runs the stage, prints one summary line on stderr and the
-output path on stdout, and returns the exit code: 0 all rows done, 1 some rows have errors,
-2 bad input or configuration, 130 interrupted.
+``run(parser, setup)``; ``setup(args)`` returns an ``orbench.lifecycle.Job`` (the stage, its
+input, its output path, the models it will call). ``run`` reads the shared flags once into
+``orbench.lifecycle.RunOptions`` and runs the job through the lifecycle every stage shares
+(``orbench.lifecycle.execute``: set-up, estimate, batch, run, meta file, summary), and returns the
+exit code: 0 all rows done, 1 some rows have errors, 2 bad input or configuration (one line:
+``error: ...``), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,28 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
-from orbench.cache import Cache, default_cache_path
-from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Client
+from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, keys_not_needed, redact
-from orbench.provenance import build_meta, dumps, meta_path_for
+from orbench.lifecycle import Job, RunOptions, execute
+from orbench.models import keys_not_needed, redact
 from orbench.ratelimit import DEFAULT_PATIENCE
-from orbench.stage import (
-    RunResult,
-    Stage,
-    check_existing,
-    check_writable,
-    pending_records,
-    progress_path_for,
-    run_stage,
-)
-from orbench.tables import read_table, resolve_input, write_text_atomic
-from orbench.types import AnswerSource, Request
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -159,153 +145,30 @@ def _separator(text: str | None) -> str | None:
     return value
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    """The flags every stage shares (``add_model_flags``), read once from the parsed arguments.
-
-    The parser owns the defaults; nothing else reads these flags from ``args``.
-    """
-
-    output_file: str | None
-    limit: int | None
-    sep: str | None  # one character, or None: the one the input's header line uses
-    concurrency: int
-    retry_upstream: bool
-    overwrite: bool
-    quiet: bool
-    base_url: str | None
-    rpm: float | None
-    patience: float
-    timeout: float
-    max_retries: int
-    no_cache: bool
-    batch: bool
-    poll_interval: float
-    estimate: bool
-    prices: str | None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> RunOptions:
-        """The options of a parser built with ``add_model_flags``; ``UsageError`` for a bad --sep."""
-        return cls(output_file=args.output_file, limit=args.limit, sep=_separator(args.sep),
-                   concurrency=args.concurrency, retry_upstream=args.retry_upstream_errors,
-                   overwrite=args.overwrite, quiet=args.quiet, base_url=args.base_url, rpm=args.rpm,
-                   patience=args.patience, timeout=args.timeout, max_retries=args.max_retries,
-                   no_cache=args.no_cache, batch=args.batch, poll_interval=args.poll_interval,
-                   estimate=args.estimate, prices=args.prices)
-
-
-def make_client(options: RunOptions) -> Client:
-    """A ``Client`` configured from the common model flags."""
-    if options.batch and options.no_cache:
-        raise UsageError("--batch needs the response cache (batch answers are stored there); drop --no_cache")
-    use_cache = not options.no_cache
-    if options.estimate and not default_cache_path().exists():
-        use_cache = False  # --estimate writes nothing, not even an empty cache
-    return Client(cache=Cache() if use_cache else None, base_url=options.base_url,
-                  concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
-                  max_retries=options.max_retries, patience=options.patience)
-
-
-@dataclass
-class Job:
-    """What ``setup`` hands back to ``run``: the stage and where its data comes from and goes."""
-
-    stage: Stage
-    input: str | pd.DataFrame
-    output: Path
-    models: Sequence[ModelSpec] = field(default_factory=list)
-    input_name: str | None = None
-    typed: Sequence[str] | None = None  # the model names as the user wrote them, parallel to models
-
-
-def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
-    """The one line printed at the end of a run."""
-    counts = f"{result.new} new, {result.resumed} resumed, {result.errors} errors"
-    if result.upstream_errors:
-        counts += f", {result.upstream_errors} passed through with an earlier stage's error"
-    parts = [f"{stage.name}: {result.rows} rows -> {result.output}", counts]
-    if result.outcomes is not None:
-        parts.append(result.outcomes.text)
-    if result.bad_progress_lines:
-        parts.append(f"{result.bad_progress_lines} unreadable progress lines skipped")
-    if client is not None:
-        s = client.stats
-        parts.append(f"requests {s.sent} sent, {s.cached} from cache, {s.provider_blocks} provider blocks")
-        tokens = f"tokens {s.input_tokens:,} in / {s.output_tokens:,} out"
-        if s.reasoning_tokens:
-            tokens += f" ({s.reasoning_tokens:,} reasoning)"
-        parts.append(tokens)
-        paced = client.rate_limits.summary()
-        if paced:
-            parts.append(paced)
-    parts.append(f"{result.elapsed:.1f}s")
-    parts.extend(result.notes)
-    return " | ".join(parts)
-
-
-def pending_requests(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions,
-                     client: Client) -> tuple[int, list[tuple[Request, str]]]:
-    """The rows a run of ``stage`` on ``table`` would still do (after the progress file, within
-    ``--limit``), and their declared requests that the cache cannot answer, with their cache keys."""
-    todo = pending_records(stage, table, output, limit=options.limit, retry_upstream=options.retry_upstream)
-    requests = client.unanswered(r for record in todo.values() for r in stage.requests_of(record))
-    return len(todo), requests
-
-
-def estimate(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions, client: Client) -> str:
-    """``--estimate``: the text pricing the requests a run would send; nothing is sent or written."""
-    from orbench import pricing
-
-    rows, requests = pending_requests(stage, table, output, options, client)
-    return pricing.estimate_text(requests, rows=rows, batch=options.batch, prices_file=options.prices)
-
-
-def send_batches(stage: Stage, table: pd.DataFrame, output: Path, options: RunOptions, client: Client,
-                 models: Sequence[ModelSpec]) -> AnswerSource:
-    """``--batch``: the pending requests of providers with a batch API go through it
-    (``orbench.batch.run_batches``); returns the run's answer source, which answers those providers
-    from the batch results and asks the others (e.g. a Together moderator in an ensemble) as usual.
-    ``UsageError`` when no model has a batch API."""
-    from orbench import batch, providers
-
-    batched = {s.provider.name for s in models if batch.has_batch_api(s.provider)}
-    if not batched:
-        names = ", ".join(sorted({s.provider.name for s in models})) or "none"
-        raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
-                         f"{', '.join(providers.batch_providers())}")
-    _, requests = pending_requests(stage, table, output, options, client)
-    requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
-    check_writable(output)  # before anything is submitted (and paid for)
-    summary = batch.run_batches(requests, client, output, poll_interval=options.poll_interval,
-                                quiet=options.quiet)
-    return batch.BatchAnswers(client, batched, summary.failures)
+def options_from(args: argparse.Namespace) -> RunOptions:
+    """The shared flags of a parser built with ``add_model_flags``, read once; ``UsageError`` for a
+    bad --sep. The parser owns the defaults; nothing else reads these flags from ``args``."""
+    return RunOptions(output_file=args.output_file, limit=args.limit, sep=_separator(args.sep),
+                      concurrency=args.concurrency, retry_upstream=args.retry_upstream_errors,
+                      overwrite=args.overwrite, quiet=args.quiet, base_url=args.base_url, rpm=args.rpm,
+                      patience=args.patience, timeout=args.timeout, max_retries=args.max_retries,
+                      no_cache=args.no_cache, batch=args.batch, poll_interval=args.poll_interval,
+                      estimate=args.estimate, prices=args.prices)
 
 
 def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace], Job],
         argv: Sequence[str] | None = None) -> int:
-    """Parse flags, run the job, report; returns the process exit code."""
+    """Parse flags, set the job up, run it through the lifecycle (``orbench.lifecycle.execute``);
+    returns the process exit code."""
     try:
         args = parser.parse_args(argv)
-        options = RunOptions.from_args(args)
+        options = options_from(args)
         with keys_not_needed(options.estimate):  # --estimate sends nothing: no key asked
-            return _run(setup, args, options, command_of(argv, setup.__module__))
+            job = setup(args)
+            return execute(job, options, command_of(argv, setup.__module__))
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
-
-
-def _load(job: Job, options: RunOptions, output: Path) -> tuple[pd.DataFrame, str, str | None]:
-    """The job's input table, its name in messages, and (a file, not a URL) its absolute path."""
-    if isinstance(job.input, pd.DataFrame):
-        return job.input, job.input_name or "input", None
-    input_path = resolve_input(job.input)
-    if "://" not in str(input_path):
-        input_path = str(Path(input_path).resolve())
-    table = read_table(job.input, job.stage.needs, sep=options.sep)
-    if Path(input_path).resolve() == output.resolve():
-        raise UsageError(f"--output_file {output} would overwrite the input file; choose another")
-    return table, job.input_name or str(job.input), input_path
 
 
 def command_of(argv: Sequence[str] | None, module: str | None = None) -> list[str]:
@@ -314,67 +177,3 @@ def command_of(argv: Sequence[str] | None, module: str | None = None) -> list[st
     if argv is None:
         return ["python", str(Path(sys.argv[0]).resolve()), *sys.argv[1:]]
     return ["python", "-m", module or "orbench", *argv]
-
-
-def _write_meta(job: Job, result: RunResult, client: Client, table: pd.DataFrame, input_path: str | None,
-                command: list[str]) -> None:
-    typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
-    meta = build_meta(stage=job.stage, result=result, client=client,
-                      models=[client.describe(s, t) for s, t in zip(job.models, typed)],
-                      input_path=input_path, input_rows=len(table), output=result.output, argv=command)
-    try:
-        write_text_atomic(dumps(meta), meta_path_for(result.output))
-    except OSError as exc:
-        raise UsageError(f"cannot write {meta_path_for(result.output)}: {exc.strerror or exc}") from None
-
-
-def _say(job: Job, result: RunResult, client: Client, quiet: bool) -> int:
-    """The summary line, the warnings, the errors line and the output path; returns the exit code."""
-    if not quiet:
-        for line in [summary_line(job.stage, result, client), *result.lines]:
-            print(line, file=sys.stderr)
-    warnings = [*(result.outcomes.warnings if result.outcomes is not None else []), *result.warnings]
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)  # even with --quiet, as the errors line below
-    if result.errors:
-        print(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
-              f"command to retry them", file=sys.stderr)
-    print(result.output)
-    return result.exit_code
-
-
-def _run(setup: Callable[[argparse.Namespace], Job], args: argparse.Namespace,
-         options: RunOptions, command: list[str]) -> int:
-    """``run`` after the flags are parsed."""
-    output = None
-    try:
-        client = make_client(options)
-        job = setup(args)
-        output = Path(job.output)
-        table, name, input_path = _load(job, options, output)
-        if job.stage.check is not None:
-            job.stage.check(table, name)
-        for spec in job.models:
-            client.prepare(spec)
-        source: AnswerSource = client
-        if options.estimate or options.batch:
-            check_existing(job.stage, table, output, overwrite=options.overwrite)  # before anything is submitted
-            if options.estimate:
-                print(estimate(job.stage, table, output, options, client))
-                return 0
-            source = send_batches(job.stage, table, output, options, client, job.models)
-        result = run_stage(job.stage, table, output, concurrency=options.concurrency, limit=options.limit,
-                           input_name=name, client=source, retry_upstream=options.retry_upstream,
-                           quiet=options.quiet, overwrite=options.overwrite)
-        _write_meta(job, result, client, table, input_path, command)
-    except UsageError as exc:
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        where = f" in {progress_path_for(output)}" if output else ""
-        if output and options.batch:
-            where += f" (submitted batches in {output.name}.batches.jsonl; a rerun resumes polling)"
-        print(f"\ninterrupted: finished rows are saved{where}; rerun the same command to continue",
-              file=sys.stderr)
-        return 130
-    return _say(job, result, client, options.quiet)

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from orbench import cli, outcomes
 from orbench.errors import UsageError
+from orbench.lifecycle import Job
 from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
 from orbench.sets import check_kind_column, with_prompt_kinds
@@ -187,7 +188,7 @@ def make_stage(settings: AlignmentSettings) -> Stage:
 def setup_for(default_provider: str | None):
     """The ``setup(args)`` hook for ``cli.run``, with the alias's provider fallback."""
 
-    def setup(args) -> cli.Job:
+    def setup(args) -> Job:
         spec = resolve_model(args.model, default_provider)
         if args.samples is not None and args.temperature <= 0:
             raise UsageError(f"--samples {args.samples} needs --temperature above 0 (at temperature "
@@ -196,7 +197,7 @@ def setup_for(default_provider: str | None):
                                      max_tokens=args.max_tokens, matcher=args.matcher or family_for_model(str(spec)),
                                      samples=args.samples, prompt_kind=args.prompt_kind or "")
         output = args.output_file or default_output(args.model, args.input_file)
-        return cli.Job(stage=make_stage(settings), input=args.input_file, output=output, models=[spec],
+        return Job(stage=make_stage(settings), input=args.input_file, output=output, models=[spec],
                        typed=[args.model])
 
     return setup

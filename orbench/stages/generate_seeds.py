@@ -9,23 +9,26 @@ Example (the original command, from inside this folder)::
 
     MISTRAL_API_KEY=... python generate_toxic_promt_from_category.py --category=harmful
 
-How it works. Each model call asks for 20 prompts of the category at temperature 1.0 (the
-paper's settings) and is one row of a synthetic table of call numbers, ``call_index`` 0, 1, 2,
-... run by ``orbench.stage.run_stage``; the call number is also the request's ``sample_index``,
+How it works. Stage 1 goes through the run lifecycle every stage shares (``orbench.lifecycle``:
+set-up, estimate, batch, run, meta file, summary, exit code) as a :class:`SeedJob`. Each model
+call asks for 20 prompts of the category at temperature 1.0 (the paper's settings) and is one row
+of a synthetic table of call numbers, ``call_index`` 0, 1, 2, ... run by the stage runner
+(``orbench.stage.run_stage``) in rounds (``SeedJob.rounds``); the call number is also the request's ``sample_index``,
 so the response cache keeps repeated sampling calls apart. The replies go to a work file beside
 the output, ``<output>.calls.csv`` (columns ``call_index, reply, finish_reason, error``, the raw
 replies kept for inspection), with the runner's progress log ``<output>.calls.csv.progress.jsonl``.
 Items are read from each reply (``orbench.parsing.reply_items``, as stage 2 reads its replies:
 ``[[...]]`` first, then the fallbacks) and
 near-exact duplicates dropped, walking the calls in call order, so the result does not depend on
-which reply came back first. The run adds calls in rounds until the target is met.
+which reply came back first. The run adds calls in rounds until the target is met; the prompts
+are then written to the output and the lifecycle writes its meta file.
 
-Cost flags, as in every stage (``orbench.cli.estimate``, ``orbench.cli.send_batches``): ``--estimate`` sends nothing and
-writes nothing; it prices the recorded calls that failed plus the new calls the target still
-needs (one per 20 missing prompts, within ``--limit``), with ``--prices``. ``--batch`` sends each
-round's calls through the provider's batch API (``--poll_interval`` between checks) and then
-reads them from the cache. ``--retry_upstream_errors`` is not offered: stage 1 reads no earlier
-stage's output.
+Cost flags, as in every stage (``orbench.lifecycle``): ``--estimate`` sends nothing and writes
+nothing; it prices the recorded calls that failed plus the new calls the target still needs (one
+per 20 missing prompts, within ``--limit``), with ``--prices``. ``--batch`` sends each round's
+calls through the provider's batch API (``--poll_interval`` between checks) and then reads them
+from the cache. ``--retry_upstream_errors`` is not offered: stage 1 reads no earlier stage's
+output.
 
 Stops:
 
@@ -50,28 +53,21 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from orbench.categories import CATEGORIES, check_category
-from orbench.cli import (
-    ArgumentParser,
-    RunOptions,
-    add_model_flags,
-    command_of,
-    make_client,
-    positive_int,
-    send_batches,
-)
-from orbench.cli import estimate as cli_estimate
+from orbench.cli import ArgumentParser, add_model_flags, positive_int, run
 from orbench.clients import Client
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, keys_not_needed, parse_model, redact
+from orbench.lifecycle import Delivery, Job, RunOptions
+from orbench.models import ModelSpec, parse_model
 from orbench.parsing import example_forms, normalise_for_dedup, reply_items
 from orbench.prompts import SEED_TEMPLATE
-from orbench.provenance import build_meta, dumps, meta_path_for, sha256_text
+from orbench.provenance import meta_path_for, sha256_text
 from orbench.settings import rule, setting
 from orbench.stage import (
     ProgressLog,
@@ -81,9 +77,8 @@ from orbench.stage import (
     guard_existing,
     progress_path_for,
     row_key,
-    run_stage,
 )
-from orbench.tables import write_csv_atomic, write_text_atomic
+from orbench.tables import write_csv_atomic
 from orbench.templates import add_template_flag, load_template
 from orbench.types import Completion, Request
 
@@ -241,14 +236,16 @@ def decide(s: GenerateSettings, row: dict, answers: list[Completion]) -> dict:
     return {"call_index": str(int(row["call_index"])), "reply": reply.text, "finish_reason": reply.finish_reason or ""}
 
 
-def make_stage(spec: ModelSpec, category: str, temperature: float,
-               max_tokens: int, template: str = SEED_TEMPLATE) -> Stage:
+def make_stage(spec: ModelSpec, category: str, temperature: float, max_tokens: int,
+               template: str = SEED_TEMPLATE, template_source: str = "built-in") -> Stage:
     """The runner's view of one generator call: input ``call_index``, output the raw reply."""
     settings = GenerateSettings(model=spec, temperature=temperature, max_tokens=max_tokens,
                                 template=template.format(count=PER_CALL, category=category))
     return Stage(name=f"generate {category}", needs=("call_index",), adds=("reply", "finish_reason"),
                  requests=requests, decide=decide, settings=settings, stage_id="generate",
-                 key_columns=("call_index",), provenance={"templates": {"seed": sha256_text(template)}})
+                 key_columns=("call_index",),
+                 provenance={"templates": {"seed": sha256_text(template)}, "template_source": template_source,
+                             "category": category})
 
 
 def guard_output(stage: Stage, output: Path, calls_path: Path, overwrite: bool, remove: bool = True) -> list[str]:
@@ -277,133 +274,144 @@ def call_table(calls: int) -> pd.DataFrame:
     return pd.DataFrame({"call_index": [str(i) for i in range(calls)]})
 
 
-def estimate(stage: Stage, args, options: RunOptions, client: Client, spec: ModelSpec, prior: list[dict],
-             examples: frozenset[str], calls_path: Path, recorded: int) -> str:
-    """The ``--estimate`` report: the calls recorded but not answered, plus the new calls needed
-    to reach the target (one per 20 prompts still missing, within ``--limit``); nothing is sent
-    and nothing written."""
-    calls = read_calls(calls_path) if calls_path.exists() else []
-    found = len(tally(prior, calls, str(spec), args.category, examples).rows)
-    needed = max(0, math.ceil((args.num_toxic_prompts - found) / PER_CALL))
-    total = recorded + needed
-    if options.limit is not None:
-        total = min(total, max(options.limit, recorded))
-    return cli_estimate(stage, call_table(total), calls_path, options, client)
-
-
 def read_calls(calls_path: Path) -> list[dict]:
     """The work file written by the runner, in call order."""
     frame = pd.read_csv(calls_path, dtype=str, keep_default_na=False, encoding="utf-8")
     return frame.to_dict("records")
 
 
-def generate(args, command: list[str] | None = None) -> int:
-    """Run the stage for parsed ``args``; returns the exit code (see the module docstring).
-    ``command`` is what the meta file records as the command (default: this process's)."""
-    started = time.time()
-    options = RunOptions.from_args(args)
-    spec = parse_model(args.model)
-    category, target, stale_limit = args.category, args.num_toxic_prompts, args.max_stale_calls
-    output = Path(options.output_file) if options.output_file else Path.cwd() / f"{category}_prompts.csv"
-    calls_path = output.with_name(output.name + ".calls.csv")
-    template, template_source = load_template(args.template, SEED_TEMPLATE, {"count", "category"})
-    examples = example_forms(template.format(count=PER_CALL, category=category))
-    client = make_client(options)
-    client.prepare(spec)  # a missing key fails here, before any request
-    stage = make_stage(spec, category, args.temperature, args.max_tokens, template)
-    check_writable(output)
-    notes = guard_output(stage, output, calls_path, options.overwrite, remove=not options.estimate)
-    prior = read_prior(output, category)
+@dataclass
+class SeedJob(Job):
+    """Stage 1 in the run lifecycle (``orbench.lifecycle``): rounds of calls, then the prompts.
 
-    total = recorded_calls(stage, calls_path)  # replayed for free, even beyond --limit
-    if options.estimate:
-        print(estimate(stage, args, options, client, spec, prior, examples, calls_path, total))
-        return 0
-    calls: list[dict] = []
-    resumed = total
-    while True:
-        if total:
-            table = call_table(total)
-            source = client
-            if options.batch:  # this round's calls through the batch API, then read from the cache
-                source = send_batches(stage, table, calls_path, options, client, [spec])
-            run_stage(stage, table, calls_path, concurrency=options.concurrency, input_name="call table",
-                      client=source, quiet=options.quiet, meta_path=meta_path_for(output))
-            calls = read_calls(calls_path)
-        state = tally(prior, calls, str(spec), category, examples)
-        found = len(state.rows)
-        if found >= target or state.failed or state.stale_streak >= stale_limit:
-            break
-        if options.limit is not None and total >= options.limit:
-            break
-        # Rounds are capped so that a model that has run dry wastes at most one round.
-        step = min(math.ceil((target - found) / PER_CALL), max(stale_limit, options.concurrency))
+    The runner's rows are calls (``<output>.calls.csv``, its work file); each round asks for
+    enough calls to reach the target, and the prompts read from all the calls in call order are
+    delivered to ``output``. ``--limit`` counts calls here.
+    """
+
+    category: str = ""
+    target: int = 0
+    stale_limit: int = 5
+    #: Set when the job is guarded and run: earlier prompts, recorded calls, what the calls gave.
+    notes: list[str] = field(default_factory=list)
+    prior: list[dict] = field(default_factory=list)
+    recorded: int = 0
+    calls: int = 0
+    state: Tally = field(default_factory=Tally)
+    started: float = 0.0
+    limits_rows = False
+
+    @property
+    def work(self) -> Path:
+        return self.output.with_name(self.output.name + ".calls.csv")
+
+    @property
+    def examples(self) -> frozenset[str]:
+        return example_forms(self.stage.settings.template)
+
+    def guard(self, table: pd.DataFrame, options: RunOptions) -> None:
+        """The settings check over the calls and the prompts (``--overwrite`` removes them both
+        now, unless ``--estimate``), then what is already there: prompts and recorded calls."""
+        self.started = time.time()
+        check_writable(self.output)
+        self.notes = guard_output(self.stage, self.output, self.work, options.overwrite, remove=not options.estimate)
+        self.prior = read_prior(self.output, self.category)
+        self.recorded = recorded_calls(self.stage, self.work)  # replayed for free, even beyond --limit
+
+    def tally(self, calls: int) -> Tally:
+        found = read_calls(self.work) if calls and self.work.exists() else []
+        return tally(self.prior, found, str(self.stage.settings.model), self.category, self.examples)
+
+    def planned(self, table: pd.DataFrame, options: RunOptions) -> pd.DataFrame:
+        """The calls recorded, plus the new calls the target still needs (one per 20 prompts
+        missing, within ``--limit``)."""
+        needed = max(0, math.ceil((self.target - len(self.tally(self.recorded).rows)) / PER_CALL))
+        total = self.recorded + needed
         if options.limit is not None:
-            step = min(step, options.limit - total)
-        if total and not options.quiet:
-            print(f"{found} of {target} unique prompts after {total} calls; asking {step} more",
-                  file=sys.stderr)
-        total += step
+            total = min(total, max(options.limit, self.recorded))
+        return call_table(total)
 
-    rows = state.rows[:target]
-    frame = pd.DataFrame([{**r, "error": ""} for r in rows], columns=list(OUTPUT_COLUMNS))
-    write_csv_atomic(frame, output)
-    write_meta(stage, spec, args, client, output, total, state, len(rows), template_source, started, command)
-    s = client.stats
-    repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
-    if not options.quiet:
-        print(f"generate {category}: {len(rows)} of {target} prompts -> {output} | {total} calls "
-              f"({total - resumed} new, {resumed} resumed, {state.failed} failed), "
-              f"{state.duplicates} duplicates dropped{repeats} | requests {s.sent} sent, "
-              f"{s.cached} from cache" + "".join(f" | {n}" for n in notes), file=sys.stderr)
-    print(output)
-    if len(rows) >= target:
-        return 0
-    if state.failed:  # the reason for exit 1 is said even with --quiet, as the other stages do
-        print(f"{state.failed} calls failed after retries (see the 'error' column of {calls_path}); "
-              f"rerun the same command to retry them", file=sys.stderr)
-        return 1
-    if state.stale_streak >= stale_limit:
-        print(f"stopped: the last {state.stale_streak} calls gave no new prompt, with {len(rows)} of "
-              f"{target} found; the model seems to have run dry for {category!r} (raise "
-              f"--max_stale_calls to keep trying, or lower --num_toxic_prompts)", file=sys.stderr)
-        return 1
-    print(f"stopped at --limit={options.limit} calls with {len(rows)} of {target} prompts (a trial "
-          f"run); rerun without --limit to continue", file=sys.stderr)
-    return 0
+    def rounds(self, table: pd.DataFrame, options: RunOptions) -> Iterator[pd.DataFrame]:
+        """The recorded calls first (replayed from the progress file), then rounds of new calls
+        until the target, a stale streak, a failed call or ``--limit`` calls."""
+        total = self.recorded
+        while True:
+            if total:
+                yield call_table(total)
+            self.calls, self.state = total, self.tally(total)
+            step = self.next_step(total, options)
+            if not step:
+                return
+            if total and not options.quiet:
+                print(f"{len(self.state.rows)} of {self.target} unique prompts after {total} calls; asking "
+                      f"{step} more", file=sys.stderr)
+            total += step
+
+    def next_step(self, total: int, options: RunOptions) -> int:
+        """How many calls the next round adds (0: stop)."""
+        found, state = len(self.state.rows), self.state
+        if found >= self.target or state.failed or state.stale_streak >= self.stale_limit:
+            return 0
+        if options.limit is not None and total >= options.limit:
+            return 0
+        # Rounds are capped so that a model that has run dry wastes at most one round.
+        step = min(math.ceil((self.target - found) / PER_CALL), max(self.stale_limit, options.concurrency))
+        return step if options.limit is None else min(step, options.limit - total)
+
+    def deliver(self, table: pd.DataFrame, result: RunResult | None, client: Client,
+                options: RunOptions) -> Delivery:
+        """The prompts (the first ``--num_toxic_prompts`` unique ones) written to ``output``."""
+        state, rows = self.state, self.state.rows[:self.target]
+        frame = pd.DataFrame([{**r, "error": ""} for r in rows], columns=list(OUTPUT_COLUMNS))
+        try:
+            write_csv_atomic(frame, self.output)
+        except OSError as exc:
+            raise UsageError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+        delivered = RunResult(output=self.output, rows=len(rows), errors=state.failed, started=self.started,
+                              finished=time.time(),
+                              meta={"calls": self.calls, "duplicates_dropped": state.duplicates,
+                                    "template_examples_dropped": state.example_repeats})
+        code, closing = self.outcome(len(rows), options)
+        return Delivery(delivered, self.calls, [self.summary(len(rows), client)], closing, code)
+
+    def summary(self, rows: int, client: Client) -> str:
+        state, s = self.state, client.stats
+        repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
+        return (f"generate {self.category}: {rows} of {self.target} prompts -> {self.output} | {self.calls} calls "
+                f"({self.calls - self.recorded} new, {self.recorded} resumed, {state.failed} failed), "
+                f"{state.duplicates} duplicates dropped{repeats} | requests {s.sent} sent, "
+                f"{s.cached} from cache" + "".join(f" | {n}" for n in self.notes))
+
+    def outcome(self, rows: int, options: RunOptions) -> tuple[int, list[str]]:
+        """The exit code and, when the target is not reached, why (said even with ``--quiet``)."""
+        if rows >= self.target:
+            return 0, []
+        if self.state.failed:
+            return 1, [f"{self.state.failed} calls failed after retries (see the 'error' column of {self.work}); "
+                       f"rerun the same command to retry them"]
+        if self.state.stale_streak >= self.stale_limit:
+            return 1, [f"stopped: the last {self.state.stale_streak} calls gave no new prompt, with {rows} of "
+                       f"{self.target} found; the model seems to have run dry for {self.category!r} (raise "
+                       f"--max_stale_calls to keep trying, or lower --num_toxic_prompts)"]
+        return 0, [f"stopped at --limit={options.limit} calls with {rows} of {self.target} prompts (a trial "
+                   f"run); rerun without --limit to continue"]
 
 
-def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path, calls: int,
-               state: Tally, rows: int, template_source: str, started: float,
-               command: list[str] | None = None) -> None:
-    """The output's ``.meta.json`` (see ``orbench.provenance``): calls stand in for input rows."""
-    result = RunResult(output=output, rows=rows, errors=state.failed, started=started,
-                       finished=time.time())
-    stage.provenance.update({"template_source": template_source, "category": args.category,
-                             "calls": calls, "duplicates_dropped": state.duplicates,
-                             "template_examples_dropped": state.example_repeats})
-    meta = build_meta(stage=stage, result=result, client=client,
-                      models=[client.describe(spec, args.model)], input_path=None, input_rows=calls,
-                      output=output, argv=command)
-    try:
-        write_text_atomic(dumps(meta), meta_path_for(output))
-    except OSError as exc:
-        raise UsageError(f"cannot write {meta_path_for(output)}: {exc.strerror or exc}") from None
+def setup(args) -> SeedJob:
+    """The job of one command line (``orbench.cli.run`` runs it through the lifecycle)."""
+    category = args.category
+    template, template_source = load_template(args.template, SEED_TEMPLATE, {"count", "category"})
+    spec = parse_model(args.model)
+    stage = make_stage(spec, category, args.temperature, args.max_tokens, template, template_source)
+    output = Path(args.output_file) if args.output_file else Path.cwd() / f"{category}_prompts.csv"
+    return SeedJob(stage=stage, input=call_table(0), output=output, models=[spec], typed=[args.model],
+                   input_name="call table", category=category, target=args.num_toxic_prompts,
+                   stale_limit=args.max_stale_calls)
 
 
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit code (0 done, 1 incomplete, 2 bad input)."""
-    try:
-        args = build_parser().parse_args(argv)
-        with keys_not_needed(args.estimate):  # --estimate sends nothing: no key asked
-            return generate(args, None if argv is None else command_of(argv, __name__))
-    except UsageError as exc:
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted: finished calls are saved; rerun the same command to continue",
-              file=sys.stderr)
-        return 130
+    return run(build_parser(), setup, argv)
 
 
 if __name__ == "__main__":  # python -m orbench.stages.generate_seeds (the command a meta file records)

@@ -78,6 +78,7 @@ from orbench import cli, outcomes
 from orbench.cascade import CLASSES, cascade_fingerprint
 from orbench.errors import UsageError
 from orbench.judge_cards import judge_fingerprint, judge_identity
+from orbench.lifecycle import Job
 from orbench.models import ModelSpec, parse_model, slug
 from orbench.prompts import JUDGE_TEMPLATE
 from orbench.provenance import sha256_text
@@ -303,13 +304,13 @@ def make_stage(settings: JudgeSettings, template_source: str | None = "built-in"
     return stage
 
 
-def setup(args) -> cli.Job:
+def setup(args) -> Job:
     """The job of one command line: the settings from the flags, the input, the output."""
     settings, template_source = settings_from(args)
     names = judge_names(args.check_model)
     output = args.output_file or default_output_path(
         args.input_file, "cascade_judged" if settings.cascade else "judged", "+".join(names))
-    return cli.Job(stage=make_stage(settings, template_source), input=args.input_file, output=output,
+    return Job(stage=make_stage(settings, template_source), input=args.input_file, output=output,
                    models=list(settings.judges), typed=names if settings.judges else [])
 
 

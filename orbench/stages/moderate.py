@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from orbench import cli, outcomes
 from orbench.errors import UsageError
 from orbench.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
+from orbench.lifecycle import Job
 from orbench.models import ModelSpec, parse_model, slug
 from orbench.prompts import MODERATION_TEMPLATE
 from orbench.provenance import sha256_text
@@ -185,7 +186,7 @@ def make_stage(settings: ModerateSettings, template_source: str = "built-in") ->
                              "template_source": template_source})
 
 
-def setup(args) -> cli.Job:
+def setup(args) -> Job:
     """The job of one command line: the settings from the flags, the input, the output."""
     names = [n.strip() for n in args.moderator_model.split(",") if n.strip()]
     if not names:
@@ -201,7 +202,7 @@ def setup(args) -> cli.Job:
                                 max_tokens=args.max_tokens, template=template)
     output = args.output_file or default_output_path(
         args.input_file_path, f"moderated_{slug(column)}", "+".join(names))
-    return cli.Job(stage=make_stage(settings, template_source), input=args.input_file_path, output=output,
+    return Job(stage=make_stage(settings, template_source), input=args.input_file_path, output=output,
                    models=list(specs), typed=names)
 
 

@@ -48,8 +48,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from orbench.cli import ArgumentParser, Job, add_model_flags, run
+from orbench.cli import ArgumentParser, add_model_flags, run
 from orbench.errors import UsageError
+from orbench.lifecycle import Job
 from orbench.models import ModelSpec, parse_model
 from orbench.outcomes import WARN_SHARE
 from orbench.parsing import dedupe, example_forms, normalise_for_dedup, reply_items
