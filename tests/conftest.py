@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_gemini import FakeGemini  # noqa: E402 (tests/ is put on sys.path just above)
 from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path just above)
 
-from orbench.providers import mock as mock_provider  # noqa: E402
+from orbench.providers import mock as mock_provider  # noqa: E402 (tests/ is put on sys.path just above)
 
 mock_provider.install()  # ``mock/<name>`` models resolve in every test (and in-process script runs)
 
