@@ -84,6 +84,21 @@ MUTANTS = [
      '        return {"is_rejected": None, "refusal_source": EMPTY_RESPONSE, "refusal_kind": None}',
      '        return {"is_rejected": False, "refusal_source": EMPTY_RESPONSE, "refusal_kind": None}',
      ["tests/test_check_alignment.py", "tests/test_provider_contract.py"]),
+    ("a settings field marked as a rule is left out of the key", "orbench/settings.py",
+     "if how.get(\"unkeyed\") or", "if how.get(\"unkeyed\") or how.get(\"rule\") or",
+     ["tests/test_keys.py", "tests/test_settings_guard.py"]),
+    ("--estimate counts the requests the cache answers", "orbench/clients.py",
+     "if key not in found and (self.cache is None or self.cache.get(key) is None):", "if key not in found:",
+     ["tests/test_estimate.py"]),
+    ("after a batch, a request it did not answer is sent", "orbench/batch.py",
+     "        if request.model.provider.name not in self.providers:\n",
+     "        if True:\n", ["tests/test_batch.py"]),
+    ("the cascade asks the judge about the rows it is sure of", "orbench/verdicts.py",
+     "    if plan.cascade and confidence(row.response, row.family, row.kind)[1] is not None:\n        return None\n",
+     "", ["tests/test_cascade.py"]),
+    ("stage 1: one stale call fewer stops it", "orbench/stages/generate_seeds.py",
+     "state.stale_streak >= self.stale_limit:\n            return 0",
+     "state.stale_streak >= self.stale_limit - 1:\n            return 0", ["tests/test_generate.py"]),
 ]
 
 
