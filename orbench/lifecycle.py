@@ -116,10 +116,17 @@ class Job:
     #: Whether ``--limit`` limits the runner's rows (stage 1 counts it in calls, in its rounds).
     limits_rows = True
 
+    def __post_init__(self) -> None:
+        self.output = Path(self.output)
+
     @property
     def work(self) -> Path:
         """Where the runner writes (its progress, lock and batch files beside it)."""
-        return Path(self.output)
+        return self.output
+
+    def row_limit(self, options: RunOptions) -> int | None:
+        """The runner's ``limit``: ``--limit``, unless the job counts it otherwise."""
+        return options.limit if self.limits_rows else None
 
     def guard(self, table: pd.DataFrame, options: RunOptions) -> None:
         """Before anything is sent: stop (``UsageError``) when the output was made with other
@@ -177,8 +184,8 @@ def pending_requests(job: Job, table: pd.DataFrame, options: RunOptions,
                      client: Client) -> tuple[int, list[tuple[Request, str]]]:
     """The rows a round over ``table`` would still do (after the progress file, within ``--limit``),
     and their declared requests that the cache cannot answer, with their cache keys."""
-    limit = options.limit if job.limits_rows else None
-    todo = pending_records(job.stage, table, job.work, limit=limit, retry_upstream=options.retry_upstream)
+    todo = pending_records(job.stage, table, job.work, limit=job.row_limit(options),
+                           retry_upstream=options.retry_upstream)
     requests = client.unanswered(r for record in todo.values() for r in job.stage.requests_of(record))
     return len(todo), requests
 
@@ -219,7 +226,7 @@ def load_input(job: Job, options: RunOptions) -> tuple[pd.DataFrame, str, str | 
     if "://" not in str(input_path):
         input_path = str(Path(input_path).resolve())
     table = read_table(job.input, job.stage.needs, sep=options.sep)
-    if Path(input_path).resolve() == Path(job.output).resolve():
+    if Path(input_path).resolve() == job.output.resolve():
         raise UsageError(f"--output_file {job.output} would overwrite the input file; choose another")
     return table, job.input_name or str(job.input), input_path
 
@@ -242,9 +249,9 @@ def execute(job: Job, options: RunOptions, command: list[str]) -> int:
         for rows in job.rounds(table, options):
             source = send_batches(job, rows, options, client) if options.batch else client
             result = run_stage(job.stage, rows, job.work, concurrency=options.concurrency,
-                               limit=options.limit if job.limits_rows else None, input_name=name, client=source,
+                               limit=job.row_limit(options), input_name=name, client=source,
                                retry_upstream=options.retry_upstream, quiet=options.quiet,
-                               overwrite=options.overwrite, meta_path=meta_path_for(Path(job.output)))
+                               overwrite=options.overwrite, meta_path=meta_path_for(job.output))
         delivery = job.deliver(table, result, client, options)
         write_meta(job, delivery, client, input_path, command)
     except UsageError as exc:
