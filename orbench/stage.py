@@ -102,7 +102,7 @@ class Stage:
     steps that need the whole file, such as the rewriter's cross-file deduplication), the
     outcome counts and warnings, and the meta file's further keys. ``provenance`` is copied into
     the meta file (templates' hashes, the rules' fingerprint...). ``check(table, input_name)``,
-    if given, gets the whole input before any request (``cli.run`` calls it) and raises
+    if given, gets the whole input before any request (``orbench.lifecycle`` calls it) and raises
     ``UsageError`` for a bad cell.
     """
 
