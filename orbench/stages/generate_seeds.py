@@ -303,10 +303,12 @@ class SeedJob(Job):
 
     @property
     def work(self) -> Path:
+        """The calls' work file, ``<output>.calls.csv`` (the raw replies, kept for inspection)."""
         return self.output.with_name(self.output.name + ".calls.csv")
 
     @property
     def examples(self) -> frozenset[str]:
+        """The request's own example texts: a reply item that repeats one is no seed."""
         return example_forms(self.stage.settings.template)
 
     def guard(self, table: pd.DataFrame, options: RunOptions) -> None:
@@ -319,6 +321,7 @@ class SeedJob(Job):
         self.recorded = recorded_calls(self.stage, self.work)  # replayed for free, even beyond --limit
 
     def tally(self, calls: int) -> Tally:
+        """The earlier prompts, then the prompts of the first ``calls`` calls, walked in call order."""
         found = read_calls(self.work) if calls and self.work.exists() else []
         return tally(self.prior, found, str(self.stage.settings.model), self.category, self.examples)
 
