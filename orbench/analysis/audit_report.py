@@ -32,7 +32,8 @@ import pandas as pd
 
 from orbench.analysis import audit, audit_stats, stats
 from orbench.analysis.audit_sample import ANSWER, PROMPT, REFUSAL, VERDICT
-from orbench.analysis.report_inputs import SCORED, _hash
+from orbench.analysis.columns import prompt_hash
+from orbench.analysis.report_inputs import SCORED
 from orbench.errors import UsageError
 from orbench.tables import write_csv_atomic, write_text_atomic
 from orbench.vocab import JUDGE, KEYWORD
@@ -80,7 +81,7 @@ def _human_safe(prompt_audit: dict | None, counts: pd.DataFrame, set_name: str) 
     if not (items["human_safe"] == "1").any():
         return stats.not_computable(method, "no safe prompt"), \
             f"no prompt of set {set_name} is human-confirmed safe in the prompt audit"
-    keys = _hash(items["prompt"].astype(object).reset_index(drop=True))
+    keys = prompt_hash(items["prompt"])
     k = counts["k"].reindex(keys).to_numpy()
     n = counts["n"].reindex(keys).to_numpy()
     have = np.isfinite(k)

@@ -65,6 +65,7 @@ import numpy as np
 import pandas as pd
 
 from orbench.analysis import calibration_report, lineage, plots, report_stats
+from orbench.analysis.columns import prompt_hash
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
 from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the comment above)
@@ -84,7 +85,6 @@ from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the
     parse_spec,
 )
 from orbench.analysis.report_inputs import TOX as TOXIC
-from orbench.analysis.report_inputs import _hash as prompt_hash
 from orbench.analysis.stats import balanced_accuracy, quadratic_fit, round_for_csv, spearman, wilson_interval
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
