@@ -108,6 +108,21 @@ def _verdict(value) -> str:
     return "" if flag is None else (REFUSAL if flag else ANSWER)
 
 
+def _prompt_rows(path: str, set_name: str, err, prompts: list, cats: list, tox: list | None) -> tuple[list[dict], list[str]]:
+    """A prompt audit's rows of one input (moderation's verdict where ``is_toxic`` is given); notes."""
+    rows = []
+    for i in range(len(prompts)):
+        if err.iat[i] or not prompts[i].strip():
+            continue
+        flag = parse_bool(tox[i]) if tox is not None else None
+        rows.append({"set": set_name, "model": "", "category": cats[i] or "(blank)", "prompt": prompts[i],
+                     "response": "", "source": path, "row": i + 2,
+                     "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}
+                     if tox is not None else {}})
+    skipped = len(prompts) - len(rows)
+    return rows, [f"{path}: {skipped} rows with an error or an empty prompt are not audited"] if skipped else []
+
+
 def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[list[dict], list[str]]:
     """One input's rows as dicts (set, model, category, prompt, response, verdicts); notes."""
     needs = ("prompt", "category") if kind == PROMPT else ("prompt", "response")
@@ -119,19 +134,7 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
     col = lambda c: frame[c].tolist() if c in cols else [""] * n  # noqa: E731 (a one-line helper used just below)
     prompts, cats, responses, models = col("prompt"), col("category"), col("response"), col("model")
     if kind == PROMPT:
-        tox = col("is_toxic")
-        for i in range(n):
-            if err.iat[i] or not prompts[i].strip():
-                continue
-            flag = parse_bool(tox[i]) if "is_toxic" in cols else None
-            rows.append({"set": set_name, "model": "", "category": cats[i] or "(blank)", "prompt": prompts[i],
-                         "response": "", "source": path, "row": i + 2,
-                         "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}
-                         if "is_toxic" in cols else {}})
-        skipped = n - len(rows)
-        if skipped:
-            notes.append(f"{path}: {skipped} rows with an error or an empty prompt are not audited")
-        return rows, notes
+        return _prompt_rows(path, set_name, err, prompts, cats, col("is_toxic") if "is_toxic" in cols else None)
     judge_file = "answer_category" in cols or "judge_model" in cols
     classes, judges, rejected = col("answer_category"), col("judge_model"), col("is_rejected")
     kw_rej, kinds, sources, cascade = (col(c) for c in ("keyword_is_rejected", "refusal_kind", "refusal_source",

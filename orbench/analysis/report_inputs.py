@@ -1,9 +1,10 @@
 """Reading the report's inputs: naming them, telling their prompt set, and turning rows into verdicts.
 
-Each input file is read once, with only the columns the report uses, and reduced at once to a
-compact table of integer codes (prompt hash, set, model, method, judge, category, status,
-verdict), so 30 models x 80K rows fit in little memory. A few example rows per model, category
-and verdict keep their text for the HTML report. ``<file>.meta.json`` beside an input (the
+Each input file is read once, with only the columns the report uses (columnar:
+:mod:`orbench.analysis.columns`), and reduced at once to a compact table of integer codes (prompt
+hash, set, model, method, judge, category, status, verdict), so 30 models x 80K rows fit in
+little memory. The replies are never decoded as a whole: a few example rows per model, category
+and verdict take their text for the HTML report. ``<file>.meta.json`` beside an input (the
 runner's provenance file) is read when present.
 """
 

@@ -49,7 +49,8 @@ Z95 = 1.959963984540054
 PSEUDO = 0.5
 BOOTSTRAP, SEED = 2000, 20240530
 
-# Flags an Estimate may carry (CSV column ``*_flag``, joined by ';'; marked in report.html).
+# Flags an Estimate may carry (CSV column ``*_flag``, joined by ';'; marked in report.html by
+# orbench.analysis.html_kit.flag_marks).
 CENSUS = "census"                  # every stratum fully audited: the figure is exact
 NONE_SEEN = "none_seen"            # 0 of n or n of n: the interval is the bound that count allows
 SINGLE_ITEM = "single_item_stratum"  # a stratum had one item: its variance is the add-half one
@@ -108,18 +109,6 @@ class Estimate:
         """A JSON-ready dict (NaN stays NaN; the caller turns it into null)."""
         return {"value": self.value, "ci": self.ci, "method": self.method, "flags": list(self.flags),
                 "n": self.n, "n_eff": self.n_eff, "note": self.note}
-
-
-def flag_marks(flags) -> str:
-    """HTML marks for an interval's flags (``a;b`` or a list), each explained on hover by
-    :data:`FLAGS` (report.html's ``.flag`` style); '' when there are none."""
-    import html
-
-    if flags is None or (isinstance(flags, float) and math.isnan(flags)):
-        return ""
-    names = [f for f in (flags.split(";") if isinstance(flags, str) else flags) if f]
-    return "".join(f" <span class=flag title='{html.escape(FLAGS.get(f, f), quote=True)}'>"
-                   f"{html.escape(f.replace('_', ' '))}</span>" for f in names)
 
 
 def not_computable(method: str, why: str, n: float = 0) -> Estimate:
