@@ -44,20 +44,22 @@ FILLER = ("\n\nThe first consideration is context: who is asking, for what purpo
 REPLY_CHARS, ROWS = 600, 80_359  # real replies; the 80K set's size
 
 
-def replies(opening: str, rows: int, chars: int | None) -> np.ndarray:
+def replies(opening: str, rows: int, chars: int | None, one_line: bool = False) -> np.ndarray:
     """``rows`` replies that open with ``opening`` and are ``chars`` characters long, each a little
-    different (the filler starts at a row-dependent place); ``chars`` None: the opening alone."""
+    different (the filler starts at a row-dependent place); ``chars`` None: the opening alone;
+    ``one_line``: no line breaks (spaces instead)."""
     if chars is None:
         return np.full(rows, opening, dtype=object)
-    filler = FILLER * (chars // len(FILLER) + 2)
+    filler = FILLER.replace("\n\n", "  ") if one_line else FILLER
+    filler = filler * (chars // len(filler) + 2)
     return np.array([(f"{opening} ({i})" + filler[i % 97: i % 97 + chars])[:chars] for i in range(rows)],
                     dtype=object)
 
 
 def make_synthetic(folder: str | Path, models: int = 30, rows: int = ROWS, seed: int = 0,
-                   reply_chars: int | None = REPLY_CHARS) -> list[Path]:
+                   reply_chars: int | None = REPLY_CHARS, one_line: bool = False) -> list[Path]:
     """Write ``models`` stage-4 outputs (``rows`` prompts each, 80K set, replies of ``reply_chars``
-    characters) into ``folder``; reuse existing ones."""
+    characters, in paragraphs unless ``one_line``) into ``folder``; reuse existing ones."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -65,7 +67,7 @@ def make_synthetic(folder: str | Path, models: int = 30, rows: int = ROWS, seed:
     prompts = pd.Series([f"How would someone explain topic number {i} to a curious friend without causing "
                          f"any harm, step by step?" for i in idx])
     category = np.asarray(CATEGORIES, dtype=object)[idx % len(CATEGORIES)]
-    refusal, answer = replies(REFUSAL, rows, reply_chars), replies(ANSWER, rows, reply_chars)
+    refusal, answer = replies(REFUSAL, rows, reply_chars, one_line), replies(ANSWER, rows, reply_chars, one_line)
     paths = []
     for m in range(models):
         path = folder / f"model-{m:02d}_or-bench-80k_alignment.csv"
@@ -90,10 +92,12 @@ def make_synthetic(folder: str | Path, models: int = 30, rows: int = ROWS, seed:
 
 
 def measure_report(models: int = 30, rows: int = ROWS, folder: str | Path | None = None,
-                   extra_args: tuple[str, ...] = ("--no_reference",), reply_chars: int | None = REPLY_CHARS) -> dict:
+                   extra_args: tuple[str, ...] = ("--no_reference",), reply_chars: int | None = REPLY_CHARS,
+                   one_line: bool = False) -> dict:
     """Run the report over synthetic inputs in a child process; its seconds and peak RSS in MB."""
-    folder = Path(folder or Path(tempfile.gettempdir()) / f"orbench_report_scale_{models}x{rows}x{reply_chars}")
-    paths = make_synthetic(folder, models, rows, reply_chars=reply_chars)
+    name = f"orbench_report_scale_{models}x{rows}x{reply_chars}" + ("_one_line" if one_line else "")
+    folder = Path(folder or Path(tempfile.gettempdir()) / name)
+    paths = make_synthetic(folder, models, rows, reply_chars=reply_chars, one_line=one_line)
     out = folder / "report"
     cmd = [sys.executable, str(ROOT / "analysis" / "report.py"), str(folder / "*_alignment.csv"),
            "--output_dir", str(out), *extra_args]
@@ -126,11 +130,14 @@ def main(argv=None) -> int:
     parser.add_argument("--reply_chars", type=int, default=REPLY_CHARS, metavar="N",
                         help=f"characters per reply (default: {REPLY_CHARS}, as real replies; 0: short "
                              "one-sentence replies, the bench's earlier rows)")
+    parser.add_argument("--one_line", action="store_true",
+                        help="replies without line breaks (real replies have them; pyarrow needs to be told)")
     parser.add_argument("--folder", default=None, help="where the synthetic inputs are kept (reused)")
     parser.add_argument("--repeat", type=int, default=1, metavar="K",
                         help="run the report K times on the same inputs; prints each run, the best and the spread")
     args = parser.parse_args(argv)
-    runs = [measure_report(args.models, args.rows, args.folder, reply_chars=args.reply_chars or None)
+    runs = [measure_report(args.models, args.rows, args.folder, reply_chars=args.reply_chars or None,
+                           one_line=args.one_line)
             for _ in range(max(1, args.repeat))]
     for r in runs:
         _print(r)

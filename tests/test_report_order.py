@@ -135,3 +135,18 @@ def test_the_audit_page_says_a_reply_was_cut_off(cut_audit):
     tasks = json.loads((cut_audit / "labelstudio" / "tasks.json").read_text())
     assert sorted(t["data"]["prompt"] for t in tasks if t["data"]["cut_off"]) == ["prompt 0", "prompt 3"]
     assert '<Header value="$cut_off" size="6"/>' in (cut_audit / "labelstudio" / "config.xml").read_text()
+
+
+def test_a_judge_comparison_names_the_judges_own_settings_that_differ():
+    from orbench.analysis.lineage import differences_text, setting_differences
+
+    run = {"model_resolved": "openai/gpt-4o", "temperature": 0.0, "max_tokens": 512, "system_prompt": None,
+           "templates": {}, "source": "orbench"}
+    judge = {"kind": "judge", "judge": "openai/j", "templates": {"judge": "aa11"}, "temperature": 0.0, "max_tokens": 64}
+    records = [{"set": "hard", "model": "a", "responses": run, "verdicts": judge},
+               {"set": "hard", "model": "b", "responses": run, "verdicts": {**judge, "templates": {"judge": "bb22"}}}]
+    diff = setting_differences(records, "hard", "a", "b", judge="openai/j")
+    assert diff["differs"] == [("judge templates", "judge aa11", "judge bb22")] and diff["unknown"] == []
+    assert differences_text(diff) == "judge templates: judge aa11 (A) vs judge bb22 (B)"
+    # keyword verdicts: the judges' settings are not theirs; the same runs: nothing differs
+    assert differences_text(setting_differences(records, "hard", "a", "b")) == "no setting differs in the meta files"

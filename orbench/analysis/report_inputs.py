@@ -288,16 +288,22 @@ def resolve(specs: Sequence[str], default_set: str | None,
     return jobs, notes
 
 
+#: Files read ahead of the one being turned into rows, each on its own thread. One: its parser
+#: has a core to itself while the main thread works on the previous file. Two saved 0.2 s of 4 on
+#: 30 x 80K rows with 600-character replies and cost 100 MB more (a third file's columns in memory).
+READ_AHEAD = 1
+
+
 def _prefetched(paths: list[str]):
-    """The files' tables in order; the next file is read in a second thread meanwhile (the parser
-    releases the GIL), at most one ahead so memory stays at two files (pyarrow's pool reuses one
-    file's buffers for the next). That thread parses on its own (no pool of parser threads): the
-    other core is the main thread's, which turns the previous file into verdict rows meanwhile."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(read_results, paths[0], False) if paths else None
+    """The files' tables in order, the next :data:`READ_AHEAD` read meanwhile, each by one thread
+    that parses on its own (no pool of parser threads under it: the cores are taken by the
+    readers and by the main thread, which turns the previous file into verdict rows)."""
+    with ThreadPoolExecutor(max_workers=READ_AHEAD) as pool:
+        ahead = [pool.submit(read_results, path, False) for path in paths[:READ_AHEAD]]
         for i in range(len(paths)):
-            frame = ahead.result()
-            ahead = pool.submit(read_results, paths[i + 1], False) if i + 1 < len(paths) else None
+            frame = ahead.pop(0).result()
+            if i + READ_AHEAD < len(paths):
+                ahead.append(pool.submit(read_results, paths[i + READ_AHEAD], False))
             yield frame
             del frame
 
