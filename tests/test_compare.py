@@ -342,3 +342,21 @@ def test_p_values_reach_the_csv_at_full_precision(tmp_path):
     assert row.p_holm_run == row.p_value and row.p_midp > 0
     html = rep.outputs["html"].read_text()
     assert "p (Holm, run)" in html and "mid-p" in html
+
+
+def test_holm_on_p_values_that_tell_the_rival_corrections_apart():
+    """p = (0.30, 0.01, NaN, 0.20, 0.03): Holm by hand (step-down, m = 4): sorted 0.01, 0.03, 0.20,
+    0.30 -> 4 x 0.01 = 0.04, max(0.04, 3 x 0.03) = 0.09, max(0.09, 2 x 0.20) = 0.40,
+    max(0.40, 0.30) = 0.40. Hochberg (0.04, 0.09, 0.30, 0.30), Bonferroni (0.04, 0.12, 0.80, 1.0)
+    and Benjamini-Hochberg (0.04, 0.06, 0.267, 0.30) each give another answer on the same data."""
+    p = [0.30, 0.01, math.nan, 0.20, 0.03]
+    holm = cmp.holm(p)
+    assert math.isnan(holm[2])
+    assert [holm[i] for i in (0, 1, 3, 4)] == pytest.approx([0.40, 0.04, 0.40, 0.09])
+    finite = [0.30, 0.01, 0.20, 0.03]
+    assert list(multipletests(finite, method="holm")[1]) == pytest.approx([0.40, 0.04, 0.40, 0.09])
+    rivals = {"simes-hochberg": [0.30, 0.04, 0.30, 0.09], "bonferroni": [1.0, 0.04, 0.80, 0.12],
+              "fdr_bh": [0.30, 0.04, 0.80 / 3, 0.06]}
+    for method, expected in rivals.items():
+        assert list(multipletests(finite, method=method)[1]) == pytest.approx(expected), method
+        assert expected != pytest.approx([0.40, 0.04, 0.40, 0.09]), method

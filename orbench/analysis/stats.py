@@ -572,10 +572,3 @@ def quadratic_fit(x: Sequence[float], y: Sequence[float]) -> np.ndarray | None:
 def tokens(text: str) -> frozenset[str]:
     """The set of word tokens of a normalised prompt (letters and digits; apostrophes kept inside words)."""
     return frozenset(re.findall(r"[^\W_]+(?:'[^\W_]+)*", normalise_for_dedup(text)))
-
-
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    """|a & b| / |a | b|; 1.0 for two empty sets."""
-    if not a and not b:
-        return 1.0
-    return len(a & b) / len(a | b)
