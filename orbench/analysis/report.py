@@ -555,13 +555,22 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
                   tuple(set_order(heat["set"])) if heat is not None else ())
 
 
+def _import_plots() -> None:
+    """Import the figures' module (matplotlib) ahead of need; an error is left for the import that
+    needs it (report_files.write), where it is reported."""
+    try:
+        importlib.import_module("orbench.analysis.plots")
+    except Exception:  # noqa: BLE001 - raised again, and reported, by the import that needs it
+        pass
+
+
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True, **options) -> Report:
     """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
     ``output_dir`` (:func:`orbench.analysis.report_files.write`) and, with ``html``, report.html;
     the report with ``outputs`` naming every file written."""
     # matplotlib takes a third of a second to import: on another thread while the inputs are read
     # (the CSV parser leaves the interpreter free), ready when the figures are drawn
-    threading.Thread(target=importlib.import_module, args=("orbench.analysis.plots",), daemon=True).start()
+    threading.Thread(target=_import_plots, daemon=True).start()
     rep = compute(specs, html=html, **options)
     release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     out = Path(output_dir)
