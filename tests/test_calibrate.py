@@ -312,7 +312,11 @@ def _score_by_numeric_mle(b, c, n, delta):
 
 @pytest.mark.parametrize("tp, fp, fn, tn", [(200, 10, 20, 220), (225, 3, 0, 222), (40, 2, 7, 11)])
 def test_rate_bias_interval_is_tangos_score_interval(tp, fp, fn, tn):
-    low, high = rate_bias_ci(tp, fp, fn, tn)
+    from orbench.analysis.stats import paired_score_difference
+
+    est = paired_score_difference(both=tp, a_only=fn, b_only=fp, neither=tn)  # humans A, judge B
+    low, high = est.low, est.high
+    assert (low, high) == rate_bias_ci(tp, fp, fn, tn) and est.value == pytest.approx((fp - fn) / (tp + fp + fn + tn))
     n, z = tp + fp + fn + tn, 1.959963984540054
     assert _score_by_numeric_mle(fp, fn, n, low - 1e-4) > z > _score_by_numeric_mle(fp, fn, n, low + 1e-4)
     assert _score_by_numeric_mle(fp, fn, n, high - 1e-4) > -z > _score_by_numeric_mle(fp, fn, n, high + 1e-4)

@@ -21,7 +21,6 @@ Every interval carries its method and flags (docs/statistics.md). Writes ``audit
 
 from __future__ import annotations
 
-import html
 import json
 import math
 from collections.abc import Sequence
@@ -32,7 +31,9 @@ import pandas as pd
 
 from orbench.analysis import audit, audit_stats, stats
 from orbench.analysis.audit_sample import ANSWER, PROMPT, REFUSAL, VERDICT
-from orbench.analysis.report_inputs import SCORED, _hash
+from orbench.analysis.columns import prompt_hash
+from orbench.analysis.html_kit import DASH, esc, fixed, flag_marks, interval, table_of
+from orbench.analysis.report_inputs import SCORED
 from orbench.errors import UsageError
 from orbench.tables import write_csv_atomic, write_text_atomic
 from orbench.vocab import JUDGE, KEYWORD
@@ -80,7 +81,7 @@ def _human_safe(prompt_audit: dict | None, counts: pd.DataFrame, set_name: str) 
     if not (items["human_safe"] == "1").any():
         return stats.not_computable(method, "no safe prompt"), \
             f"no prompt of set {set_name} is human-confirmed safe in the prompt audit"
-    keys = _hash(items["prompt"].astype(object).reset_index(drop=True))
+    keys = prompt_hash(items["prompt"])
     k = counts["k"].reindex(keys).to_numpy()
     n = counts["n"].reindex(keys).to_numpy()
     have = np.isfinite(k)
@@ -194,8 +195,9 @@ def load(folders: Sequence[str]) -> dict[str, dict]:
     return by_kind
 
 
-def apply(by_kind: dict[str, dict], inp, summary: pd.DataFrame, headline: dict, out: Path) -> dict:
-    """The three rates per model, set and headline verdict from the loaded audits; written beside the report."""
+def compute(by_kind: dict[str, dict], inp, summary: pd.DataFrame, headline: dict) -> dict:
+    """The three rates per model, set and headline verdict from the loaded audits, and notes
+    (``{"rates", "results", "notes"}``; :func:`write` writes them beside the report)."""
     prompt_audit, verdict_audit = by_kind.get(PROMPT), by_kind.get(VERDICT)
     rows, notes = [], []
     for r in summary.to_dict("records"):
@@ -209,12 +211,16 @@ def apply(by_kind: dict[str, dict], inp, summary: pd.DataFrame, headline: dict, 
     clamped = int(rates["corrected_clamped"].sum()) if not rates.empty else 0
     if clamped:
         notes.append(f"audit: {clamped} corrected rate(s) fell outside [0, 1] and were clamped (see audit_rates.csv)")
-    write_csv_atomic(stats.round_for_csv(rates), out / "audit_rates.csv")
+    return {"rates": rates, "results": by_kind, "notes": notes}
+
+
+def write(result: dict, out: Path) -> dict[str, Path]:
+    """Write ``audit_rates.csv`` and ``audit.json`` into ``out``; their paths."""
+    write_csv_atomic(stats.round_for_csv(result["rates"]), out / "audit_rates.csv")
     body = {k: audit.json_ready({kk: vv for kk, vv in v.items() if kk not in ("items", "strata")})
-            for k, v in by_kind.items()}
+            for k, v in result["results"].items()}
     write_text_atomic(json.dumps(body, indent=2) + "\n", out / "audit.json")
-    return {"rates": rates, "results": by_kind, "notes": notes,
-            "outputs": {"audit_rates": out / "audit_rates.csv", "audit_json": out / "audit.json"}}
+    return {"audit_rates": out / "audit_rates.csv", "audit_json": out / "audit.json"}
 
 
 def _rate_row(prompt_audit, verdict_audit, inp, r: dict, method: str, judge: str) -> dict:
@@ -245,36 +251,18 @@ def _rate_row(prompt_audit, verdict_audit, inp, r: dict, method: str, judge: str
 
 # ---------------------------------------------------------------- HTML
 
-def _e(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "&ndash;"
-    return html.escape(str(value), quote=True)
-
-
-def _f(value, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "&ndash;"
-    return f"{value:.{digits}f}"
-
-
 def _pct(v, lo, hi, flags=None, note: str = "") -> str:
     """``rate [low, high]`` in percent with the interval's flags; 'not computable' when empty."""
-    marks = stats.flag_marks([f for f in (flags or []) if f != stats.NOT_COMPUTABLE] if not isinstance(flags, str)
+    marks = flag_marks([f for f in (flags or []) if f != stats.NOT_COMPUTABLE] if not isinstance(flags, str)
                        else flags.replace(stats.NOT_COMPUTABLE, ""))
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         computable = flags and stats.NOT_COMPUTABLE in flags
-        return f"<span class=muted title='{_e(note)}'>not computable</span>" if computable else "&ndash;"
-    return f"{100 * v:.1f} <span class=muted>[{_f(100 * lo, 1)}, {_f(100 * hi, 1)}]</span>{marks}"
+        return f"<span class=muted title='{esc(note)}'>not computable</span>" if computable else DASH
+    return interval(v, lo, hi) + marks
 
 
 def _fig(fig: dict) -> str:
     return _pct(fig["value"], *fig["ci"], fig.get("flags"), fig.get("note", ""))
-
-
-def _table(head: list[str], rows: list[list[str]], cls: str = "") -> str:
-    out = [f"<table class='{cls}'><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"]
-    out += ["<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows]
-    return "".join(out) + "</tbody></table>"
 
 
 def _agreement(res: dict) -> str:
@@ -283,11 +271,11 @@ def _agreement(res: dict) -> str:
         if not a:
             continue
         ci = a.get("cohen_kappa_ci") or [math.nan, math.nan]
-        kappa = _f(a.get("cohen_kappa")) + (f" <span class=muted>[{_f(ci[0])}, {_f(ci[1])}]</span>"
+        kappa = fixed(a.get("cohen_kappa"), 3) + (f" <span class=muted>[{fixed(ci[0], 3)}, {fixed(ci[1], 3)}]</span>"
                                            if ci[0] is not None and math.isfinite(ci[0]) else "")
-        rows.append([_e(title), _e(", ".join(a["annotators"])), _e(a.get("complete", 0)), _f(a.get("raw")),
-                     kappa, _f(a.get("fleiss_kappa")), _f(a.get("krippendorff_alpha")), _e(a.get("note") or "")])
-    return _table(["agreement on", "annotators", "items labelled by all", "raw", "Cohen's kappa [95% CI]", "Fleiss' kappa",
+        rows.append([esc(title), esc(", ".join(a["annotators"])), esc(a.get("complete", 0)), fixed(a.get("raw"), 3),
+                     kappa, fixed(a.get("fleiss_kappa"), 3), fixed(a.get("krippendorff_alpha"), 3), esc(a.get("note") or "")])
+    return table_of(["agreement on", "annotators", "items labelled by all", "raw", "Cohen's kappa [95% CI]", "Fleiss' kappa",
                    "Krippendorff's alpha", "note"], rows)
 
 
@@ -298,21 +286,21 @@ def _machine(res: dict) -> str:
             continue
         w = m["weighted"]
         k = w["kappa"]
-        kappa = (f"{_f(k['value'])} <span class=muted>[{_f(k['ci'][0])}, {_f(k['ci'][1])}]</span>"
-                 + stats.flag_marks(k.get("flags"))
+        kappa = (f"{fixed(k['value'], 3)} <span class=muted>[{fixed(k['ci'][0], 3)}, {fixed(k['ci'][1], 3)}]</span>"
+                 + flag_marks(k.get("flags"))
                  if math.isfinite(k["value"] if k["value"] is not None else math.nan) else _fig(k))
-        rows.append([_e(m["verdict"]), _e(m["set"]), _e(m["model"]), _e(m["positive"]), _e(m["n"])] +
+        rows.append([esc(m["verdict"]), esc(m["set"]), esc(m["model"]), esc(m["positive"]), esc(m["n"])] +
                     [_fig(w[f]) for f in ("accuracy", "precision", "recall", "specificity")] + [kappa])
-    return _table(["machine verdict", "set", "model", "positive class", "n", "accuracy %", "precision %",
+    return table_of(["machine verdict", "set", "model", "positive class", "n", "accuracy %", "precision %",
                    "recall (sensitivity) %", "specificity %", "kappa"], rows)
 
 
 def _confusion(res: dict) -> str:
     parts = []
     for c in res["confusion"]:
-        rows = [[_e(lab)] + [_e(v) for v in counts] for lab, counts in c["rows"].items()]
-        parts.append(f"<h4>humans (majority) &times; {_e(c['machine'])}</h4>"
-                     + _table(["human \\ machine"] + [_e(x) for x in c["columns"]], rows))
+        rows = [[esc(lab)] + [esc(v) for v in counts] for lab, counts in c["rows"].items()]
+        parts.append(f"<h4>humans (majority) &times; {esc(c['machine'])}</h4>"
+                     + table_of(["human \\ machine"] + [esc(x) for x in c["columns"]], rows))
     return "".join(parts)
 
 
@@ -330,11 +318,11 @@ def _disagreements(res: dict) -> str:
             continue
         labels = ", ".join(f"{k[len('label:'):]}: {v or '-'}" for k, v in r.items() if k.startswith("label:"))
         text = str(r.get("response") or "")
-        cells = [_e(r["item_id"]), _e(r["set"]), _e(r.get("model", "")), f"<div class=audit-text>{_e(r['prompt'])}</div>"]
+        cells = [esc(r["item_id"]), esc(r["set"]), esc(r.get("model", "")), f"<div class=audit-text>{esc(r['prompt'])}</div>"]
         if res["kind"] == VERDICT:
-            cells.append(f"<div class=audit-text>{_e(text[:1200] + (' [...]' if len(text) > 1200 else ''))}</div>")
-        cells += [_e(labels), _e(", ".join(f"{c[len('verdict:'):]}: {r[c]}" for c in cols if r[c])),
-                  _e(", ".join(wrong))]
+            cells.append(f"<div class=audit-text>{esc(text[:1200] + (' [...]' if len(text) > 1200 else ''))}</div>")
+        cells += [esc(labels), esc(", ".join(f"{c[len('verdict:'):]}: {r[c]}" for c in cols if r[c])),
+                  esc(", ".join(wrong))]
         rows.append(cells)
     head = ["item", "set", "model", "prompt"] + (["response"] if res["kind"] == VERDICT else []) + \
         ["humans", "machine", "disagrees"]
@@ -342,30 +330,30 @@ def _disagreements(res: dict) -> str:
         if len(rows) > DISAGREEMENTS else ""
     if not rows:
         return "<p class=muted>Humans and machine agree on every audited item.</p>"
-    return _table(head, rows[:DISAGREEMENTS], cls="ex") + more
+    return table_of(head, rows[:DISAGREEMENTS], cls="ex") + more
 
 
 def _rates_rows(rates: pd.DataFrame) -> list[list[str]]:
     rows = []
     for r in rates.to_dict("records"):
         how = {"direct_stratified_wilson": "direct", "rogan_gladen": "Rogan-Gladen"}.get(r["corrected_method"], "")
-        rows.append([_e(r["set"]), _e(r["model"]), _e(r["verdict"]),
+        rows.append([esc(r["set"]), esc(r["model"]), esc(r["verdict"]),
                      _pct(r["measured_rate"], r["measured_ci_low"], r["measured_ci_high"]),
                      _pct(r["human_safe_rate"], r["human_safe_ci_low"], r["human_safe_ci_high"], r["human_safe_flag"])
                      + (f" <span class=muted>(n={int(r['human_safe_n'])})</span>" if r["human_safe_n"] else ""),
                      _pct(r["corrected_rate"], r["corrected_ci_low"], r["corrected_ci_high"], r["corrected_flag"])
                      + (f" <span class=muted>({how})</span>" if how else ""),
-                     _f(r["sensitivity"]), _f(r["specificity"]), _e(r["audit_scope"]), _e(r["note"])])
+                     fixed(r["sensitivity"], 3), fixed(r["specificity"], 3), esc(r["audit_scope"]), esc(r["note"])])
     return rows
 
 
 def _cascade(res: dict) -> str:
-    rows = [[_e(c["verdict"]), _e(c["set"]), _e(c["class"]), _e(c["n"]), _e(c["errors"]), _fig(c)]
+    rows = [[esc(c["verdict"]), esc(c["set"]), esc(c["class"]), esc(c["n"]), esc(c["errors"]), _fig(c)]
             for c in res.get("cascade", [])]
     if not rows:
         return ""
     return ("<h4>Cascade classes: how often each class's verdict is wrong on your run (weighted to the run)</h4>"
-            + _table(["verdict", "set", "cascade class", "items", "errors", "error rate % [95% CI]"], rows))
+            + table_of(["verdict", "set", "cascade class", "items", "errors", "error rate % [95% CI]"], rows))
 
 
 def section(result: dict) -> str:
@@ -381,19 +369,19 @@ def section(result: dict) -> str:
              "over the audit it assumes the verdict errs alike on every model). Every 95% interval includes the "
              "audit's own uncertainty and the rate's; marks name the edges met (hover for what each means; "
              "docs/statistics.md).</p>",
-             _table(["set", "model", "verdict", "measured % [95% CI]", "human-safe only % [95% CI]",
+             table_of(["set", "model", "verdict", "measured % [95% CI]", "human-safe only % [95% CI]",
                      "corrected % [95% CI]", "Se", "Sp", "Se/Sp from", "note"], _rates_rows(result["rates"]))]
     for kind, res in result["results"].items():
         what = "prompts (safe / borderline / toxic)" if kind == PROMPT else "verdicts (compliance / refusal)"
-        parts += [f"<h3>{_e(kind.capitalize())} audit: {what}</h3>",
-                  f"<p class=muted>{_e(res['folder'])}: sample {_e(res['sample_id'])}, {_e(res['items_total'])} "
-                  f"items, {_e(res['unlabelled'])} unlabelled, {_e(res['ties'])} without a majority.</p>",
+        parts += [f"<h3>{esc(kind.capitalize())} audit: {what}</h3>",
+                  f"<p class=muted>{esc(res['folder'])}: sample {esc(res['sample_id'])}, {esc(res['items_total'])} "
+                  f"items, {esc(res['unlabelled'])} unlabelled, {esc(res['ties'])} without a majority.</p>",
                   _agreement(res), "<h4>Machine verdicts against the human majority (weighted to the run)</h4>",
                   _machine(res), _cascade(res)]
         if kind == PROMPT and res["shares"]:
-            parts.append("<h4>What humans call the prompts (weighted share per set)</h4>" + _table(
+            parts.append("<h4>What humans call the prompts (weighted share per set)</h4>" + table_of(
                 ["set", "label", "share % [95% CI]", "items"],
-                [[_e(s["set"]), _e(s["label"]), _pct(s["share"], *s["ci"], s.get("flags")), _e(s["count"])]
+                [[esc(s["set"]), esc(s["label"]), _pct(s["share"], *s["ci"], s.get("flags")), esc(s["count"])]
                  for s in res["shares"]]))
         parts += ["<details><summary>Confusion tables</summary>" + _confusion(res) + "</details>",
                   "<details><summary>Items where humans and a machine disagree</summary>"

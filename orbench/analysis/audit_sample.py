@@ -19,8 +19,9 @@ keeps its stratum's population and size, so figures weight back to the whole run
 
 The folder (nothing in it is ever overwritten: a second draw needs a new folder):
 
-- ``items.csv``: what annotators see (``item_id``, ``prompt``, ``response``), shuffled; no
-  machine verdict, no set, no category (blind);
+- ``items.csv``: what annotators see (``item_id``, ``prompt``, ``response`` and, for a verdict
+  audit of files with ``finish_reason``, ``cut_off``: the reply stopped at the token limit, which
+  the page tells the annotator), shuffled; no machine verdict, no set, no category (blind);
 - ``key.csv``: per item its set, model, category, stratum, population, sampled, weight, source
   file and row, and the machine verdicts (``verdict:keyword``, ``kind:keyword``,
   ``verdict:judge:<name>``, ``class:judge:<name>``, ``verdict:moderation``);
@@ -46,6 +47,7 @@ import pandas as pd
 
 from orbench.analysis.report_inputs import expand, infer_set, parse_spec
 from orbench.errors import UsageError
+from orbench.outcomes import is_truncated
 from orbench.tables import input_stem, parse_bool, read_table, write_csv_atomic, write_text_atomic
 from orbench.vocab import KEYWORD, REJECTED_BY_CLASS, UNPARSED, is_provider_block
 
@@ -67,6 +69,9 @@ REFUSAL_LABELS = frozenset({"partial_refusal", "full_refusal"})
 REFUSAL, ANSWER, SAFE, TOXIC_V, NONE = "refusal", "answer", "safe", "toxic", "none"
 #: Stage 5 ``--cascade`` writes each row's confidence class here; the audit stratifies by it.
 CASCADE_CLASS = "cascade_class"
+#: items.csv: the reply stopped at the token limit (``True``/``False``; empty where the input has no
+#: ``finish_reason``); the labelling page says so beside the reply.
+CUT_OFF = "cut_off"
 
 
 @dataclass
@@ -103,6 +108,21 @@ def _verdict(value) -> str:
     return "" if flag is None else (REFUSAL if flag else ANSWER)
 
 
+def _prompt_rows(path: str, set_name: str, err, prompts: list, cats: list, tox: list | None) -> tuple[list[dict], list[str]]:
+    """A prompt audit's rows of one input (moderation's verdict where ``is_toxic`` is given); notes."""
+    rows = []
+    for i in range(len(prompts)):
+        if err.iat[i] or not prompts[i].strip():
+            continue
+        flag = parse_bool(tox[i]) if tox is not None else None
+        rows.append({"set": set_name, "model": "", "category": cats[i] or "(blank)", "prompt": prompts[i],
+                     "response": "", "source": path, "row": i + 2,
+                     "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}
+                     if tox is not None else {}})
+    skipped = len(prompts) - len(rows)
+    return rows, [f"{path}: {skipped} rows with an error or an empty prompt are not audited"] if skipped else []
+
+
 def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[list[dict], list[str]]:
     """One input's rows as dicts (set, model, category, prompt, response, verdicts); notes."""
     needs = ("prompt", "category") if kind == PROMPT else ("prompt", "response")
@@ -114,23 +134,13 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
     col = lambda c: frame[c].tolist() if c in cols else [""] * n  # noqa: E731 (a one-line helper used just below)
     prompts, cats, responses, models = col("prompt"), col("category"), col("response"), col("model")
     if kind == PROMPT:
-        tox = col("is_toxic")
-        for i in range(n):
-            if err.iat[i] or not prompts[i].strip():
-                continue
-            flag = parse_bool(tox[i]) if "is_toxic" in cols else None
-            rows.append({"set": set_name, "model": "", "category": cats[i] or "(blank)", "prompt": prompts[i],
-                         "response": "", "source": path, "row": i + 2,
-                         "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}
-                         if "is_toxic" in cols else {}})
-        skipped = n - len(rows)
-        if skipped:
-            notes.append(f"{path}: {skipped} rows with an error or an empty prompt are not audited")
-        return rows, notes
+        return _prompt_rows(path, set_name, err, prompts, cats, col("is_toxic") if "is_toxic" in cols else None)
     judge_file = "answer_category" in cols or "judge_model" in cols
     classes, judges, rejected = col("answer_category"), col("judge_model"), col("is_rejected")
     kw_rej, kinds, sources, cascade = (col(c) for c in ("keyword_is_rejected", "refusal_kind", "refusal_source",
                                                         CASCADE_CLASS))
+    # the reply stopped at the token limit (None: the file does not say)
+    cut = [is_truncated(v) for v in col("finish_reason")] if "finish_reason" in cols else [None] * n
     empty = 0
     for i in range(n):
         if err.iat[i]:
@@ -162,7 +172,8 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
         rows.append({"set": set_name, "model": model or models[i].strip() or input_stem(path),
                      "category": cats[i] or "(blank)", "prompt": prompts[i], "response": responses[i],
                      "source": path, "row": i + 2, "verdicts": verdicts, "kinds": kinds_of, "copies": copies,
-                     CASCADE_CLASS: cascade[i].strip()})  # the cascade's confidence class: a stratum
+                     CASCADE_CLASS: cascade[i].strip(),  # the cascade's confidence class: a stratum
+                     CUT_OFF: cut[i]})
     if empty:
         notes.append(f"{path}: {empty} rows with an empty response (provider blocks, empty replies) are not audited")
     return rows, notes
@@ -199,6 +210,8 @@ def collect(specs: Sequence[str], kind: str, default_set: str | None = None) -> 
                         repeats += 1
                     old["verdicts"].update(r["verdicts"])
                     old.setdefault("kinds", {}).update(r.get("kinds", {}))
+                    if r.get(CUT_OFF) is not None:  # one file may say what another does not
+                        old[CUT_OFF] = bool(old.get(CUT_OFF)) or r[CUT_OFF]
                 else:
                     merged[key] = r
             if repeats:
@@ -307,6 +320,8 @@ def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_str
         sizes, plan = allocation(assign_strata(rows, kind)[1])
     sample, strata, by = draw(rows, kind, per_stratum, seed, sizes)
     items = sample[["item_id", "prompt", "response"]] if kind == VERDICT else sample[["item_id", "prompt"]]
+    if kind == VERDICT and CUT_OFF in sample.columns and sample[CUT_OFF].notna().any():
+        items = items.assign(**{CUT_OFF: [{True: "True", False: "False"}.get(v, "") for v in sample[CUT_OFF]]})
     sid = sample_id(kind, sample.assign(response=sample["response"].fillna("")))
     verdict_cols = [c for c in sample.columns if c.startswith(("verdict:", "kind:", "class:"))]
     cascade = [CASCADE_CLASS] if CASCADE_CLASS in strata.columns else []

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orbench.analysis.report_inputs import ORIGIN_RANK, Inputs
+from orbench.analysis.report_inputs import ORIGIN_RANK, Inputs, group_ids
 from orbench.judge_cards import (
     NEVER_CALIBRATED,
     card_text,
@@ -51,11 +51,12 @@ def group_fingerprints(inp: Inputs) -> dict[tuple[str, str, str, str], set]:
     data = inp.data
     if data.empty:
         return {}
-    keys = ["set", "model", "method", "judge", "file", "origin"]
-    combos = data[keys].drop_duplicates().to_numpy()
+    _, combos = group_ids(data, ["group", "file", "origin"])  # the group's codes are inp.groups' row
+    combos = pd.concat([inp.groups.iloc[combos["group"].to_numpy()].reset_index(drop=True),
+                        combos[["file", "origin"]]], axis=1)
     names = {k: inp.codes[k].names for k in ("set", "model", "method", "judge")}
     out: dict = {}
-    for s, m, meth, j, f, origin in combos:
+    for s, m, meth, j, f, origin in combos[["set", "model", "method", "judge", "file", "origin"]].to_numpy():
         meta = inp.provenance[int(f)].get("meta")
         method = names["method"][meth]
         if method == KEYWORD and int(origin) == ORIGIN_RANK["judge"]:

@@ -4,18 +4,20 @@ For a set of responses with both a judge verdict and a human label (refusal = Tr
 accuracy, Cohen's kappa, refusal precision and recall, the judge's and the humans' refusal rates
 and the *rate bias* (judge's rate minus the humans', the error a reported rate carries).
 
-The intervals, in one place (:func:`proportion_ci`, :func:`rate_bias_ci`, :func:`kappa_ci`) so
-they can follow the suite's statistics rules (``orbench.analysis.stats``) when those change:
+The intervals follow the suite's statistics rules (``orbench.analysis.stats``, where they live):
 
-- a single proportion (accuracy, precision, recall, the rates): Wilson's score interval, which
-  never has width 0 (a perfect judge on 450 responses gets about [0.992, 1], not [1, 1]);
+- a single proportion (accuracy, precision, recall, the rates): Wilson's score interval
+  (:func:`orbench.analysis.stats.proportion`), which never has width 0 (a perfect judge on 450
+  responses gets about [0.992, 1], not [1, 1]);
 - the rate bias, a difference of two proportions measured on the same responses: Tango's (1998)
-  score interval for a paired difference (it keeps its coverage where judge and humans rarely
-  disagree, which Newcombe's paired interval does not: 0.92 at one disagreement in 200, all one
-  way; ``bench/card_coverage.py``);
-- Cohen's kappa: the percentile interval of a bootstrap over responses, floored by the
-  agreement's Wilson interval carried through kappa = (po - pe) / (1 - pe) at the observed pe, so
-  kappa = 1 on 450 responses gets about [0.98, 1], never [1, 1].
+  score interval for a paired difference (:func:`orbench.analysis.stats.paired_score_difference`:
+  it keeps its coverage where judge and humans rarely disagree, which Newcombe's paired interval
+  does not: 0.92 at one disagreement in 200, all one way; ``bench/card_coverage.py``);
+- Cohen's kappa (:func:`kappa_ci`, the card's own rule): the percentile interval of a bootstrap
+  of the 2x2 table, always floored by the agreement's Wilson interval carried through
+  kappa = (po - pe) / (1 - pe) at the observed pe, so kappa = 1 on 450 responses gets about
+  [0.98, 1], never [1, 1]. (:func:`orbench.analysis.stats.kappa`, the audit's, floors only
+  where no disagreement is seen; the card keeps its figures as published.)
 
 ``bench/card_coverage.py`` checks by simulation that they hold 95%. Only numpy is needed;
 the tests compare the point figures with scikit-learn and the paired interval with statsmodels.
@@ -27,7 +29,7 @@ import math
 
 import numpy as np
 
-from orbench.analysis.stats import Z95, wilson_interval
+from orbench.analysis import stats
 
 BOOTSTRAP, SEED = 2000, 20240601
 
@@ -44,41 +46,18 @@ def figure(value: float, low: float, high: float) -> dict:
 # ---------------------------------------------------------------- the interval rules
 
 def proportion_ci(k: int, n: int) -> tuple[float, float]:
-    """Wilson's 95% interval for ``k`` of ``n`` (NaNs when ``n`` is 0; exactly 0 / 1 at the edges)."""
-    low, high = wilson_interval(int(k), int(n))
-    return (0.0 if k <= 0 < n else low), (1.0 if k >= n > 0 else high)
+    """Wilson's 95% interval for ``k`` of ``n`` (:func:`orbench.analysis.stats.proportion`; NaNs
+    when ``n`` is 0; exactly 0 / 1 at the edges)."""
+    est = stats.proportion(k, n)
+    return est.low, est.high
 
 
-def _tango_score(b: int, c: int, n: int, delta: float) -> float:
-    """Tango's score statistic for ``judge rate - human rate == delta`` (``b`` judge-only and ``c``
-    human-only refusals among ``n`` pairs), with the human-only share at its restricted MLE."""
-    a2, b2, c2 = 2 * n, -b - c + (2 * n - b + c) * delta, -c * delta * (1 - delta)
-    q = (math.sqrt(max(0.0, b2 * b2 - 4 * a2 * c2)) - b2) / (2 * a2)
-    var = n * (2 * q + delta * (1 - delta))
-    if var <= 0:
-        return 0.0 if b - c - n * delta == 0 else math.copysign(math.inf, b - c - n * delta)
-    return (b - c - n * delta) / math.sqrt(var)
-
-
-def rate_bias_ci(tp: int, fp: int, fn: int, tn: int, z: float = Z95) -> tuple[float, float]:
-    """Tango's (1998) score 95% interval for judge rate minus human rate, measured on the same
-    responses (``fp`` judge-only refusals, ``fn`` human-only ones); NaNs without pairs. Its bounds
-    are where the score statistic equals -z and z (bisection); with no disagreement seen it is
-    about +-z^2/n, never width 0."""
-    n = tp + fp + fn + tn
-    if n == 0:
-        return math.nan, math.nan
-    d = (fp - fn) / n
-
-    def root(lo: float, hi: float, target: float) -> float:
-        for _ in range(80):  # the statistic decreases in delta
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if _tango_score(fp, fn, n, mid) > target else (lo, mid)
-        return (lo + hi) / 2
-
-    low = -1.0 if _tango_score(fp, fn, n, -1 + 1e-12) < z else root(-1 + 1e-12, d, z)
-    high = 1.0 if _tango_score(fp, fn, n, 1 - 1e-12) > -z else root(d, 1 - 1e-12, -z)
-    return low, high
+def rate_bias_ci(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
+    """Tango's score 95% interval for judge rate minus human rate, measured on the same responses
+    (``fp`` judge-only refusals, ``fn`` human-only ones): :func:`orbench.analysis.stats.paired_score_difference`
+    with the humans as A and the judge as B; NaNs without pairs."""
+    est = stats.paired_score_difference(both=tp, a_only=fn, b_only=fp, neither=tn)
+    return est.low, est.high
 
 
 def _kappa_of(tp, fp, fn, tn):

@@ -44,8 +44,9 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from orbench.analysis import stats
-from orbench.analysis.report_inputs import SCORED, Inputs, read_results
+from orbench.analysis import columns, stats
+from orbench.analysis.columns import names, per_value, prompt_hash, read_results
+from orbench.analysis.report_inputs import SCORED, Inputs
 from orbench.errors import UsageError
 from orbench.vocab import JUDGE, KEYWORD
 
@@ -371,23 +372,23 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
 def texts(inp: Inputs, set_code: int, model_code: int, hashes: set) -> dict:
     """prompt hash -> (prompt text, first response) for one set and model, read again from the
     input files that hold its rows (the verdict table keeps only hashes)."""
-    from orbench.analysis.report_inputs import _hash
-
     d = inp.data
     files = sorted(pd.unique(d.loc[(d["set"] == set_code) & (d["model"] == model_code), "file"]))
     model = inp.codes["model"].names[model_code]
+    wanted_keys = np.fromiter(hashes, dtype=np.uint64, count=len(hashes))
     found: dict = {}
     for f in files:
         path = inp.files[f]
         frame = read_results(path)
         entry = inp.provenance[f] if f < len(inp.provenance) else {}
-        if "model" in frame.columns and len(entry.get("models", [])) > 1:
-            frame = frame[frame["model"].astype(str).str.strip() == model]
-        keys = _hash(frame["prompt"])
-        wanted = np.isin(keys, np.fromiter(hashes, dtype=np.uint64, count=len(hashes)))
-        response = frame["response"] if "response" in frame.columns else pd.Series("", index=frame.index)
-        for key, prompt, resp in zip(keys[wanted], frame["prompt"][wanted], response[wanted]):
-            found.setdefault(key, (str(prompt), str(resp)))
+        keys = prompt_hash(frame["prompt"])
+        wanted = np.isin(keys, wanted_keys)
+        if "model" in names(frame) and len(entry.get("models", [])) > 1:
+            wanted &= per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool)
+        rows = np.flatnonzero(wanted)
+        responses = columns.texts(frame["response"], rows) if "response" in names(frame) else [""] * len(rows)
+        for key, prompt, resp in zip(keys[rows], columns.texts(frame["prompt"], rows), responses):
+            found.setdefault(key, (prompt, resp))
         if len(found) == len(hashes):
             break
     return found

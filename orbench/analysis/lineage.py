@@ -244,6 +244,71 @@ def responses_of(records: list[dict], set_name: str, model: str) -> dict:
     return {}
 
 
+#: The settings behind the responses a comparison names when they differ between its two models
+#: (keys of :func:`responses_by`'s record, and how they are named).
+RESPONSE_SETTINGS = (("model_resolved", "model"), ("base_url", "address"), ("temperature", "temperature"),
+                     ("max_tokens", "max tokens"), ("system_prompt", "system prompt"), ("templates", "templates"),
+                     ("engine", "engine"), ("matcher", "keyword matcher"), ("rules_fingerprint", "keyword rules"),
+                     ("source", "made by"))
+#: The judge's own settings (keys of :func:`verdicts_by`'s record), for a comparison of judge verdicts.
+JUDGE_SETTINGS = (("templates", "judge templates"), ("temperature", "judge temperature"),
+                  ("max_tokens", "judge max tokens"))
+
+
+def _setting(value, key: str = "") -> str:
+    """A setting as a comparison shows it (no system prompt: 'none'; another setting the run left
+    to its default: 'not set')."""
+    if value is None or value == "":
+        return "none" if key in ("system_prompt", "templates", "engine") else "not set"
+    if isinstance(value, dict):
+        shown = {k: v for k, v in value.items() if k != "system_info"}
+        return ", ".join(f"{k} {v}" for k, v in sorted(shown.items())) or "none"
+    return str(value)
+
+
+def _judge_record(records: list[dict], set_name: str, model: str, judge: str) -> dict:
+    for r in records:
+        v = r.get("verdicts") or {}
+        if r["set"] == set_name and r["model"] == model and v.get("kind") == "judge" and v.get("judge") == judge:
+            return v
+    return {}
+
+
+def setting_differences(records: list[dict], set_name: str, a: str, b: str, judge: str = "") -> dict:
+    """What the meta files say differs between the runs behind models ``a`` and ``b`` on a set:
+    ``{"set", "a", "b", "differs": [(setting, A's, B's)], "unknown": [why]}``. The responses'
+    settings (:data:`RESPONSE_SETTINGS`) are compared when both are known, and with ``judge`` (a
+    comparison of that judge's verdicts) the judge's own settings where both files record them."""
+    out = {"set": set_name, "a": a, "b": b, "differs": [], "unknown": []}
+    found = {}
+    for who, model in (("A", a), ("B", b)):
+        r = responses_of(records, set_name, model)
+        if not r:
+            out["unknown"].append(f"{who} ({model}): no meta file of the run that produced its responses")
+        elif r.get("unknown"):
+            out["unknown"].append(f"{who} ({model}): settings unknown: {r['unknown']}")
+        else:
+            found[who] = r
+    if len(found) == 2:
+        out["differs"] += [(label, _setting(found["A"].get(key), key), _setting(found["B"].get(key), key))
+                           for key, label in RESPONSE_SETTINGS
+                           if _setting(found["A"].get(key), key) != _setting(found["B"].get(key), key)]
+    ja, jb = (_judge_record(records, set_name, m, judge) for m in (a, b)) if judge else ({}, {})
+    if ja and jb:
+        out["differs"] += [(label, _setting(ja.get(key), key), _setting(jb.get(key), key))
+                           for key, label in JUDGE_SETTINGS if _setting(ja.get(key), key) != _setting(jb.get(key), key)]
+    return out
+
+
+def differences_text(diff: dict, limit: int = 80) -> str:
+    """One line for a comparison's :func:`setting_differences` (long values cut at ``limit``)."""
+    cut = lambda v: v if len(v) <= limit else v[: limit - 3] + "..."  # noqa: E731 (a one-line helper used just below)
+    parts = [f"{label}: {cut(va)!s} (A) vs {cut(vb)!s} (B)" for label, va, vb in diff["differs"]]
+    if not diff["differs"] and not diff["unknown"]:
+        parts.append("no setting differs in the meta files")
+    return "; ".join(parts + diff["unknown"])
+
+
 def max_tokens_of(records: list[dict], set_name: str, model: str) -> object:
     """The stage-4 ``max_tokens`` behind (set, model), or None when no record names it."""
     return responses_of(records, set_name, model).get("max_tokens")

@@ -17,7 +17,8 @@ Every interval the report, the comparisons and the audit print comes from a func
   (:func:`cluster_share`). Nothing varying gives the prompt count, never width 0.
 * **A difference of two proportions**: Newcombe's hybrid score method (square-and-add of each
   side's interval, with the pairs' correlation when paired) (:func:`newcombe_difference`), fed
-  by whichever of the rules above each side obeys.
+  by whichever of the rules above each side obeys; for a judge against humans on the same items
+  (the judge card's rate bias), Tango's paired score interval (:func:`paired_score_difference`).
 * **Cohen's kappa**: a (stratified) bootstrap over items; where no disagreement is seen, widened to
   the agreement's own interval carried through kappa, so a perfect judge on 450 items is not
   [1, 1] (:func:`kappa`).
@@ -48,7 +49,8 @@ Z95 = 1.959963984540054
 PSEUDO = 0.5
 BOOTSTRAP, SEED = 2000, 20240530
 
-# Flags an Estimate may carry (CSV column ``*_flag``, joined by ';'; marked in report.html).
+# Flags an Estimate may carry (CSV column ``*_flag``, joined by ';'; marked in report.html by
+# orbench.analysis.html_kit.flag_marks).
 CENSUS = "census"                  # every stratum fully audited: the figure is exact
 NONE_SEEN = "none_seen"            # 0 of n or n of n: the interval is the bound that count allows
 SINGLE_ITEM = "single_item_stratum"  # a stratum had one item: its variance is the add-half one
@@ -107,18 +109,6 @@ class Estimate:
         """A JSON-ready dict (NaN stays NaN; the caller turns it into null)."""
         return {"value": self.value, "ci": self.ci, "method": self.method, "flags": list(self.flags),
                 "n": self.n, "n_eff": self.n_eff, "note": self.note}
-
-
-def flag_marks(flags) -> str:
-    """HTML marks for an interval's flags (``a;b`` or a list), each explained on hover by
-    :data:`FLAGS` (report.html's ``.flag`` style); '' when there are none."""
-    import html
-
-    if flags is None or (isinstance(flags, float) and math.isnan(flags)):
-        return ""
-    names = [f for f in (flags.split(";") if isinstance(flags, str) else flags) if f]
-    return "".join(f" <span class=flag title='{html.escape(FLAGS.get(f, f), quote=True)}'>"
-                   f"{html.escape(f.replace('_', ' '))}</span>" for f in names)
 
 
 def not_computable(method: str, why: str, n: float = 0) -> Estimate:
@@ -334,6 +324,39 @@ def paired_difference(both: int, a_only: int, b_only: int, neither: int) -> Esti
         phi = cross / math.sqrt(margins)
     low, high = newcombe_difference(pa, la, ua, pb, lb, ub, phi)
     return Estimate(pb - pa, low, high, "newcombe_paired", (NONE_SEEN,) if a_only == b_only == 0 else (), n=n)
+
+
+def _tango_score(a_only: int, b_only: int, n: int, delta: float) -> float:
+    """Tango's score statistic for ``p_b - p_a == delta`` (``b_only`` and ``a_only`` the discordant
+    pairs among ``n``), with the ``a_only`` share at its restricted maximum-likelihood estimate."""
+    b, c = b_only, a_only
+    a2, b2, c2 = 2 * n, -b - c + (2 * n - b + c) * delta, -c * delta * (1 - delta)
+    q = (math.sqrt(max(0.0, b2 * b2 - 4 * a2 * c2)) - b2) / (2 * a2)
+    var = n * (2 * q + delta * (1 - delta))
+    if var <= 0:
+        return 0.0 if b - c - n * delta == 0 else math.copysign(math.inf, b - c - n * delta)
+    return (b - c - n * delta) / math.sqrt(var)
+
+
+def paired_score_difference(both: int, a_only: int, b_only: int, neither: int, z: float = Z95) -> Estimate:
+    """``p_b - p_a`` of two paired yes/no verdicts with Tango's (1998) score interval: the deltas
+    where the score statistic lies within +-z (bisection). Unlike Newcombe's paired interval it
+    keeps its coverage where the two rarely disagree, and all one way (a judge against humans:
+    the judge card's rate bias); with no disagreement seen it is about +-z^2/n, never width 0."""
+    n = both + a_only + b_only + neither
+    if n == 0:
+        return not_computable("tango_paired", "no pair")
+    d = (b_only - a_only) / n
+
+    def root(lo: float, hi: float, target: float) -> float:
+        for _ in range(80):  # the statistic decreases in delta
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _tango_score(a_only, b_only, n, mid) > target else (lo, mid)
+        return (lo + hi) / 2
+
+    low = -1.0 if _tango_score(a_only, b_only, n, -1 + 1e-12) < z else root(-1 + 1e-12, d, z)
+    high = 1.0 if _tango_score(a_only, b_only, n, 1 - 1e-12) > -z else root(d, 1 - 1e-12, -z)
+    return Estimate(d, low, high, "tango_paired", (NONE_SEEN,) if a_only == b_only == 0 else (), n=n)
 
 
 def cluster_paired_difference(ka, na, kb, nb) -> Estimate:
