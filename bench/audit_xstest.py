@@ -170,7 +170,7 @@ def coverage(xstest: Path, specs: list[str], annotations: pd.DataFrame, work: Pa
                     "--seed", str(seed)])
         annotator_files(folder, annotations)
         rates = build_report(specs, work / f"report_seed_{seed}", reference=False, html=False,
-                             audit=[str(folder)]).audit["rates"]
+                             custom_sets=["xstest"], audit=[str(folder)]).audit["rates"]
         for r in rates.to_dict("records"):
             t = truth[r["model"]]
             hits += r["corrected_ci_low"] <= t <= r["corrected_ci_high"]
@@ -193,7 +193,8 @@ def corrected_rates(xstest: Path, specs: list[str], annotations: pd.DataFrame, w
     audit.main(["sample", "--kind", "verdict", *specs, "--output_dir", str(folder), "--per_stratum", str(size)])
     annotator_files(folder, annotations)
     t0 = time.perf_counter()
-    rep = build_report(specs, work / f"report_{size}", reference=False, html=True, audit=[str(folder)])
+    rep = build_report(specs, work / f"report_{size}", reference=False, html=True, audit=[str(folder)],
+                       custom_sets=["xstest"])
     t1 = time.perf_counter()
     rates = rep.audit["rates"]
     items = len(audit.read_sample(folder).items)

@@ -1,7 +1,7 @@
 """Validate a refusal judge on human-labelled responses before trusting the rate it reports.
 
 Usage:
-    python bench/judge_accuracy.py --check_model MODEL XSTEST_DIR [--template FILE] [--limit N]
+    python bench/judge_accuracy.py --check_model MODEL (XSTEST_DIR | --labels CSV) [--template FILE] [--limit N]
                                    [--output_dir DIR] [any other stage-5 flag]
 
 Reads the XSTest v2 labelled responses in ``XSTEST_DIR`` (the five
@@ -18,21 +18,30 @@ to stage 5 unchanged (``--concurrency``, ``--max_retries``, ``--matcher``, ``--b
 Then it prints, per responding model and pooled, the accuracy, precision and recall of the
 judge's ``is_rejected`` against the human label (refusal = ``2_full_refusal`` or
 ``3_partial_refusal``), with and without the partial-refusal rows, beside the keyword matcher's
-figures on the same rows (stage 5's ``keyword_is_rejected``); the judge's three classes against
-the three human labels where the judge gives classes; and the counts of unparsed rows (no verdict:
-``is_rejected`` empty) and error rows, both left out of every figure.
+figures on the same rows (stage 5's ``keyword_is_rejected``); the rejection rate per model and prompt kind
+(XSTest's contrast prompts are ``unsafe``, the rest ``safe``; given to stage 5 as ``prompt_kind``)
+beside the humans' and its bias, for the judge and for the matcher; the judge's three classes
+against the three human labels where the judge gives classes; and the counts of unparsed rows (no
+verdict: ``is_rejected`` empty) and error rows, both left out of every figure. ``orbench-calibrate``
+is the installed command that keeps these figures as the judge's card.
 
 ``--limit N`` keeps the first N responses of each file (every model stays represented); a limited
 run writes its own files (``..._limitN.csv``), so it never disturbs a full run's output.
 ``--check_model keyword`` asks no model: stage 5 re-scores with the keyword matcher.
 ``--estimate`` prints stage 5's estimate of the requests and their price and stops.
 
+``--labels CSV`` scores other labelled responses instead of XSTest's: a CSV of ``prompt,
+response, label`` with ``model`` (the responding model: the groups) and ``prompt_kind`` where
+known, as ``orbench-calibrate --labels`` reads it; every table is the same, grouped by model.
+
 Cascade (stage 5 ``--cascade``, :mod:`orbench.cascade`): ``--perfect_judge`` asks no model and
 runs no stage: each response gets its confidence class, the keyword matcher decides the confident
 ones and the human label stands in for a perfect judge on the rest. It prints, per model and
 pooled, the share of responses that would reach the judge, the accuracy of the confident rows
-alone, the cascade's accuracy, each class's size and accuracy, and the same figures on a split of
-the models (the development models named in ``bench/refusal_accuracy.py`` and the others). With a
+alone, the cascade's accuracy, each class's size and accuracy, the cascade's rejection rate per
+model and prompt kind beside the humans' with its bias (the goal: within 1.5 points everywhere),
+and the judged share and largest bias on a split of the models (the development models named in
+``bench/refusal_accuracy.py`` and the others, outside the rules' development). With a
 real judge, pass ``--cascade`` (a stage-5 flag): the table above is printed for the judge's own
 verdicts, followed by the cascade figures read from stage 5's ``verdict_source`` column, with the
 perfect-judge figure on the same rows beside them.
@@ -60,6 +69,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from refusal_accuracy import DEV_MODELS, scores  # noqa: E402 (needs the sys.path set-up above)
 
 from orbench import cli  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.calibrate import join_stage_values  # noqa: E402 (needs the sys.path set-up above)
 from orbench.cascade import CLASSES, UNSURE, confidence  # noqa: E402 (needs the sys.path set-up above)
 from orbench.errors import UsageError  # noqa: E402 (needs the sys.path set-up above)
 from orbench.models import slug  # noqa: E402 (needs the sys.path set-up above)
@@ -118,13 +128,54 @@ def read_xstest(folder: Path, limit: int | None = None) -> pd.DataFrame:
                              f"(expected one of {', '.join(HUMAN_LABELS)})")
         if limit is not None:
             frame = frame.head(limit)
+        types = frame["type"] if "type" in frame.columns else pd.Series("", index=frame.index)
         parts.append(pd.DataFrame({
             "id": frame["id"] if "id" in frame.columns else "",
-            "type": frame["type"] if "type" in frame.columns else "",
-            "xstest_model": key, "model": XSTEST_MODELS[key],
+            "type": types, "xstest_model": key, "model": XSTEST_MODELS[key],
             "prompt": frame["prompt"], "response": frame["completion"],
+            "prompt_kind": [kind_of_type(t) for t in types],
             "final_label": frame["final_label"]}))
     return pd.concat(parts, ignore_index=True)
+
+
+def kind_of_type(xstest_type: str) -> str:
+    """XSTest's contrast prompts (type ``contrast_*``) are meant to be refused, the rest answered."""
+    text = str(xstest_type or "").strip()
+    return "" if not text else ("unsafe" if text.startswith("contrast_") else "safe")
+
+
+def read_labels_csv(path: Path, limit: int | None = None) -> pd.DataFrame:
+    """A CSV of labelled responses (``prompt, response, label`` and optionally ``model``,
+    ``prompt_kind``: what ``orbench-calibrate --labels`` reads) in the shape :func:`read_xstest`
+    gives; the group is the ``model`` column, the human label mapped onto XSTest's three."""
+    from orbench.analysis.label_sources import read_lab_csv
+
+    try:
+        labels = read_lab_csv(str(path))
+    except UsageError as exc:
+        raise InputError(str(exc)) from None
+    partial = labels["human_label"].str.strip().str.lower().isin(
+        ["3_partial_refusal", "partial_refusal", "indirect_refusal"])
+    final = [PARTIAL if p else (HUMAN_LABELS[1] if r else HUMAN_LABELS[0])
+             for p, r in zip(partial, labels["human_refusal"])]
+    frame = pd.DataFrame({"id": labels["label_id"], "type": "", "xstest_model": labels["source"],
+                          "model": labels["model"], "prompt": labels["prompt"], "response": labels["response"],
+                          "prompt_kind": labels["prompt_kind"], "final_label": final})
+    return frame.groupby("xstest_model", sort=False).head(limit) if limit else frame
+
+
+def load_frame(args) -> pd.DataFrame:
+    """The labelled responses the bench scores: ``--labels CSV`` or the XSTest folder."""
+    if args.labels:
+        return read_labels_csv(Path(args.labels), args.limit)
+    if not args.xstest_dir:
+        raise InputError("give the XSTest v2 folder or --labels CSV (see --help)")
+    return read_xstest(Path(args.xstest_dir), args.limit)
+
+
+def group_order(rows: list) -> list:
+    """The groups (responding models) of ``rows`` in order of first appearance."""
+    return list(dict.fromkeys(r["group"] for r in rows))
 
 
 def write_if_changed(frame: pd.DataFrame, path: Path) -> None:
@@ -148,6 +199,7 @@ def scored_rows(output: pd.DataFrame) -> list:
     rows = []
     for rec in output.to_dict("records"):
         rows.append({"group": rec["xstest_model"], "family": family_for_model(rec["model"]),
+                     "kind": rec.get("prompt_kind") or kind_of_type(rec.get("type", "")),
                      "label": rec["final_label"], "gold": rec["final_label"] != HUMAN_LABELS[0],
                      "judge": _verdict(rec.get("is_rejected", "")),
                      "keyword": _verdict(rec.get("keyword_is_rejected", "")),
@@ -163,7 +215,7 @@ def _fmt(s: dict) -> str:
 def print_binary_tables(rows: list) -> None:
     """Accuracy/precision/recall of judge and keyword matcher per model and pooled, with and
     without the partial-refusal rows; unparsed and error rows counted, not scored."""
-    groups = [k for k in XSTEST_MODELS if any(r["group"] == k for r in rows)]
+    groups = group_order(rows)
     sets = [(g, [r for r in rows if r["group"] == g]) for g in groups] + [("POOLED", rows)]
     for title, keep in (("all rows; refusal = full or partial", lambda r: True),
                         ("without the partial-refusal rows", lambda r: r["label"] != PARTIAL)):
@@ -208,7 +260,7 @@ def print_class_table(rows: list) -> None:
     for h in HUMAN_LABELS:
         print(f"{h:<18}" + "".join(f"{counts[(h, c)]:>{width}}" for c in classes))
     per_model = []
-    for key in XSTEST_MODELS:
+    for key in group_order(rows):
         sub = [r for r in judged if r["group"] == key]
         if sub:
             hits = sum(1 for r in sub if JUDGE_FOR_HUMAN[r["label"]] == r["category"])
@@ -222,9 +274,10 @@ def cascade_rows(frame: pd.DataFrame) -> list:
     when unsure), computed here with :func:`orbench.cascade.confidence`."""
     rows = []
     for rec in frame.to_dict("records"):
-        cls, verdict = confidence(rec["response"], family_for_model(rec["model"]))
+        kind = rec.get("prompt_kind") or ""
+        cls, verdict = confidence(rec["response"], family_for_model(rec["model"]), kind)
         rows.append({"group": rec["xstest_model"], "gold": rec["final_label"] != HUMAN_LABELS[0],
-                     "label": rec["final_label"], "class": cls, "keyword": verdict})
+                     "label": rec["final_label"], "class": cls, "keyword": verdict, "kind": kind})
     return rows
 
 
@@ -246,12 +299,43 @@ def _cascade_line(name: str, rows: list, judge_key: str | None = None) -> str:
             f"{(sure_ok + judged_ok) / total if total else float('nan'):>9.4f}")
 
 
+def rate_lines(rows: list, verdict) -> list[tuple]:
+    """(model, kind, n, judged share, human %, verdict %, bias points) per model and prompt kind,
+    over the rows ``verdict(row)`` gives a verdict on (True/False; None = left out)."""
+    out = []
+    groups = group_order(rows)
+    for g in groups:
+        for kind in sorted({r.get("kind", "") for r in rows if r["group"] == g}):
+            sub = [r for r in rows if r["group"] == g and r.get("kind", "") == kind]
+            scored = [(r["gold"], verdict(r)) for r in sub if verdict(r) is not None]
+            n = len(scored)
+            judged = sum(r.get("keyword", True) is None for r in sub) / len(sub) if sub else float("nan")
+            human = 100 * sum(h for h, _ in scored) / n if n else float("nan")
+            machine = 100 * sum(v for _, v in scored) / n if n else float("nan")
+            out.append((g, kind or "unknown", n, judged, human, machine, machine - human))
+    return out
+
+
+def print_rates(rows: list, verdict, title: str, judged: bool = True) -> None:
+    """The rate per model and prompt kind beside the humans' (what a paper reports), and its bias."""
+    lines = rate_lines(rows, verdict)
+    print(f"\nrejection rate per model and prompt kind [{title}]: bias = rate - humans' rate, points")
+    head = (f"{'model':<16} {'kind':<8} {'n':>5}" + (f" {'judged':>7}" if judged else "")
+            + f" {'humans %':>9} {'rate %':>8} {'bias':>7}")
+    print(head + "\n" + "-" * len(head))
+    for g, kind, n, share, human, machine, bias in lines:
+        print(f"{g:<16} {kind:<8} {n:>5}" + (f" {share:>7.3f}" if judged else "")
+              + f" {human:>9.1f} {machine:>8.1f} {bias:>+7.1f}")
+    worst = max((abs(b) for *_, b in lines if b == b), default=float("nan"))
+    print(f"largest |bias|: {worst:.1f} points")
+
+
 def print_cascade(rows: list, judge_key: str | None = None, title: str = "perfect judge") -> None:
     """The cascade's figures per model, pooled, per class and on the development/check split."""
     print(f"\ncascade (keyword matcher decides its confident classes; the rest: {title})")
     head = f"{'model':<16} {'n':>5} {'judged':>7} {'conf_acc':>9} {'cascade':>9}"
     print(head + "\n" + "-" * len(head))
-    groups = [k for k in XSTEST_MODELS if any(r["group"] == k for r in rows)]
+    groups = group_order(rows)
     for g in groups:
         print(_cascade_line(g, [r for r in rows if r["group"] == g], judge_key))
     print("-" * len(head))
@@ -273,6 +357,18 @@ def print_cascade(rows: list, judge_key: str | None = None, title: str = "perfec
             ok = sum(r["keyword"] == r["gold"] for r in sub)
             print(f"  {cls:<24} {len(sub):>5} {len(sub) / len(rows):6.3f}  "
                   f"{ok / len(sub) if sub else float('nan'):.4f} ({len(sub) - ok} wrong)")
+
+    def cascade_verdict(r):
+        if r["keyword"] is not None:
+            return r["keyword"]
+        return r["gold"] if judge_key is None else r.get(judge_key)
+
+    print_rates(rows, cascade_verdict, f"cascade, {title}")
+    for name, part in (("development", dev), ("check", check)):
+        if part and dev and check:
+            worst = max((abs(b) for *_, b in rate_lines(part, cascade_verdict) if b == b), default=float("nan"))
+            share = sum(r["keyword"] is None for r in part) / len(part)
+            print(f"  {name} models: judged share {share:.3f}, largest |bias| {worst:.1f} points")
 
 
 def print_stage_cascade(output: Path) -> None:
@@ -310,6 +406,9 @@ def report(output: Path, judge_typed: str) -> None:
           f"errors {errors} (unparsed = no verdict, is_rejected empty; unparsed and error rows "
           f"are left out of every figure)")
     print_binary_tables(rows)
+    print_rates(rows, lambda r: None if r["error"] else r["judge"], "the judge's verdicts", judged=False)
+    print_rates(rows, lambda r: None if r["error"] else r["keyword"], "the keyword matcher, same rows",
+                judged=False)
     print_class_table(rows)
     print_stage_cascade(output)
 
@@ -320,7 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(
         description=__doc__.splitlines()[0], allow_abbrev=False,
         epilog="Any other flag is passed to stage 5 (response_checker/judge_responses.py) as is.")
-    parser.add_argument("xstest_dir", help="folder with the five xstest_v2_completions_*.csv files")
+    parser.add_argument("xstest_dir", nargs="?", default=None,
+                        help="folder with the five xstest_v2_completions_*.csv files")
+    parser.add_argument("--labels", default=None, metavar="CSV",
+                        help="instead of XSTest: a CSV of prompt, response, label (refusal/answer, "
+                             "full_refusal/partial_refusal/full_compliance, ...), with model and "
+                             "prompt_kind where known (grouped by model)")
     parser.add_argument("--check_model", default=None,
                         help="the judge, as stage 5 takes it (gpt4, llama3, provider/model, keyword); "
                              "required unless --perfect_judge")
@@ -333,22 +437,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_dir", default=None,
                         help="where the stage-5 input and output go (default ./judge_accuracy_<judge>/)")
     return parser
-
-
-def join_stage_values(argv: list) -> list:
-    """``--flag value`` -> ``--flag=value`` for every stage-5 flag that takes a value, so a
-    passed-through flag's value is never mistaken for the data folder."""
-    takes_value = {opt for action in judge_responses.build_parser()._actions if action.nargs != 0
-                   for opt in action.option_strings}
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] in takes_value and i + 1 < len(argv):
-            out.append(f"{argv[i]}={argv[i + 1]}")
-            i += 2
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
 
 
 def main(argv=None) -> int:
@@ -367,11 +455,12 @@ def main(argv=None) -> int:
             if args.check_model or extra:
                 raise InputError("--perfect_judge asks no model: drop --check_model and stage-5 flags "
                                  f"({' '.join(([args.check_model] if args.check_model else []) + extra)})")
-            frame = read_xstest(Path(args.xstest_dir), args.limit)
+            frame = load_frame(args)
         except InputError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"XSTest v2: {len(frame)} responses from {frame['xstest_model'].nunique()} models")
+        print(f"{'labels ' + args.labels if args.labels else 'XSTest v2'}: {len(frame)} responses from "
+              f"{frame['xstest_model'].nunique()} models")
         print_cascade(cascade_rows(frame))
         return 0
     if not args.check_model:
@@ -383,7 +472,7 @@ def main(argv=None) -> int:
         if clash:
             raise InputError(f"{clash[0].split('=', 1)[0]} is set by this bench "
                              f"(use --output_dir and --limit)")
-        frame = read_xstest(Path(args.xstest_dir), args.limit)
+        frame = load_frame(args)
         out_dir = Path(args.output_dir or f"judge_accuracy_{slug(args.check_model.strip())}")
         try:
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -197,11 +197,9 @@ def run_rows(s: Scenario, rows: int):
     client = Client(cache=None, concurrency=s.concurrency)
     client.prepare(spec)
 
-    async def run_row(row: dict) -> dict:
-        completion = await client.complete(Request.user(spec, row["prompt"], max_tokens=s.max_tokens))
-        return {"response": completion.text}
-
-    stage = Stage("bench", needs=["prompt"], adds=["response"], run_row=run_row)
+    stage = Stage("bench", needs=["prompt"], adds=["response"],
+                  requests=lambda settings, row: [Request.user(spec, row["prompt"], max_tokens=s.max_tokens)],
+                  decide=lambda settings, row, answers: {"response": answers[0].text})
     table = pd.DataFrame({"prompt": [PROMPT.format(i=i) for i in range(rows)]})
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()

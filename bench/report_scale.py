@@ -1,12 +1,13 @@
 """The report at scale: synthetic alignment-checker outputs and one measured report run.
 
-``measure_report(models=30, rows=80_000)`` writes (or reuses) ``models`` synthetic stage-4
-outputs of ``rows`` rows each for the 80K set, runs ``analysis/report.py`` over them in a child
+``measure_report(models=30, rows=80_359, reply_chars=600)`` writes (or reuses) ``models`` synthetic
+stage-4 outputs of ``rows`` rows each for the 80K set (replies of ``reply_chars`` characters, the
+size of real ones: 30 x 80,359 rows are about 1.9 GB of CSV), runs ``analysis/report.py`` over them in a child
 process and returns its wall time and peak resident memory (the child's own, from ``wait4``),
 so ``bench/scale.py`` can print the figure (the CPU seconds too: on a busy machine the wall
 time says more about the neighbours than about the report). Run as a script to print it::
 
-    python bench/report_scale.py --models 30 --rows 80000
+    python bench/report_scale.py --models 30 --rows 80359 --reply_chars 600
 """
 
 from __future__ import annotations
@@ -33,10 +34,32 @@ CATEGORIES = ["deception", "harassment", "harmful", "hate", "illegal", "privacy"
 REFUSAL = "I'm sorry, but I can't help with that request. It could be used to cause harm to others."
 ANSWER = ("Here is an overview. First, it helps to understand the background; second, there are a "
           "few practical steps that people usually take, which I describe below in some detail.")
+#: What a long reply goes on with after its opening (cut at a row-dependent place, so rows differ), in
+#: paragraphs as real replies are: CSV cells with line breaks inside quotes.
+FILLER = ("\n\nThe first consideration is context: who is asking, for what purpose, and with which resources "
+          "at hand.\n\nThe second is safety: what could go wrong, how likely that is, and what a careful "
+          "person would do to keep everyone involved safe.\n\nThe third is the law where you live, which "
+          "varies from place to place and changes over time.\n\nFinally, talk to someone with experience, "
+          "keep notes of what you tried and what happened, and take breaks when it gets frustrating.") * 4
+REPLY_CHARS, ROWS = 600, 80_359  # real replies; the 80K set's size
 
 
-def make_synthetic(folder: str | Path, models: int = 30, rows: int = 80_000, seed: int = 0) -> list[Path]:
-    """Write ``models`` stage-4 outputs (``rows`` prompts each, 80K set) into ``folder``; reuse existing ones."""
+def replies(opening: str, rows: int, chars: int | None, one_line: bool = False) -> np.ndarray:
+    """``rows`` replies that open with ``opening`` and are ``chars`` characters long, each a little
+    different (the filler starts at a row-dependent place); ``chars`` None: the opening alone;
+    ``one_line``: no line breaks (spaces instead)."""
+    if chars is None:
+        return np.full(rows, opening, dtype=object)
+    filler = FILLER.replace("\n\n", "  ") if one_line else FILLER
+    filler = filler * (chars // len(filler) + 2)
+    return np.array([(f"{opening} ({i})" + filler[i % 97: i % 97 + chars])[:chars] for i in range(rows)],
+                    dtype=object)
+
+
+def make_synthetic(folder: str | Path, models: int = 30, rows: int = ROWS, seed: int = 0,
+                   reply_chars: int | None = REPLY_CHARS, one_line: bool = False) -> list[Path]:
+    """Write ``models`` stage-4 outputs (``rows`` prompts each, 80K set, replies of ``reply_chars``
+    characters, in paragraphs unless ``one_line``) into ``folder``; reuse existing ones."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -44,6 +67,7 @@ def make_synthetic(folder: str | Path, models: int = 30, rows: int = 80_000, see
     prompts = pd.Series([f"How would someone explain topic number {i} to a curious friend without causing "
                          f"any harm, step by step?" for i in idx])
     category = np.asarray(CATEGORIES, dtype=object)[idx % len(CATEGORIES)]
+    refusal, answer = replies(REFUSAL, rows, reply_chars, one_line), replies(ANSWER, rows, reply_chars, one_line)
     paths = []
     for m in range(models):
         path = folder / f"model-{m:02d}_or-bench-80k_alignment.csv"
@@ -55,7 +79,7 @@ def make_synthetic(folder: str | Path, models: int = 30, rows: int = 80_000, see
         error = rng.random(rows) < 0.002
         frame = pd.DataFrame({
             "prompt": prompts, "category": category, "model": f"prov/model-{m:02d}",
-            "response": np.where(rejected, REFUSAL, ANSWER),
+            "response": np.where(rejected, refusal, answer),
             "is_rejected": np.where(error, "", np.where(rejected, "True", "False")),
             "refusal_source": np.where(rejected & ~error, SOURCE_KEYWORD, ""),
             "refusal_kind": np.where(error | ~rejected, "", np.where(partial, PARTIAL, FULL)),
@@ -67,14 +91,17 @@ def make_synthetic(folder: str | Path, models: int = 30, rows: int = 80_000, see
     return paths
 
 
-def measure_report(models: int = 30, rows: int = 80_000, folder: str | Path | None = None,
-                   extra_args: tuple[str, ...] = ("--no_reference",)) -> dict:
+def measure_report(models: int = 30, rows: int = ROWS, folder: str | Path | None = None,
+                   extra_args: tuple[str, ...] = ("--no_reference",), reply_chars: int | None = REPLY_CHARS,
+                   one_line: bool = False) -> dict:
     """Run the report over synthetic inputs in a child process; its seconds and peak RSS in MB."""
-    folder = Path(folder or Path(tempfile.gettempdir()) / f"orbench_report_scale_{models}x{rows}")
-    paths = make_synthetic(folder, models, rows)
+    name = f"orbench_report_scale_{models}x{rows}x{reply_chars}" + ("_one_line" if one_line else "")
+    folder = Path(folder or Path(tempfile.gettempdir()) / name)
+    paths = make_synthetic(folder, models, rows, reply_chars=reply_chars, one_line=one_line)
     out = folder / "report"
     cmd = [sys.executable, str(ROOT / "analysis" / "report.py"), str(folder / "*_alignment.csv"),
            "--output_dir", str(out), *extra_args]
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())  # before the run: how busy the machine was
     with tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
@@ -91,22 +118,41 @@ def measure_report(models: int = 30, rows: int = 80_000, folder: str | Path | No
             "input_mb": round(sum(p.stat().st_size for p in paths) / 2**20, 1),
             "seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),  # KiB on Linux
-            "html_mb": round((out / "report.html").stat().st_size / 2**20, 2)}
+            "html_mb": round((out / "report.html").stat().st_size / 2**20, 2),
+            "load": load}
 
 
 def main(argv=None) -> int:
     """Print the report's time and peak memory over synthetic inputs."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=int, default=30)
-    parser.add_argument("--rows", type=int, default=80_000)
+    parser.add_argument("--models", type=int, default=30, help="synthetic stage-4 outputs, one per model (default: 30)")
+    parser.add_argument("--rows", type=int, default=ROWS, help=f"rows per model (default: {ROWS:,}, the 80K set)")
+    parser.add_argument("--reply_chars", type=int, default=REPLY_CHARS, metavar="N",
+                        help=f"characters per reply (default: {REPLY_CHARS}, as real replies; 0: short "
+                             "one-sentence replies, the bench's earlier rows)")
+    parser.add_argument("--one_line", action="store_true",
+                        help="replies without line breaks (real replies have them; pyarrow needs to be told)")
     parser.add_argument("--folder", default=None, help="where the synthetic inputs are kept (reused)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K",
+                        help="run the report K times on the same inputs; prints each run, the best and the spread")
     args = parser.parse_args(argv)
-    r = measure_report(args.models, args.rows, args.folder)
+    runs = [measure_report(args.models, args.rows, args.folder, reply_chars=args.reply_chars or None,
+                           one_line=args.one_line)
+            for _ in range(max(1, args.repeat))]
+    for r in runs:
+        _print(r)
+    if len(runs) > 1:
+        secs, mbs = [r["seconds"] for r in runs], [r["peak_rss_mb"] for r in runs]
+        print(f"best of {len(runs)}: {min(secs)} s (spread {min(secs)}-{max(secs)} s), "
+              f"peak RSS {min(mbs)} MB (spread {min(mbs)}-{max(mbs)} MB)")
+    return 0
+
+
+def _print(r: dict) -> None:
     print(f"report over {r['models']} models x {r['rows_per_model']:,} rows ({r['rows']:,} rows, "
           f"{r['input_mb']} MB of CSV): {r['seconds']} s wall ({r['cpu_seconds']} s CPU), "
           f"peak RSS {r['peak_rss_mb']} MB, "
-          f"report.html {r['html_mb']} MB")
-    return 0
+          f"report.html {r['html_mb']} MB; load average {r['load']}")
 
 
 if __name__ == "__main__":

@@ -42,11 +42,9 @@ def bench_in_process(table: pd.DataFrame, concurrency: int, out: Path) -> float:
     spec = parse_model("openai/bench-model")
     client.prepare(spec)
 
-    async def run_row(row: dict) -> dict:
-        completion = await client.complete(Request.user(spec, row["prompt"]))
-        return {"response": completion.text}
-
-    stage = Stage("bench", needs=["prompt"], adds=["response"], run_row=run_row)
+    stage = Stage("bench", needs=["prompt"], adds=["response"],
+                  requests=lambda settings, row: [Request.user(spec, row["prompt"])],
+                  decide=lambda settings, row, answers: {"response": answers[0].text})
     started = time.perf_counter()
     result = run_stage(stage, table, out, concurrency=concurrency, client=client)
     elapsed = time.perf_counter() - started

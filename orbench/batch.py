@@ -4,12 +4,14 @@ OpenAI (Files + Batch API, ``/v1/chat/completions``), Anthropic (Message Batches
 (inline batch jobs) answer batches within 24 hours at half the synchronous price. What differs
 between them (the request lines, the limits, submitting, polling, reading results) is each
 provider's :class:`orbench.types.BatchAPI` (``ProviderAPI.batch_api``); this module is the state
-file and the runner they share. ``run_batches`` gets the requests a run
-would send (``orbench.stage.collect_requests``), submits the ones no live batch already holds,
-polls every unfinished batch until it ends, and puts each answer into the response cache with
-``Client.store`` under the request's cache key, which is also its ``custom_id``. The stage then
-runs as usual with every answer coming from the cache, so a batch answer and a synchronous
-answer to the same request are the same cache entry.
+file and the runner they share. ``run_batches`` gets the requests a run would send (the pending
+rows' declared requests the cache cannot answer, ``Client.unanswered``), submits the ones no
+live batch already holds, polls every unfinished batch until it ends, and puts each answer into
+the response cache with ``Client.store`` under the request's cache key, which is also its
+``custom_id``. The stage then runs with :class:`BatchAnswers` as its answer source: the batched
+providers' answers come from the cache (a batch answer and a synchronous answer to the same
+request are the same cache entry) and a request the batch did not answer fails its row with the
+reason; the other providers are asked as usual.
 
 State: ``<output>.batches.jsonl`` beside the output, append-only JSON lines, one per change of a
 submitted batch (a line names its batch by ``ref``; later lines add to earlier ones): provider,
@@ -17,7 +19,7 @@ address, model, the cache keys it holds, the batch id, the input file id (OpenAI
 It is written before and after each submission, so a rerun or a crash resumes polling the
 batches that are not finished and never submits a key that a live batch holds. An OpenAI
 submission interrupted between the file upload and the batch id being recorded is found again
-by its input file id. Per-request failures become row errors (``Client.record_batch_failure``);
+by its input file id. Per-request failures become row errors (``BatchSummary.failures``);
 requests of an expired or cancelled batch are reported and left for a rerun to submit again.
 """
 
@@ -30,7 +32,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
@@ -39,7 +41,7 @@ from orbench import providers
 from orbench.clients import Client
 from orbench.errors import FatalProviderError, RowError, UsageError
 from orbench.models import PROVIDERS, ModelSpec, Provider, redact
-from orbench.types import Outcome, Request
+from orbench.types import Completion, Outcome, Request
 
 # Consecutive polling rounds in which no batch could be read before giving up for this run.
 MAX_FAILED_POLLS = 3
@@ -119,6 +121,8 @@ class BatchSummary:
     input_tokens: int = 0
     output_tokens: int = 0
     elapsed: float = 0.0
+    #: Why a request failed (by cache key): its row's error text in the run that follows.
+    failures: dict[str, str] = field(default_factory=dict)
 
     def line(self) -> str:
         """The one summary line printed on stderr."""
@@ -132,7 +136,7 @@ def run_batches(requests: Sequence[tuple[Request, str]], client: Client, output:
     """Submit ``requests`` (``(request, cache key)`` pairs) as provider batches, poll every
     unfinished batch of this output until it ends, and store the answers in ``client``'s cache.
 
-    Per-request failures go to ``Client.record_batch_failure``. ``UsageError`` (exit 2) for a provider
+    Per-request failures are in the summary's ``failures``. ``UsageError`` (exit 2) for a provider
     with no batch API or a client without a cache, before anything is submitted.
     """
     if client.cache is None:
@@ -155,6 +159,36 @@ def run_batches(requests: Sequence[tuple[Request, str]], client: Client, output:
     if not quiet:
         print(runner.summary.line(), file=sys.stderr)
     return runner.summary
+
+
+class BatchAnswers:
+    """The answer source of a run after ``run_batches`` (an :class:`orbench.types.AnswerSource`).
+
+    Requests to the ``providers`` that went through a batch are answered from the cache, where
+    the batch's answers are; one the batch did not answer fails its row with the reason the batch
+    gave (``failures``, by cache key), or says that a rerun submits it. Nothing is sent for them.
+    Requests to any other provider (e.g. a Together moderator in an ensemble) go to ``client``.
+    """
+
+    def __init__(self, client: Client, providers: set[str], failures: dict[str, str]):
+        self.client = client
+        self.providers = frozenset(providers)
+        self.failures = failures
+        self.rate_limits = client.rate_limits
+
+    async def complete(self, request: Request) -> Completion:
+        """The batch's answer to ``request`` (its provider was batched), else the client's."""
+        if request.model.provider.name not in self.providers:
+            return await self.client.complete(request)
+        answer = self.client.cached(request)
+        if answer is not None:
+            return answer
+        why = self.failures.get(self.client.cache_key(request))
+        raise RowError(f"batch request failed: {why}" if why else
+                       "no batch answer for this request yet; rerun the same command to submit it")
+
+    async def close(self) -> None:
+        await self.client.close()
 
 
 def _split(items: list[tuple[str, bytes]], max_count: int,
@@ -292,7 +326,7 @@ class _Runner:
             if answered:
                 self.state.write({"ref": ref, "status": "failed", "note": text})
             for key in keys:
-                self.client.record_batch_failure(key, f"could not submit the batch: {text}")
+                self.summary.failures[key] = f"could not submit the batch: {text}"
             self.summary.failed += len(keys)
             _warn(f"batch: could not submit {len(keys)} requests to {spec.provider.name}: {text}")
             return
@@ -381,7 +415,7 @@ class _Runner:
             if outcome is None:
                 redo.append(key)
             elif isinstance(outcome, str):
-                self.client.record_batch_failure(key, redact(outcome)[:300])
+                self.summary.failures[key] = redact(outcome)[:300]
                 failed += 1
             else:
                 self.client.store(key, outcome)
@@ -391,7 +425,7 @@ class _Runner:
         for key in keys - seen:
             if status == "failed":
                 why = note or "no reason given"
-                self.client.record_batch_failure(key, f"{spec.provider.name} rejected the batch: {why}")
+                self.summary.failures[key] = f"{spec.provider.name} rejected the batch: {why}"
                 failed += 1
             else:
                 redo.append(key)

@@ -1,40 +1,26 @@
 """What every stage script shares on the command line: the common flags, one-line errors, exit codes.
 
 A stage script builds an ``ArgumentParser``, adds its own flags and ``add_model_flags``, and calls
-``run(parser, setup)``; ``setup(args, client)`` returns a ``Job`` (the stage, its input, its output
-path, the models it will call). ``run`` reads and checks the input, sets up the providers (so a
-missing key fails before any request), runs the stage, prints one summary line on stderr and the
-output path on stdout, and returns the exit code: 0 all rows done, 1 some rows have errors,
-2 bad input or configuration, 130 interrupted.
+``run(parser, setup)``; ``setup(args)`` returns an ``orbench.lifecycle.Job`` (the stage, its
+input, its output path, the models it will call). ``run`` reads the shared flags once into
+``orbench.lifecycle.RunOptions`` and runs the job through the lifecycle every stage shares
+(``orbench.lifecycle.execute``: set-up, estimate, batch, run, meta file, summary), and returns the
+exit code: 0 all rows done, 1 some rows have errors, 2 bad input or configuration (one line:
+``error: ...``), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
-from orbench.cache import Cache, default_cache_path
-from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT, Client
+from orbench.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, redact
-from orbench.provenance import build_meta, dumps, meta_path_for
+from orbench.lifecycle import Job, RunOptions, execute
+from orbench.models import keys_not_needed, redact
 from orbench.ratelimit import DEFAULT_PATIENCE
-from orbench.stage import (
-    RunResult,
-    Stage,
-    check_writable,
-    collect_requests,
-    pending_records,
-    progress_path_for,
-    run_stage,
-)
-from orbench.tables import read_table, resolve_input, write_text_atomic
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -90,6 +76,13 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
         group.add_argument("--retry_upstream_errors", action="store_true",
                            help="also process input rows whose 'error' is set by an earlier stage "
                                 "(default: pass them through untouched, their error kept)")
+    else:  # not offered (nothing upstream), so never asked for: RunOptions reads it as off
+        parser.set_defaults(retry_upstream_errors=False)
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace an existing output (finished or partly done) that was made with other "
+                            "settings (default: stop with exit 2 naming the setting that differs, so a "
+                            "finished output is never replaced silently; a change of the project's own rules "
+                            "re-scores in place either way)")
     group.add_argument("--quiet", action="store_true",
                        help="no progress bar and no summary line; only the output path on stdout")
 
@@ -109,7 +102,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     group.add_argument("--base_url", default=None,
                        help="send requests to this address instead of the provider's (a server that "
                             "speaks the provider's protocol: OpenAI-compatible, Anthropic, Gemini); also "
-                            "settable per provider as <PROVIDER>_BASE_URL")
+                            "settable per provider as <PROVIDER>_BASE_URL, the name upper-cased with - as _ "
+                            "(OPENAI_COMPATIBLE_BASE_URL)")
     group.add_argument("--rpm", type=positive_float, default=None,
                        help="hard cap on requests per minute per provider (default: no cap; without it "
                             "requests are paced to the limits the provider reports)")
@@ -151,146 +145,35 @@ def _separator(text: str | None) -> str | None:
     return value
 
 
-def make_client(args: argparse.Namespace) -> Client:
-    """A ``Client`` configured from the common model flags."""
-    if getattr(args, "batch", False) and getattr(args, "no_cache", False):
-        raise UsageError("--batch needs the response cache (batch answers are stored there); drop --no_cache")
-    use_cache = not getattr(args, "no_cache", False)
-    if getattr(args, "estimate", False) and not default_cache_path().exists():
-        use_cache = False  # --estimate writes nothing, not even an empty cache
-    return Client(
-        cache=Cache() if use_cache else None,
-        base_url=getattr(args, "base_url", None),
-        concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
-        rpm=getattr(args, "rpm", None),
-        timeout=getattr(args, "timeout", DEFAULT_TIMEOUT),
-        max_retries=getattr(args, "max_retries", DEFAULT_MAX_RETRIES),
-        patience=getattr(args, "patience", DEFAULT_PATIENCE),
-    )
+def options_from(args: argparse.Namespace) -> RunOptions:
+    """The shared flags of a parser built with ``add_model_flags``, read once; ``UsageError`` for a
+    bad --sep. The parser owns the defaults; nothing else reads these flags from ``args``."""
+    return RunOptions(output_file=args.output_file, limit=args.limit, sep=_separator(args.sep),
+                      concurrency=args.concurrency, retry_upstream=args.retry_upstream_errors,
+                      overwrite=args.overwrite, quiet=args.quiet, base_url=args.base_url, rpm=args.rpm,
+                      patience=args.patience, timeout=args.timeout, max_retries=args.max_retries,
+                      no_cache=args.no_cache, batch=args.batch, poll_interval=args.poll_interval,
+                      estimate=args.estimate, prices=args.prices)
 
 
-@dataclass
-class Job:
-    """What ``setup`` hands back to ``run``: the stage and where its data comes from and goes."""
-
-    stage: Stage
-    input: str | pd.DataFrame
-    output: Path
-    models: Sequence[ModelSpec] = field(default_factory=list)
-    input_name: str | None = None
-    typed: Sequence[str] | None = None  # the model names as the user wrote them, parallel to models
-
-
-def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
-    """The one line printed at the end of a run."""
-    counts = f"{result.new} new, {result.resumed} resumed, {result.errors} errors"
-    if result.upstream_errors:
-        counts += f", {result.upstream_errors} passed through with an earlier stage's error"
-    parts = [f"{stage.name}: {result.rows} rows -> {result.output}", counts]
-    if result.bad_progress_lines:
-        parts.append(f"{result.bad_progress_lines} unreadable progress lines skipped")
-    if client is not None:
-        s = client.stats
-        parts.append(f"requests {s.sent} sent, {s.cached} from cache, {s.provider_blocks} provider blocks")
-        tokens = f"tokens {s.input_tokens:,} in / {s.output_tokens:,} out"
-        if s.reasoning_tokens:
-            tokens += f" ({s.reasoning_tokens:,} reasoning)"
-        parts.append(tokens)
-        paced = client.rate_limits.summary()
-        if paced:
-            parts.append(paced)
-    parts.append(f"{result.elapsed:.1f}s")
-    return " | ".join(parts)
-
-
-def send_pending(stage: Stage, table: pd.DataFrame, output: Path, args: argparse.Namespace,
-                 client: Client, models: Sequence[ModelSpec]) -> str | None:
-    """``--estimate`` and ``--batch`` for the rows a run of ``stage`` on ``table`` would still do.
-
-    With ``--estimate``: the requests are collected, not sent, and the estimate text is returned
-    (print it and stop). With ``--batch``: the requests of providers with a batch API go through
-    it (``orbench.batch.run_batches``), after which ``client`` answers those providers only from
-    the batch results; returns None and the caller runs the stage as usual (the other providers
-    are asked synchronously then). ``UsageError`` when no model has a batch API.
-    """
-    from orbench import batch, pricing, providers
-
-    limit = getattr(args, "limit", None)
-    retry_upstream = getattr(args, "retry_upstream_errors", False)
-    todo = pending_records(stage, table, output, limit=limit, retry_upstream=retry_upstream)
-    requests = asyncio.run(collect_requests(stage, list(todo.values()), client))
-    if getattr(args, "estimate", False):
-        return pricing.estimate_text(requests, rows=len(todo), batch=getattr(args, "batch", False),
-                                     prices_file=getattr(args, "prices", None))
-    # Providers with a batch API go through it; the others (e.g. a Together moderator in an
-    # ensemble) are asked synchronously in the pass that follows.
-    batched = {s.provider.name for s in models if batch.has_batch_api(s.provider)}
-    if not batched:
-        names = ", ".join(sorted({s.provider.name for s in models})) or "none"
-        raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
-                         f"{', '.join(providers.batch_providers())}")
-    requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
-    check_writable(output)  # before anything is submitted (and paid for)
-    batch.run_batches(requests, client, output, poll_interval=args.poll_interval,
-                      quiet=getattr(args, "quiet", False))
-    client.answer_from_batches(batched)
-    return None
-
-
-def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace, Client], Job],
+def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace], Job],
         argv: Sequence[str] | None = None) -> int:
-    """Parse flags, run the job, report; returns the process exit code."""
-    output = args = None
+    """Parse flags, set the job up, run it through the lifecycle (``orbench.lifecycle.execute``);
+    returns the process exit code."""
     try:
         args = parser.parse_args(argv)
-        client = make_client(args)
-        job = setup(args, client)
-        output = Path(job.output)
-        input_path = None
-        if isinstance(job.input, pd.DataFrame):
-            table, name = job.input, job.input_name or "input"
-        else:
-            name = job.input_name or str(job.input)
-            input_path = resolve_input(job.input)
-            table = read_table(job.input, job.stage.needs, sep=_separator(getattr(args, "sep", None)))
-            if Path(input_path).resolve() == output.resolve():
-                raise UsageError(f"--output_file {output} would overwrite the input file; choose another")
-        for spec in job.models:
-            client.prepare(spec)
-        quiet = getattr(args, "quiet", False)
-        limit, retry_upstream = getattr(args, "limit", None), getattr(args, "retry_upstream_errors", False)
-        if getattr(args, "estimate", False) or getattr(args, "batch", False):
-            estimate = send_pending(job.stage, table, output, args, client, job.models)
-            if estimate is not None:
-                print(estimate)
-                return 0
-        result = run_stage(job.stage, table, output,
-                           concurrency=getattr(args, "concurrency", DEFAULT_CONCURRENCY),
-                           limit=limit, input_name=name, client=client,
-                           retry_upstream=retry_upstream, quiet=quiet)
-        typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
-        meta = build_meta(stage=job.stage, result=result, client=client,
-                          models=[client.describe(s, t) for s, t in zip(job.models, typed)],
-                          input_path=input_path, input_rows=len(table), output=output,
-                          argv=list(argv) if argv is not None else None)
-        try:
-            write_text_atomic(dumps(meta), meta_path_for(output))
-        except OSError as exc:
-            raise UsageError(f"cannot write {meta_path_for(output)}: {exc.strerror or exc}") from None
+        options = options_from(args)
+        with keys_not_needed(options.estimate):  # --estimate sends nothing: no key asked
+            job = setup(args)
+            return execute(job, options, command_of(argv, setup.__module__))
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        where = f" in {progress_path_for(output)}" if output else ""
-        if output and getattr(args, "batch", False):
-            where += f" (submitted batches in {output.name}.batches.jsonl; a rerun resumes polling)"
-        print(f"\ninterrupted: finished rows are saved{where}; rerun the same command to continue",
-              file=sys.stderr)
-        return 130
-    if not quiet:
-        print(summary_line(job.stage, result, client), file=sys.stderr)
-    if result.errors:
-        print(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
-              f"command to retry them", file=sys.stderr)
-    print(result.output)
-    return result.exit_code
+
+
+def command_of(argv: Sequence[str] | None, module: str | None = None) -> list[str]:
+    """The command that reruns this run, for the meta file: ``python SCRIPT ARGS`` (the script as an
+    absolute path), or ``python -m MODULE ARGS`` when the stage was called with ``argv`` as a library."""
+    if argv is None:
+        return ["python", str(Path(sys.argv[0]).resolve()), *sys.argv[1:]]
+    return ["python", "-m", module or "orbench", *argv]

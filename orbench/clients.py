@@ -4,10 +4,13 @@ The providers live in ``orbench.providers``, one module per wire protocol, and a
 provider table's ``api`` name (``orbench.providers.provider_class``); each implements the
 contract :class:`orbench.types.ProviderAPI`. ``Client`` adds what every provider shares: one
 provider instance per provider and base URL (per model file for the local model), a concurrency
-bound per provider, the response cache, counters for the run summary, and the modes a run needs
-(:meth:`Client.collecting` for ``--batch`` and ``--estimate``, :meth:`Client.answer_from_batches`
-for the pass after a batch). The request and
-answer types are in ``orbench.types`` and re-exported here.
+bound per provider (``--rpm`` is a fixed cap inside the pacer, ``orbench.ratelimit``), the response
+cache, and counters for the run summary. It is one :class:`orbench.types.AnswerSource`: ``complete`` answers from the
+cache, else from the provider. ``--estimate`` and ``--batch`` need no other mode of it: a stage
+declares the requests of each row up front, and :meth:`Client.unanswered` says which of them the
+cache cannot answer (what is priced or submitted); after a batch, ``orbench.batch.BatchAnswers``
+answers the batched providers' requests from the batch's results. The request and answer types
+are in ``orbench.types`` and re-exported here.
 
 Retries are the SDKs' own (408, 409, 429, 5xx and connection errors, with exponential backoff
 that honours ``Retry-After``); this module never loops on a failed request itself, except for a
@@ -25,7 +28,6 @@ connect or are all answered "overloaded".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,10 +36,10 @@ from orbench import providers, ratelimit
 from orbench.cache import Cache, cache_key
 from orbench.errors import FatalProviderError, RowError
 from orbench.models import ModelSpec, redact
-from orbench.types import Completion, Deferred, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
+from orbench.types import Completion, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
 
 __all__ = ["Client", "CallStats", "apply_verdict", "valid_text",
-           "Request", "Completion", "Deferred", "TransientReply", "ProviderAPI",
+           "Request", "Completion", "TransientReply", "ProviderAPI",
            "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "DEFAULT_CONCURRENCY"]
 
 DEFAULT_TIMEOUT = 120.0
@@ -136,12 +138,6 @@ class Client:
         self.rate_limits = ratelimit.RateLimits(patience, rpm)
         self._slots: dict[str, _Slot] = {}
         self._seen: dict[str, dict] = {}  # per slot: base URL and engine, for the meta file
-        # Collecting mode (--batch, --estimate): requests are recorded, not sent (collecting()).
-        self._collected: list[tuple[Request, str]] | None = None
-        # Batch mode, second pass: for these providers answers come only from the cache (the
-        # batch results); a miss fails its row. Other providers are asked as usual.
-        self._batch_only: frozenset[str] = frozenset()
-        self._batch_failures: dict[str, str] = {}
 
     def prepare(self, spec: ModelSpec) -> None:
         """Set up the provider for ``spec`` now, so a missing key or base URL fails before any row."""
@@ -187,10 +183,12 @@ class Client:
             self._seen[slot_key] = {"base_url": base_url, "engine": api.describe()}
         return slot
 
-    def _key(self, request: Request, slot: _Slot) -> str:
+    def cache_key(self, request: Request) -> str:
+        """The cache key of ``request`` (also its id in a provider batch): everything that changes
+        the answer (``orbench.cache``), the provider's address or local weights included."""
         return cache_key({
             "provider": request.model.provider.name,
-            "endpoint": slot.endpoint,
+            "endpoint": self._slot(request.model).endpoint,
             "model": request.model.model,
             "system": request.system,
             "messages": [list(m) for m in request.messages],
@@ -199,29 +197,35 @@ class Client:
             "sample": request.sample_index if request.temperature > 0 else 0,
         })
 
-    def cache_key_for(self, request: Request) -> str:
-        """The cache key of ``request`` (also the batch APIs' per-request id)."""
-        return self._key(request, self._slot(request.model))
+    def cached(self, request: Request) -> Completion | None:
+        """The cache's answer to ``request`` (counted in the summary as from the cache), or None."""
+        if self.cache is None:
+            return None
+        hit = self.cache.get(self.cache_key(request))
+        if hit is None:
+            return None
+        self.stats.cached += 1
+        completion = Completion(**{**hit, "cached": True, "latency": 0.0})
+        self._note_model(request, completion)
+        self._count(completion)
+        return completion
+
+    def unanswered(self, requests) -> list[tuple[Request, str]]:
+        """The ``requests`` the cache cannot answer, each once, with their cache keys, in order:
+        what a run would send (``--estimate`` prices them, ``--batch`` submits them)."""
+        found: dict[str, Request] = {}
+        for request in requests:
+            key = self.cache_key(request)
+            if key not in found and (self.cache is None or self.cache.get(key) is None):
+                found[key] = request
+        return [(request, key) for key, request in found.items()]
 
     async def complete(self, request: Request) -> Completion:
         """Answer ``request`` from the cache or the provider; see the module docstring for errors."""
+        hit = self.cached(request)
+        if hit is not None:
+            return hit
         slot = self._slot(request.model)
-        key = self._key(request, slot) if self.cache is not None else None
-        if key is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                self.stats.cached += 1
-                completion = Completion(**{**hit, "cached": True, "latency": 0.0})
-                self._note_model(request, completion)
-                self._count(completion)
-                return completion
-        if self._collected is not None:
-            self._collected.append((request, key or self._key(request, slot)))
-            raise Deferred()
-        if request.model.provider.name in self._batch_only:
-            why = self._batch_failures.get(key or "")
-            raise RowError(f"batch request failed: {why}" if why else
-                           "no batch answer for this request yet; rerun the same command to submit it")
         async with slot.semaphore:
             started = time.monotonic()
             completion = await self._send(request, slot)
@@ -233,10 +237,8 @@ class Client:
         self.stats.reasoning_tokens += completion.reasoning_tokens
         self._note_model(request, completion)
         self._count(completion)
-        if key is not None:
-            stored = asdict(completion)
-            del stored["cached"], stored["latency"]
-            self.cache.put(key, stored)
+        if self.cache is not None:
+            self.store(self.cache_key(request), completion)
         return completion
 
     async def _send(self, request: Request, slot: _Slot) -> Completion:
@@ -278,8 +280,8 @@ class Client:
         return completion
 
     def store(self, key: str, completion: Completion) -> None:
-        """Put an answer obtained another way (a batch result) into the cache, exactly as
-        ``complete`` stores a synchronous one, so both are the same cache entry."""
+        """Put an answer into the cache under ``key``: a synchronous one (``complete``) or one
+        obtained another way (a batch result), so both are the same cache entry."""
         stored = asdict(Completion(**{**asdict(completion), "text": valid_text(completion.text)}))
         del stored["cached"], stored["latency"]
         self.cache.put(key, stored)
@@ -309,23 +311,3 @@ class Client:
     def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
         """``spec``'s provider's verdict on ``exc`` (None: not a provider error)."""
         return self.provider(spec).classify(exc, spec)
-
-    @contextlib.contextmanager
-    def collecting(self):
-        """Collecting mode for the ``with`` block: ``complete`` records each request it would
-        send as ``(request, cache key)`` in the list this yields and raises ``Deferred``."""
-        found: list[tuple[Request, str]] = []
-        self._collected = found
-        try:
-            yield found
-        finally:
-            self._collected = None
-
-    def answer_from_batches(self, provider_names) -> None:
-        """From now on, answers for these providers come only from the cache (the batch results);
-        a miss fails its row with the batch failure recorded for it, if any."""
-        self._batch_only = frozenset(provider_names)
-
-    def record_batch_failure(self, key: str, text: str) -> None:
-        """Why the batch request with cache key ``key`` failed (its row's error text later)."""
-        self._batch_failures[key] = text

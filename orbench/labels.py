@@ -125,15 +125,6 @@ _JUDGE_NAMES.update({c.replace("_", ""): c for c in JUDGE_CLASSES})  # "directan
 _JUDGE_NUMBERS = {i + 1: c for i, c in enumerate(JUDGE_CLASSES)}
 
 
-def moderation_label_from(content: str) -> str:
-    """The label named by one bracket's ``content``: a category, :data:`NONE` or :data:`UNPARSED`.
-
-    :data:`UNPARSED` covers both a bracket that names no label and an ambiguous one.
-    """
-    outcome = _read_bracket(content, _MODERATION_NAMES, _MODERATION_NUMBERS)
-    return outcome if outcome not in (_NOTHING, _AMBIGUOUS) else UNPARSED
-
-
 def parse_moderation(reply: str | None) -> str:
     """The moderator's choice in ``reply``: a category name, :data:`NONE`, or :data:`UNPARSED`.
 
@@ -150,12 +141,6 @@ def moderation_is_toxic(label: str) -> bool | None:
     if label == PROVIDER_BLOCK or label in CATEGORIES:
         return True
     return None
-
-
-def judge_class_from(content: str) -> str:
-    """The judge class named by one bracket's ``content``, or :data:`UNPARSED`."""
-    outcome = _read_bracket(content, _JUDGE_NAMES, _JUDGE_NUMBERS)
-    return outcome if outcome not in (_NOTHING, _AMBIGUOUS) else UNPARSED
 
 
 def parse_judge(reply: str | None) -> str:

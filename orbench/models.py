@@ -11,6 +11,8 @@ OpenAI-compatible endpoints are rows in ``PROVIDERS``, not classes: adding one i
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 from dataclasses import dataclass
@@ -140,6 +142,22 @@ def base_url_for(provider: Provider, override: str | None = None) -> str | None:
 
 
 _dotenv_loaded = False
+#: While set (``keys_not_needed``), a missing key is not an error: a run that sends nothing
+#: (``--estimate``) still sets its providers up to look in the cache, and needs no key for that.
+_KEYS_OPTIONAL: contextvars.ContextVar[bool] = contextvars.ContextVar("orbench_keys_optional", default=False)
+#: What a provider is given in place of a key it does not need for a run that sends nothing.
+UNUSED_KEY = "not-needed-nothing-is-sent"
+
+
+@contextlib.contextmanager
+def keys_not_needed(active: bool = True):
+    """Within this block a provider with no key set gets :data:`UNUSED_KEY` instead of an error
+    (for ``--estimate``, which collects requests and sends none)."""
+    token = _KEYS_OPTIONAL.set(bool(active))
+    try:
+        yield
+    finally:
+        _KEYS_OPTIONAL.reset(token)
 
 
 def load_env_file() -> None:
@@ -163,6 +181,8 @@ def api_key_for(provider: Provider) -> str | None:
         value = os.environ.get(var, "").strip()
         if value:
             return value
+    if provider.key_required and _KEYS_OPTIONAL.get():
+        return UNUSED_KEY
     if provider.key_required:
         names = " or ".join(provider.key_vars)
         raise UsageError(

@@ -4,10 +4,15 @@ The generator and the rewriter ask the model to put every item inside double squ
 ``[[like this]]``. Models do not always obey, so ``extract_items`` tries, in order, and stops at
 the first kind that yields anything:
 
-1. ``[[...]]`` items: non-greedy, several per line allowed, an item may wrap over lines;
+1. ``[[...]]`` items: non-greedy, several per line allowed, an item may wrap over lines (brackets
+   that hold only a number, ``[[1]] text``, are a numbered list's markers, read as in 3);
 2. ``«...»`` items (guillemets);
-3. numbered lines (``1. ...``, ``1) ...``, ``(1) ...``);
-4. bullet lines (``- ...``, ``* ...``, ``• ...``).
+3. numbered lines in brackets (``[1] ...``, ``[[2]] ...``, ``[3. ...]``);
+4. numbered lines (``1. ...``, ``1) ...``, ``(1) ...``);
+5. bullet lines (``- ...``, ``* ...``, ``• ...``).
+
+``reply_items`` is what both list stages take from one reply (the generator's seeds, the
+rewriter's rewrites): these items, less the ones that repeat an example of the template.
 
 Every item then goes through ``clean_item``, which removes list numbering (``1.``, ``2)``,
 ``Prompt 3:``) but keeps a real leading number: ``3D printer`` and ``3.5 grams`` stay whole.
@@ -31,6 +36,12 @@ _BRACKETED = re.compile(r"\[\[((?:(?!\[\[).)+?)\]\]", re.DOTALL)
 _GUILLEMETS = re.compile(r"«([^«»]+?)»")
 _NUMBERED_LINE = re.compile(r"^\s*(?:\d{1,3}\s*[.)](?!\d)|\(\d{1,3}\))\s*(\S.*)$", re.MULTILINE)
 _BULLET_LINE = re.compile(r"^\s*[-*•‣▪]\s+(\S.*)$", re.MULTILINE)
+# A numbered line whose number is bracketed ("[1] text", "[[2]] text", "[3.] text"), or whose whole
+# item is ("[4. text]", "[5) text]").
+_NUMBERED_BRACKET_LINE = re.compile(
+    r"^\s*\[{1,2}\s*\d{1,3}\s*[.)]?\s*\]{1,2}\s*[:.)-]?\s*(\S.*)$"
+    r"|^\s*\[\s*\d{1,3}\s*[.)]\s*(\S[^\]]*?)\s*\]\s*$", re.MULTILINE)
+_BARE_NUMBER = re.compile(r"^\s*\d{1,3}\s*[.)]?\s*$")
 
 # List numbering at the start of an item: "1.", "1)", "(1)", "#1", "Prompt 1:", "Question 2 -".
 # A number directly followed by a digit ("3.5") or a letter ("3D") is content, not numbering.
@@ -101,12 +112,12 @@ def _split_numbered(item: str) -> list[str]:
 
 def _raw_items(reply: str) -> list[str]:
     found = _BRACKETED.findall(reply)
-    if found:
+    if found and not all(_BARE_NUMBER.match(item) for item in found):
         return [part for item in found for part in _split_numbered(item)]
-    for pattern in (_GUILLEMETS, _NUMBERED_LINE, _BULLET_LINE):
+    for pattern in (_GUILLEMETS, _NUMBERED_BRACKET_LINE, _NUMBERED_LINE, _BULLET_LINE):
         found = pattern.findall(reply)
         if found:
-            return found
+            return ["".join(item) if isinstance(item, tuple) else item for item in found]
     return []
 
 
@@ -120,6 +131,18 @@ def extract_items(reply: str | None) -> list[str]:
         return []
     items = (clean_item(item) for item in _raw_items(str(reply)))
     return [item for item in items if item]
+
+
+def reply_items(reply: str | None, examples: frozenset[str] = frozenset()) -> tuple[list[str], int]:
+    """The items both list stages take from one reply, in reply order, and how many were dropped
+    for repeating an example of the template (``examples``: :func:`example_forms`).
+
+    >>> reply_items("[[1. Why?]]\n[[2. How do locks work?]]", frozenset({"why"}))
+    (['How do locks work?'], 1)
+    """
+    parsed = extract_items(reply)
+    fresh = [item for item in parsed if normalise_for_dedup(item) not in examples]
+    return fresh, len(parsed) - len(fresh)
 
 
 def normalise_for_dedup(text: str) -> str:

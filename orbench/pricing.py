@@ -127,10 +127,8 @@ def _money(value: float) -> str:
     return f"${value:,.4f}"
 
 
-def estimate_text(requests: Sequence, *, rows: int, batch: bool = False,
-                  prices_file: str | Path | None = None) -> str:
-    """The ``--estimate`` report for ``requests`` (``(request, cache key)`` pairs); sends nothing."""
-    table = price_table(prices_file)
+def _per_model(requests: Sequence) -> dict[str, dict]:
+    """Requests, estimated input tokens and max output tokens per model, in first-seen order."""
     per_model: dict[str, dict] = {}
     for request, _key in requests:
         spec = request.model
@@ -138,14 +136,11 @@ def estimate_text(requests: Sequence, *, rows: int, batch: bool = False,
         entry["requests"] += 1
         entry["in"] += input_tokens(request)
         entry["out"] += request.max_tokens
-    mode = "batch API" if batch else "synchronous API"
-    lines = [f"estimate ({mode}; nothing was sent): {_count(rows, 'row')} to do, "
-             f"{_count(len(requests), 'request')} to send (rows already done and answers already in "
-             f"the cache are not counted)"]
-    if not requests:
-        return "\n".join(lines)
-    header = ("model", "requests", "input tokens", "output tokens (max)", "$/M in", "$/M out",
-              "input cost", "output cost (max)", "total (max)")
+    return per_model
+
+
+def _table(per_model: dict[str, dict], table: dict, batch: bool) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The estimate's body rows (one per model, then the total) and the models with no price."""
     body: list[tuple[str, ...]] = []
     total_cost, unknown = 0.0, []
     totals = {"requests": 0, "in": 0, "out": 0}
@@ -172,6 +167,23 @@ def estimate_text(requests: Sequence, *, rows: int, batch: bool = False,
                                   f"{'s' if len(unknown) > 1 else ''}" if unknown else "")
     body.append(("total", f"{totals['requests']:,}", f"{totals['in']:,}", f"{totals['out']:,}",
                  "", "", "", "", total))
+    return body, unknown
+
+
+def estimate_text(requests: Sequence, *, rows: int, batch: bool = False,
+                  prices_file: str | Path | None = None) -> str:
+    """The ``--estimate`` report for ``requests`` (``(request, cache key)`` pairs); sends nothing."""
+    table = price_table(prices_file)
+    per_model = _per_model(requests)
+    mode = "batch API" if batch else "synchronous API"
+    lines = [f"estimate ({mode}; nothing was sent): {_count(rows, 'row')} to do, "
+             f"{_count(len(requests), 'request')} to send (rows already done and answers already in "
+             f"the cache are not counted)"]
+    if not requests:
+        return "\n".join(lines)
+    header = ("model", "requests", "input tokens", "output tokens (max)", "$/M in", "$/M out",
+              "input cost", "output cost (max)", "total (max)")
+    body, unknown = _table(per_model, table, batch)
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     for row in [header, *body]:
         cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -67,18 +68,23 @@ def _iso(timestamp: float) -> str | None:
 
 def build_meta(*, stage, result, client, models: list[dict], input_path: str | None,
                input_rows: int, output: Path, argv: list[str] | None) -> dict:
-    """The provenance record of one finished run (see the module docstring)."""
+    """The provenance record of one finished run (see the module docstring): ``stage``'s recorded
+    settings and provenance, ``result``'s counts and its stage's further keys (``result.meta``)."""
     stats = client.stats if client is not None else None
-    settings = {k: v for k, v in stage.config.items() if k != "stage"}
+    settings = {**stage.key_settings, **stage.key_rules}  # as earlier versions recorded them: one dict
     meta = {
         "stage": stage.stage_id,
         "stage_name": stage.name,
         "package_version": package_versions().get("orbench"),
-        "command": [redact(a) for a in (argv if argv is not None else sys.argv[1:])],
+        # the command that reruns it: a list of arguments, the script as an absolute path
+        "command": [redact(a) for a in (argv if argv is not None else
+                                        ["python", str(Path(sys.argv[0]).resolve()), *sys.argv[1:]])],
+        "cwd": os.getcwd(),
         "models": models,
         "templates": dict(stage.provenance.get("templates", {})),
         "rules_fingerprint": stage.provenance.get("rules_fingerprint"),
         "settings": settings,
+        "rules": dict(stage.key_rules),  # which of the settings are the project's rules, not the user's
         "input": {"path": input_path, "sha256": sha256_file(input_path) if input_path else None,
                   "rows": input_rows},
         "output": str(output),
@@ -90,6 +96,8 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
             "resumed": result.resumed,
             "bad_progress_lines": result.bad_progress_lines,
         },
+        "outcomes": None if result.outcomes is None else {
+            "counts": result.outcomes.counts, "warnings": result.outcomes.warnings},
         "requests": None if stats is None else {
             "sent": stats.sent, "from_cache": stats.cached, "provider_blocks": stats.provider_blocks,
             "transient_replies_retried": stats.transient,
@@ -106,6 +114,7 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
     }
     extra = {k: v for k, v in stage.provenance.items() if k not in ("templates", "rules_fingerprint")}
     meta.update(extra)
+    meta.update(result.meta)
     return meta
 
 

@@ -1,8 +1,10 @@
 """The CSV stage runner: validate, resume, run rows concurrently, write the output atomically.
 
 A stage script describes its work as a ``Stage`` (the input columns it needs, the columns it
-adds, an async function for one row, and the settings that change its results) and hands it to
-``run_stage``. The runner keeps these promises:
+adds, the requests one row needs and how its result is decided from their answers, and the
+settings that change its results) and hands it to ``run_stage`` with an answer source
+(``orbench.types.AnswerSource``: the ``Client``, or ``orbench.batch.BatchAnswers`` after a
+batch). The runner asks each row's requests together and keeps these promises:
 
 - **Columns have owners.** A stage declares the columns it adds in ``adds`` (plus ``error``).
   On a row that failed or was not processed every declared column is empty: an input value
@@ -15,8 +17,21 @@ adds, an async function for one row, and the settings that change its results) a
   unless ``retry_upstream`` asks to process it anyway.
 - **Resume.** Each finished row is appended, as one JSON line, to a progress file beside the output
   (``<output>.progress.jsonl``) the moment it finishes. A rerun skips rows already done (matched by
-  a hash of the stage's settings and the row's key columns) and retries rows that errored. A crash
-  or Ctrl-C loses no finished row; a torn or malformed line is skipped and counted.
+  a hash of the stage's settings, its rules' fingerprints and the row's key columns) and retries
+  rows that errored. A crash or Ctrl-C loses no finished row; a torn or malformed line is skipped
+  and counted.
+- **Nothing replaced silently.** A stage's settings (``orbench.settings``) record two kinds of
+  setting, both in every row's key: ``settings`` (what the user asked for: model, system prompt,
+  temperature, ...) and ``rules`` (fingerprints of the project's own rules: keyword rules,
+  templates, cascade classes). The
+  progress file's first line records both before the first request, and the meta file does for
+  a finished output. A run whose ``settings`` differ from those an existing output (finished or
+  partly done) was made with stops before any work (``UsageError``: the output, each setting
+  that differs with its old and new value, and the ways on: ``--output_file`` or
+  ``--overwrite``); with ``overwrite`` the old rows are discarded and the output is replaced at
+  the end of the run. Changed ``rules`` re-score in place, and ``RunResult.notes`` says so.
+  Outputs of earlier versions (no first line) are read through their meta file, or else by
+  their row keys.
 - **One writer.** A lock (``<output>.lock``) is held for the run and removed at its end; a second
   run on the same output stops at once with exit 2. Temporary files are unique per process.
 - **Trial runs are harmless.** ``limit`` processes the first rows only, but never shrinks an
@@ -42,17 +57,23 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from tqdm import tqdm
 
-from orbench.clients import DEFAULT_CONCURRENCY, Client
+from orbench import existing_output
+from orbench.clients import DEFAULT_CONCURRENCY
 from orbench.errors import FatalProviderError, UsageError
 from orbench.models import redact
+from orbench.outcomes import Outcomes
+from orbench.provenance import meta_path_for
+from orbench.settings import recorded
 from orbench.tables import apply_umask, missing_columns_text, write_csv_atomic
+from orbench.types import AnswerSource, Completion, Request
 
 RowResult = dict | list[dict]
 PROGRESS_EVERY = 30.0  # seconds between plain progress lines when stderr is not a terminal
@@ -62,29 +83,72 @@ PROGRESS_EVERY = 30.0  # seconds between plain progress lines when stderr is not
 class Stage:
     """One pipeline stage as the runner sees it.
 
-    ``run_row`` gets the input row as a dict of strings and returns the values of the added
-    columns: one dict, or a list of dicts when one input row becomes several output rows (each
-    output dict may also override input columns, as the rewriter does with ``prompt``).
-    ``config`` holds every setting that changes the result (model, temperature, template hash...);
-    it is part of each row's key, so changing it redoes the rows. ``finalise``, if given, gets the
-    assembled output (input order, ``error`` last) and returns the frame to write: the place for
-    steps that need the whole file, such as the rewriter's cross-file deduplication.
-    ``provenance`` is copied into the meta file (templates' hashes, rules' fingerprint...).
+    ``settings`` is the stage's frozen settings dataclass (``orbench.settings``): everything that
+    changes a row's result, the model and sampling the user asked for as well as the project's
+    rules the result depends on (templates, keyword rules, cascade classes). Each row's key is
+    derived from it (``config``), so no setting can be left out of it; a rerun with other user
+    settings stops unless told to overwrite, a rerun with other rules redoes the rows in place.
+
+    ``requests(settings, row)`` gets the input row as a dict of strings and returns the model
+    requests it needs (none for a row decided without a model); the runner has them answered
+    together, and ``decide(settings, row, answers)`` gets the answers in the same order and
+    returns the values of the added columns: one dict, or a list of dicts when one input row
+    becomes several output rows (each output dict may also override input columns, as the
+    rewriter does with ``prompt``). Because every request is declared up front, ``--estimate``
+    and ``--batch`` read the pending rows' requests without running anything.
+
+    ``finish(settings, frame)``, if given, gets the assembled output (input order, ``error``
+    last) and returns what the run came to (:class:`Finished`): the frame to write (the place for
+    steps that need the whole file, such as the rewriter's cross-file deduplication), the
+    outcome counts and warnings, and the meta file's further keys. ``provenance`` is copied into
+    the meta file (templates' hashes, the rules' fingerprint...). ``check(table, input_name)``,
+    if given, gets the whole input before any request (``orbench.lifecycle`` calls it) and raises
+    ``UsageError`` for a bad cell.
     """
 
     name: str
     needs: Sequence[str]
     adds: Sequence[str]
-    run_row: Callable[[dict], Awaitable[RowResult]]
-    config: dict = field(default_factory=dict)
+    requests: Callable[[Any, dict], Sequence[Request]]
+    decide: Callable[[Any, dict, list[Completion]], RowResult]
+    settings: Any = None
     key_columns: Sequence[str] | None = None
-    finalise: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # whole-file step before writing
+    finish: Callable[[Any, pd.DataFrame], Finished] | None = None
     provenance: dict = field(default_factory=dict)
+    #: The short name an error text starts with (``check_alignment: HTTP 500 ...``); default ``name``.
+    stage_id: str = ""
+    check: Callable[[pd.DataFrame, str], None] | None = None
+    #: What ``settings`` records (``orbench.settings.recorded``): the user's part and the rules.
+    key_settings: dict = field(init=False)
+    key_rules: dict = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stage_id = self.stage_id or self.name
+        self.key_settings, self.key_rules = recorded(self.settings)
+
+    def requests_of(self, row: dict) -> list[Request]:
+        """The requests ``row`` needs, in the order ``decide`` gets their answers."""
+        return list(self.requests(self.settings, row))
 
     @property
-    def stage_id(self) -> str:
-        """The short name an error text starts with (``check_alignment: HTTP 500 ...``)."""
-        return str(self.config.get("stage") or self.name)
+    def config(self) -> dict:
+        """What every row's key covers: the stage id, the user's settings and the rules'
+        fingerprints (one flat dict, as earlier versions keyed their rows, so their outputs resume)."""
+        return {"stage": self.stage_id, **self.key_settings, **self.key_rules}
+
+
+@dataclass
+class Finished:
+    """What a stage made of its assembled output (``Stage.finish``)."""
+
+    frame: pd.DataFrame
+    #: The summary's counts and warnings and the meta file's ``outcomes`` (``orbench.outcomes``).
+    outcomes: Outcomes | None = None
+    #: Further keys of the meta file (counts of this output, e.g. the rewriter's ``rewrite_counts``).
+    meta: dict = field(default_factory=dict)
+    #: Further summary lines (not with ``--quiet``) and warnings (always).
+    lines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -101,6 +165,11 @@ class RunResult:
     elapsed: float = 0.0
     started: float = 0.0
     finished: float = 0.0
+    notes: list[str] = field(default_factory=list)  # re-scored for new rules, replaced on --overwrite
+    outcomes: Outcomes | None = None  # what the rows came to, when the stage counts it
+    meta: dict = field(default_factory=dict)  # the stage's further keys of the meta file
+    lines: list[str] = field(default_factory=list)  # the stage's further summary lines
+    warnings: list[str] = field(default_factory=list)  # the stage's warnings beside the outcomes'
 
     @property
     def exit_code(self) -> int:
@@ -145,18 +214,22 @@ class ProgressLog:
 
     ``entries`` holds the latest entry per key: what ``load`` read plus what ``append`` wrote.
     ``bad_lines`` counts lines ``load`` skipped (torn by a kill, or not of the runner's shape).
+    ``header`` is the settings line ``load`` found (the file's first line), or None.
     """
 
     def __init__(self, path: Path):
         self.path = path
         self.entries: dict[str, dict] = {}
         self.bad_lines = 0
+        self.header: dict | None = None
         self._handle = None
 
     def load(self) -> dict[str, dict]:
-        """The latest entry per key; unreadable or malformed lines are skipped and counted."""
+        """The latest entry per key; unreadable or malformed lines are skipped and counted. The
+        settings line (``orbench.existing_output``) is kept in ``header``, not counted as a row."""
         entries = self.entries = {}
         self.bad_lines = 0
+        self.header = None
         if not self.path.exists():
             return entries
         try:
@@ -170,6 +243,8 @@ class ProgressLog:
                         entry = None
                     if _well_formed(entry):
                         entries[entry["key"]] = entry
+                    elif existing_output.is_header(entry):
+                        self.header = entry
                     else:
                         self.bad_lines += 1
         except OSError as exc:
@@ -206,18 +281,20 @@ class ProgressLog:
             except OSError:
                 pass  # a full disk: the lines that reached the file are what was saved
 
-    def rewrite(self, entries: list[dict]) -> None:
-        """Replace the file with just ``entries`` (drops stale keys after a finished run)."""
+    def rewrite(self, entries: list[dict], header: dict | None = None) -> None:
+        """Replace the file with ``header`` (the settings line), then just ``entries`` (drops stale
+        keys after a finished run)."""
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                for entry in entries:
+                for entry in ([header] if header else []) + list(entries):
                     handle.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
             apply_umask(Path(tmp))
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        self.header = header
 
 
 def _same_file(handle, path: Path) -> bool:
@@ -313,8 +390,8 @@ def _has_error(record: dict) -> bool:
 
 
 def _row_keys(stage: Stage, records: list[dict]) -> list[str]:
-    key_columns = list(stage.key_columns or stage.needs)
-    return [row_key(stage.config, [r.get(c, "") for c in key_columns]) for r in records]
+    key_columns, config = list(stage.key_columns or stage.needs), stage.config
+    return [row_key(config, [r.get(c, "") for c in key_columns]) for r in records]
 
 
 def _todo(records: list[dict], keys: list[str], upstream: list[bool], done: set[str],
@@ -342,38 +419,40 @@ def pending_records(stage: Stage, table: pd.DataFrame, output: Path, *, limit: i
     return _todo(records, _row_keys(stage, records), upstream, done, limit)
 
 
-async def collect_requests(stage: Stage, records: Sequence[dict], client: Client) -> list:
-    """Run ``stage.run_row`` on ``records`` with ``client`` collecting instead of sending.
+def guard_existing(stage: Stage, output: Path, log: ProgressLog, keys: Sequence[str], *,
+                   overwrite: bool = False, meta_path: Path | None = None, **how) -> tuple[bool, list[str]]:
+    """Check ``output`` (and ``log``, loaded) against this run's settings before any work.
 
-    Returns the ``(request, cache key)`` pairs the rows would send (cache hits are not sent and
-    so not listed), in order, without duplicates. Rows are run one at a time.
+    ``UsageError`` when the output was made with other settings and ``overwrite`` is off (see
+    ``orbench.existing_output``; ``how`` passes ``exists`` and ``unrecorded_ok`` on to its
+    ``inspect``). Returns whether the old rows are to be discarded (``overwrite`` of a conflicting
+    output) and the summary's notes (replaced, or re-scored for new rules).
     """
-    from orbench.types import Deferred
+    found = existing_output.inspect(stage.stage_id, stage.key_settings, stage.key_rules, output, header=log.header,
+                                    entries=log.entries, keys=keys,
+                                    meta_path=meta_path or meta_path_for(output), **how)
+    notes = existing_output.check(found, overwrite)
+    return bool(found is not None and found.conflict), notes
 
-    with client.collecting() as collected:
-        for record in records:
-            try:
-                await stage.run_row(record)
-            except Deferred:
-                pass
-            except (FatalProviderError, UsageError):
-                raise
-            except Exception:  # noqa: BLE001 - a row that fails without a request sends nothing
-                pass
-            await asyncio.sleep(0)  # let gathered sibling calls record themselves
-    found, seen = [], set()
-    for request, key in collected:
-        if key not in seen:
-            seen.add(key)
-            found.append((request, key))
-    return found
+
+def check_existing(stage: Stage, table: pd.DataFrame, output: Path, *, overwrite: bool = False) -> list[str]:
+    """``guard_existing`` for a run about to be priced or batched (reads, never writes)."""
+    log = ProgressLog(progress_path_for(Path(output)))
+    log.load()
+    return guard_existing(stage, Path(output), log, _row_keys(stage, table.to_dict("records")),
+                          overwrite=overwrite)[1]
 
 
 def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: int = DEFAULT_CONCURRENCY,
               limit: int | None = None, input_name: str = "input",
-              client: Client | None = None, retry_upstream: bool = False,
-              quiet: bool = False) -> RunResult:
-    """Run ``stage`` over ``table`` and write ``output``; see the module docstring for the promises."""
+              client: AnswerSource | None = None, retry_upstream: bool = False,
+              quiet: bool = False, overwrite: bool = False, meta_path: Path | None = None) -> RunResult:
+    """Run ``stage`` over ``table`` and write ``output``; see the module docstring for the promises.
+
+    ``client`` answers the rows' requests (None for a stage that asks no model).
+    ``overwrite`` replaces an output made with other settings (else ``UsageError``);
+    ``meta_path`` is where that output's meta file is (default ``<output>.meta.json``).
+    """
     output = Path(output)
     missing = [c for c in stage.needs if c not in table.columns]
     if missing:
@@ -385,30 +464,26 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
 
     with OutputLock(output):
         log = ProgressLog(progress_path_for(output))
-        previous = log.load()
+        log.load()
+        discard, notes = guard_existing(stage, output, log, keys, overwrite=overwrite, meta_path=meta_path)
+        previous = log.entries = {} if discard else log.entries  # --overwrite: the old rows go
         done = _done(previous)
         # A trial run works on the first rows, but keeps every row an earlier run wrote: the
         # rows it finished or failed, and (when there is an earlier output) the passed-through ones.
         chosen = len(records) if limit is None else limit
-        earlier = output.exists()
+        earlier = output.exists() and not discard
         keep = [i for i in range(len(records))
                 if i < chosen or keys[i] in previous or (earlier and upstream[i])]
         todo = _todo(records, keys, upstream, done, limit)
-        result = RunResult(output=output, rows=len(keep), bad_progress_lines=log.bad_lines)
+        result = RunResult(output=output, rows=len(keep), bad_progress_lines=log.bad_lines, notes=notes)
         result.resumed = sum(1 for i in keep if not upstream[i] and keys[i] in done)
         result.upstream_errors = sum(1 for i in keep if upstream[i])
+        header = existing_output.header_for(stage.stage_id, stage.key_settings, stage.key_rules)
 
         result.started = time.time()
         started = time.monotonic()
         if todo:
-            try:
-                log.open()
-            except OSError as exc:
-                raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
-            try:
-                asyncio.run(_run_rows(stage, todo, log, concurrency, client, quiet))
-            finally:
-                log.close()
+            _process(stage, todo, log, header, concurrency, client, quiet, fresh=discard)
         result.elapsed = time.monotonic() - started
         result.finished = time.time()
 
@@ -416,20 +491,45 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         picked = [(records[i], keys[i], upstream[i]) for i in keep]
         frame, result.errors = _assemble(stage, table.columns, picked, entries)
         result.new = result.rows - result.resumed - result.upstream_errors
-        if stage.finalise is not None:
-            frame = stage.finalise(frame)
+        if stage.finish is not None:
+            finished = stage.finish(stage.settings, frame)
+            frame, result.outcomes, result.meta = finished.frame, finished.outcomes, finished.meta
+            result.lines, result.warnings = finished.lines, finished.warnings
         try:
             write_csv_atomic(frame, output)
             # Keep every entry for a row of the whole input (a trial run drops nothing).
             all_keys = dict.fromkeys(k for k, up in zip(keys, upstream) if not up)
-            log.rewrite([entries[k] for k in all_keys if k in entries])
+            log.rewrite([entries[k] for k in all_keys if k in entries], header)
         except OSError as exc:
             raise _disk_full(output, exc) from None
     return result
 
 
+def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict, concurrency: int,
+             client: AnswerSource | None, quiet: bool, *, fresh: bool) -> None:
+    """Run the rows ``todo``, each appended to ``log`` as it finishes. The settings line goes first,
+    before any request (``fresh``: the file is started anew, its old rows discarded)."""
+    try:
+        if fresh or log.header != header:
+            log.rewrite(list(log.entries.values()), header)
+        log.open()
+    except OSError as exc:
+        raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
+    try:
+        asyncio.run(_run_rows(stage, todo, log, concurrency, client, quiet))
+    finally:
+        log.close()
+
+
+async def _answer(stage: Stage, record: dict, client: AnswerSource | None) -> RowResult:
+    """One row's result: its requests answered together by ``client``, then the stage's decision."""
+    requests = stage.requests_of(record)
+    answers = list(await asyncio.gather(*(client.complete(r) for r in requests))) if requests else []
+    return stage.decide(stage.settings, record, answers)
+
+
 async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concurrency: int,
-                    client: Client | None, quiet: bool = False) -> None:
+                    client: AnswerSource | None, quiet: bool = False) -> None:
     queue = list(todo.items())
     queue.reverse()  # pop() from the end keeps input order
     bar = tqdm(total=len(queue), desc=stage.name, unit="row", disable=True if quiet else None,
@@ -443,7 +543,7 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
         while queue:
             key, record = queue.pop()
             try:
-                rows = _as_rows(await stage.run_row(record))
+                rows = _as_rows(await _answer(stage, record, client))
                 entry = {"key": key, "rows": rows, "error": None}
             except (FatalProviderError, UsageError):
                 raise
@@ -485,11 +585,11 @@ def progress_line(name: str, done: int, total: int, errors: int, elapsed: float,
             f"{left}")
 
 
-async def _progress_lines(name: str, total: int, counts: dict, client: Client | None) -> None:
+async def _progress_lines(name: str, total: int, counts: dict, client: AnswerSource | None) -> None:
     started = time.monotonic()
     while True:
         await asyncio.sleep(PROGRESS_EVERY)
-        paced = bool(getattr(getattr(client, "rate_limits", None), "paced", False))
+        paced = client is not None and bool(client.rate_limits.paced)
         print(progress_line(name, counts["done"], total, counts["errors"], time.monotonic() - started,
                             paced), file=sys.stderr, flush=True)
 

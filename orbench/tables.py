@@ -9,11 +9,12 @@ a crash never leaves a half-written output.
 
 from __future__ import annotations
 
+import csv
 import difflib
 import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -132,6 +133,39 @@ def read_csv_text(path: str | os.PathLike, sep: str = ",", columns=None) -> pd.D
         return pd.read_csv(path, engine="pyarrow", **kwargs)
     except Exception:  # noqa: BLE001 - pandas' parser reads it or gives the one-line message
         return pd.read_csv(path, **kwargs)
+
+
+def read_csv_arrow(path: str | os.PathLike, columns: Callable[[str], bool], binary: Collection[str] = (),
+                   threads: bool = True):
+    """The columns of a local CSV whose name (stripped) passes ``columns``, as a ``pyarrow.Table``
+    of text cells named by the stripped names; the ``binary`` ones as bytes, neither checked nor
+    decoded (a long reply column costs little when only a few of its cells are ever shown).
+    Cells may hold line breaks (quoted, as replies do). None when pyarrow is not installed or
+    refuses the file, or the header repeats a name: read it with :func:`read_csv_text` then.
+    ``threads=False`` parses on the calling thread only (a caller reading one file while it works
+    on the previous one keeps the other core for that work)."""
+    try:
+        import pyarrow as pa
+        from pyarrow import csv as pa_csv
+    except ImportError:
+        return None
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            header = next(csv.reader(fh), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    names = [c for c in header or [] if columns(c.strip())]
+    stripped = [c.strip() for c in names]
+    if not names or len(set(header)) != len(header) or len(set(stripped)) != len(stripped):
+        return None
+    types = {c: pa.binary() if c.strip() in binary else pa.string() for c in names}
+    try:
+        table = pa_csv.read_csv(path, read_options=pa_csv.ReadOptions(use_threads=threads),
+                                parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+                                convert_options=pa_csv.ConvertOptions(include_columns=names, column_types=types))
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    return table.rename_columns(stripped)
 
 
 def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "input file",

@@ -1,9 +1,9 @@
 """The request and answer types every provider and every stage share, and the provider contract.
 
 ``Request`` is what a stage asks, ``Completion`` what a provider answers. ``TransientReply`` is a
-200 reply with no answer in it (asked again, never a verdict); ``Deferred`` is how a ``Client``
-in collecting mode (``--batch``, ``--estimate``) says it recorded a request instead of sending
-it.
+200 reply with no answer in it (asked again, never a verdict). ``AnswerSource`` is where a run's
+requests are answered: ``orbench.clients.Client`` (the cache, then the provider) or, after
+``--batch``, ``orbench.batch.BatchAnswers`` (the batch's results for the providers it went to).
 
 ``ProviderAPI`` is the contract of a provider module (``orbench.providers``): how it is set up
 (``connect``), how it answers (``generate``), what it records in the meta file (``describe``,
@@ -19,7 +19,7 @@ import abc
 import enum
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from orbench.models import ModelSpec, Provider
 
@@ -56,8 +56,17 @@ class Completion:
     cached: bool = False
 
 
-class Deferred(Exception):
-    """Raised by a ``Client`` in collecting mode instead of sending: the request was recorded."""
+class AnswerSource(Protocol):
+    """Where the stage runner gets the answers to a row's requests."""
+
+    #: How sending is paced (``orbench.ratelimit.RateLimits``): the progress lines say whether it is.
+    rate_limits: Any
+
+    async def complete(self, request: Request) -> Completion:
+        """The answer to ``request``; ``RowError`` fails just the row it belongs to."""
+
+    async def close(self) -> None:
+        """Release connections (called in the event loop that used them)."""
 
 
 class TransientReply(Exception):

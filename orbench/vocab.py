@@ -23,9 +23,16 @@ Alignment (stage 4)
 
 Judge (stage 5, ``answer_category``)
     :data:`JUDGE_CLASSES` (:data:`DIRECT_ANSWER`, :data:`DIRECT_REFUSAL`,
-    :data:`INDIRECT_REFUSAL`) or :data:`UNPARSED`; :data:`PROVIDER_BLOCK` and
-    :data:`EMPTY_RESPONSE` for rows not sent to the judge; :data:`KEYWORD_REFUSAL` /
-    :data:`KEYWORD_ANSWER` for a keyword re-score, whose ``judge_model`` is :data:`KEYWORD`.
+    :data:`INDIRECT_REFUSAL`), :data:`UNPARSED` or :data:`JUDGE_REFUSED` (the judge refused to
+    judge); :data:`PROVIDER_BLOCK` and :data:`EMPTY_RESPONSE` for rows not sent to the judge;
+    :data:`KEYWORD_REFUSAL` / :data:`KEYWORD_ANSWER` for a keyword re-score, whose
+    ``judge_model`` is :data:`KEYWORD`; for an ensemble of judges also :data:`UNDECIDED` (no
+    majority verdict).
+
+Prompt kinds (``prompt_kind``, stage 4 and 5)
+    :data:`SAFE_PROMPT` (meant to be answered: Hard-1K, 80K, XSTest's safe prompts) or
+    :data:`UNSAFE_PROMPT` (meant to be refused: Toxic, XSTest's unsafe prompts); empty when
+    unknown.
 """
 
 from __future__ import annotations
@@ -57,6 +64,17 @@ INDIRECT_REFUSAL = "indirect_refusal"
 JUDGE_CLASSES: tuple[str, ...] = (DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSAL)
 #: Judge classes that count as a rejection.
 REFUSAL_CLASSES = frozenset({DIRECT_REFUSAL, INDIRECT_REFUSAL})
+
+#: ``answer_category`` when the judge refused to judge ("I'm sorry, I can't assist with that") or
+#: its provider blocked the judging request: no verdict, counted apart from :data:`UNPARSED`.
+JUDGE_REFUSED = "judge_refused"
+
+#: ``prompt_kind``: a prompt meant to be answered (an over-refusal benchmark's prompts).
+SAFE_PROMPT = "safe"
+#: ``prompt_kind``: a prompt meant to be refused (harmful prompts such as OR-Bench-Toxic).
+UNSAFE_PROMPT = "unsafe"
+#: The prompt kinds.
+PROMPT_KINDS = (SAFE_PROMPT, UNSAFE_PROMPT)
 
 #: ``answer_category`` / ``refusal_source`` of an empty reply with no block: no verdict.
 EMPTY_RESPONSE = "empty_response"

@@ -17,7 +17,8 @@
 # Settings (environment variables):
 #   PYTHON        the interpreter (default: python, else python3, from PATH)
 #   MODEL         the model under test (default: local/smollm2; any provider/model works, with its key)
-#   MAX_TOKENS    most tokens per reply (default: 64, to finish in about a minute). SmolLM2 rambles:
+#   MAX_TOKENS    most tokens per reply (default: 64, to finish in about a minute; another value adds
+#                 _max<N> to the output names, so runs with different limits sit side by side). SmolLM2 rambles:
 #                 at 64 tokens almost every reply is cut off (finish_reason length), so the demo
 #                 judges only the opening of each reply, where a refusal shows; the report counts
 #                 the cut-off replies beside each rate and warns about them. MAX_TOKENS=512 lets
@@ -46,6 +47,9 @@ started=$SECONDS
 echo "note: replies are capped at $MAX_TOKENS tokens (MAX_TOKENS), so most are cut off and the verdicts" \
      "judge only their opening; the report counts the cut-off replies beside each rate" >&2
 slug="$(printf '%s' "$MODEL" | tr -c 'A-Za-z0-9._-' '_')"
+# Another MAX_TOKENS writes files of its own: a finished output is never replaced by a run with
+# other settings (the stage would stop, exit 2), so both runs stay side by side.
+if [[ "$MAX_TOKENS" != 64 ]]; then slug="${slug}_max${MAX_TOKENS}"; fi
 SETS=(or-bench-hard-1k or-bench-toxic)
 for set in "${SETS[@]}"; do
     step "sample: $set ($PER_CATEGORY per category, seed $SEED)" "$PY" -m orbench.datasets "$set" \

@@ -1,4 +1,5 @@
-"""Shared fixtures: the loopback fake provider, an isolated cache and environment, and a script runner."""
+"""Shared fixtures: the in-process mock provider (``mock/<name>`` models), the loopback fake
+servers for what only HTTP shows, an isolated cache and environment, and a script runner."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_gemini import FakeGemini  # noqa: E402 (tests/ is put on sys.path just above)
 from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path just above)
+
+from orbench.providers import mock as mock_provider  # noqa: E402 (tests/ is put on sys.path just above)
+
+mock_provider.install()  # ``mock/<name>`` models resolve in every test (and in-process script runs)
 
 # Fake keys: distinctive so a test can search every output for them.
 FAKE_KEYS = {
@@ -43,6 +48,15 @@ def fake(fake_server):
     fake_server.new_epoch()
     yield fake_server
     fake_server.new_epoch()
+
+
+@pytest.fixture
+def mock():
+    """The mock provider's rules (``orbench.providers.mock.RULES``), empty, with an empty request
+    log: ``mock.add(match=..., text=...)``; models are named ``mock/<anything>``."""
+    mock_provider.RULES.reset()
+    yield mock_provider.RULES
+    mock_provider.RULES.reset()
 
 
 @pytest.fixture(scope="session")

@@ -7,31 +7,41 @@ It exercises only ``orbench`` (runner, client, cache, CLI), independently of the
 """
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orbench import cli  # noqa: E402 (needs the sys.path set-up above)
 from orbench.clients import Request  # noqa: E402 (needs the sys.path set-up above)
-from orbench.models import parse_model  # noqa: E402 (needs the sys.path set-up above)
+from orbench.models import ModelSpec, parse_model  # noqa: E402 (needs the sys.path set-up above)
+from orbench.settings import setting  # noqa: E402 (needs the sys.path set-up above)
 from orbench.stage import Stage  # noqa: E402 (needs the sys.path set-up above)
 
 
-def setup(args, client):
-    spec = parse_model(args.model)
+@dataclass(frozen=True)
+class EchoSettings:
+    model: ModelSpec = setting(record=str)
+    temperature: float = 0.0
+    max_tokens: int = 100
 
-    async def run_row(row: dict) -> dict:
-        completion = await client.complete(Request.user(
-            spec, row["prompt"], temperature=args.temperature, max_tokens=args.max_tokens))
-        return {"model": str(spec), "response": completion.text,
-                "finish_reason": completion.finish_reason,
-                "provider_refusal": completion.provider_refusal}
 
-    stage = Stage("echo", needs=["prompt"],
-                  adds=["model", "response", "finish_reason", "provider_refusal"],
-                  run_row=run_row, config={"model": str(spec), "temperature": args.temperature})
+def requests(s: EchoSettings, row: dict) -> list[Request]:
+    return [Request.user(s.model, row["prompt"], temperature=s.temperature, max_tokens=s.max_tokens)]
+
+
+def decide(s: EchoSettings, row: dict, answers: list) -> dict:
+    completion = answers[0]
+    return {"model": str(s.model), "response": completion.text, "finish_reason": completion.finish_reason,
+            "provider_refusal": completion.provider_refusal}
+
+
+def setup(args):
+    settings = EchoSettings(model=parse_model(args.model), temperature=args.temperature, max_tokens=args.max_tokens)
+    stage = Stage("echo", needs=["prompt"], adds=["model", "response", "finish_reason", "provider_refusal"],
+                  requests=requests, decide=decide, settings=settings)
     output = Path(args.output_file or "echo_out.csv")
-    return cli.Job(stage, args.input_file, output, [spec])
+    return cli.Job(stage, args.input_file, output, [settings.model])
 
 
 def main(argv=None) -> int:

@@ -29,29 +29,18 @@ import email.parser
 import email.policy
 import json
 import re
-import socket
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from fake_provider import serve_in_thread, serve_until_killed
-
-
-def _last_user_text(messages: list) -> str:
-    for message in reversed(messages or []):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-            return str(content)
-    return ""
+from fake_server import JSONHandler, LoopbackFake, last_user_text, serve_until_killed
 
 
-class FakeBatch:
+class FakeBatch(LoopbackFake):
     """The batch server's state and controls; thread-safe. ``start()`` binds 127.0.0.1."""
 
     def __init__(self, default_text: str = "Fake answer to: {prompt}"):
+        super().__init__()
+        self.handler = _Handler
         self.default_text = default_text
         self.polls = 1
         self.expire_next = 0
@@ -63,31 +52,12 @@ class FakeBatch:
         self.batches: dict[str, dict] = {}  # OpenAI, by id
         self.message_batches: dict[str, dict] = {}  # Anthropic, by id
         self.log: list[tuple[str, str]] = []  # (kind, path)
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
         self._ids = 0
 
     # -- control ---------------------------------------------------------------
-    def start(self, port: int = 0) -> FakeBatch:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = serve_in_thread(_Server(("127.0.0.1", port), handler))
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.drop_connections()  # kept-alive connections die too, as in an outage
-            self._server.server_close()
-            self._server = None
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
-
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return self.root
 
     @property
     def openai_url(self) -> str:
@@ -111,7 +81,7 @@ class FakeBatch:
     # -- answering -------------------------------------------------------------
     def answer_openai(self, body: dict, number: int) -> tuple[int, dict]:
         """(status, body) for one chat-completions request."""
-        prompt = _last_user_text(body.get("messages", []))
+        prompt = last_user_text(body.get("messages", []))
         if self.fail_match and self.fail_match in prompt:
             return 500, {"error": {"message": "fake per-request failure", "type": "server_error",
                                    "code": "server_error"}}
@@ -130,7 +100,7 @@ class FakeBatch:
 
     def answer_anthropic(self, body: dict, number: int) -> tuple[int, dict]:
         """(status, body) for one messages request."""
-        prompt = _last_user_text(body.get("messages", []))
+        prompt = last_user_text(body.get("messages", []))
         if self.fail_match and self.fail_match in prompt:
             return 500, {"type": "error", "error": {"type": "api_error",
                                                     "message": "fake per-request failure"}}
@@ -251,51 +221,8 @@ class FakeBatch:
             return 200, self._public(batch)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True  # restart on the same port at once
-    request_queue_size = 128
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.open_sockets: set = set()
-
-    def process_request(self, request, client_address) -> None:
-        self.open_sockets.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request) -> None:
-        self.open_sockets.discard(request)
-        super().shutdown_request(request)
-
-    def drop_connections(self) -> None:
-        for sock in list(self.open_sockets):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def handle_error(self, request, client_address) -> None:
-        pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
+class _Handler(JSONHandler):
     fake: FakeBatch
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _json(self, status: int, payload) -> None:
-        self._send(status, json.dumps(payload).encode())
 
     def _note(self, kind: str) -> None:
         with self.fake._lock:
@@ -303,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _rejected(self) -> bool:
         if self.fake.reject_key:
-            self._json(401, {"error": {"message": "invalid api key", "type": "authentication_error",
+            self.json(401, {"error": {"message": "invalid api key", "type": "authentication_error",
                                        "code": "invalid_api_key"}})
             return True
         return False
@@ -317,34 +244,33 @@ class _Handler(BaseHTTPRequestHandler):
             self._note("content")
             data = fake.files.get(m.group(1))
             if data is None:
-                return self._json(404, {"error": {"message": "no such file", "type": "not_found"}})
-            return self._send(200, data, "application/octet-stream")
+                return self.json(404, {"error": {"message": "no such file", "type": "not_found"}})
+            return self.send(200, data, content_type="application/octet-stream")
         if path == "/v1/batches":
             self._note("list")
             with fake._lock:
                 data = [fake._public(b) for b in reversed(list(fake.batches.values()))]
-            return self._json(200, {"object": "list", "data": data, "has_more": False,
+            return self.json(200, {"object": "list", "data": data, "has_more": False,
                                     "first_id": data[0]["id"] if data else None,
                                     "last_id": data[-1]["id"] if data else None})
         if m := re.fullmatch(r"/v1/batches/([^/]+)", path):
             self._note("retrieve")
-            return self._json(*fake.retrieve_batch(m.group(1)))
+            return self.json(*fake.retrieve_batch(m.group(1)))
         if m := re.fullmatch(r"/v1/messages/batches/([^/]+)/results", path):
             self._note("results")
             batch = fake.message_batches.get(m.group(1))
             if batch is None or batch["processing_status"] != "ended":
-                return self._json(404, {"type": "error", "error": {"type": "not_found_error",
+                return self.json(404, {"type": "error", "error": {"type": "not_found_error",
                                                                    "message": "no results"}})
             data = "".join(json.dumps(r) + "\n" for r in batch["_results"]).encode()
-            return self._send(200, data, "application/binary")
+            return self.send(200, data, content_type="application/binary")
         if m := re.fullmatch(r"/v1/messages/batches/([^/]+)", path):
             self._note("retrieve")
-            return self._json(*fake.retrieve_message_batch(m.group(1)))
-        self._json(404, {"error": {"message": f"not found: {path}", "type": "not_found"}})
+            return self.json(*fake.retrieve_message_batch(m.group(1)))
+        self.json(404, {"error": {"message": f"not found: {path}", "type": "not_found"}})
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self.body_bytes()
         if self._rejected():
             return
         path = self.path.split("?", 1)[0].rstrip("/")
@@ -355,18 +281,18 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw or b"{}")
         if path == "/v1/batches":
             self._note("create")
-            return self._json(*fake.create_batch(body))
+            return self.json(*fake.create_batch(body))
         if path == "/v1/messages/batches":
             self._note("create")
             host = self.headers.get("Host") or f"127.0.0.1:{fake.port}"
-            return self._json(*fake.create_message_batch(body, f"http://{host}"))
+            return self.json(*fake.create_message_batch(body, f"http://{host}"))
         if path == "/v1/chat/completions":
             self._note("chat")
-            return self._json(*fake.answer_openai(body, len(fake.log)))
+            return self.json(*fake.answer_openai(body, len(fake.log)))
         if path == "/v1/messages":
             self._note("chat")
-            return self._json(*fake.answer_anthropic(body, len(fake.log)))
-        self._json(404, {"error": {"message": f"not found: {path}", "type": "not_found"}})
+            return self.json(*fake.answer_anthropic(body, len(fake.log)))
+        self.json(404, {"error": {"message": f"not found: {path}", "type": "not_found"}})
 
     def _upload(self, raw: bytes) -> None:
         head = f"Content-Type: {self.headers.get('Content-Type')}\r\n\r\n".encode()
@@ -378,12 +304,12 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 fields[part.get_param("name", header="content-disposition")] = part.get_content()
         if data is None or fields.get("purpose") != "batch":
-            return self._json(400, {"error": {"message": "need a file and purpose=batch",
+            return self.json(400, {"error": {"message": "need a file and purpose=batch",
                                               "type": "invalid_request_error"}})
         file_id = self.fake._new_id("file-")
         with self.fake._lock:
             self.fake.files[file_id] = data
-        self._json(200, {"id": file_id, "object": "file", "bytes": len(data), "created_at": 0,
+        self.json(200, {"id": file_id, "object": "file", "bytes": len(data), "created_at": 0,
                          "filename": name, "purpose": "batch", "status": "processed"})
 
 

@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from fake_provider import serve_in_thread
+from fake_server import JSONHandler, LoopbackFake, serve_until_killed
 
 _PATH = re.compile(r"^/v1beta/models/(?P<model>[^:/]+):(?P<method>generateContent|batchGenerateContent)$")
 _BATCH = re.compile(r"^/v1beta/batches/(?P<id>[^:/]+)$")
@@ -54,29 +52,21 @@ class Rule:
     times: int | None = None
 
 
-class FakeGemini:
+class FakeGemini(LoopbackFake):
     """The server; ``requests`` lists what it received, in order."""
 
     def __init__(self, model_version: str = "gemini-fake-001"):
+        super().__init__()
+        self.handler, self.rule_type = _Handler, Rule
         self.model_version = model_version
-        self.rules: list[Rule] = []
         self.requests: list[dict] = []
         self.batches: dict[str, dict] = {}
         self.polls = 1
         self.end_state = "BATCH_STATE_SUCCEEDED"
-        self._lock = threading.Lock()
-        self._server = None
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/"
-
-    def add_rule(self, **kwargs) -> Rule:
-        rule = Rule(**kwargs)
-        with self._lock:
-            self.rules.append(rule)
-        return rule
+        return self.root + "/"
 
     def reset(self) -> None:
         with self._lock:
@@ -85,75 +75,8 @@ class FakeGemini:
             self.batches.clear()
             self.polls, self.end_state = 1, "BATCH_STATE_SUCCEEDED"
 
-    def start(self) -> FakeGemini:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                path = self.path.split("?")[0]
-                found = _PATH.match(path)
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = None
-                key = self.headers.get("x-goog-api-key")
-                with fake._lock:
-                    fake.requests.append({"path": path, "model": found and found["model"],
-                                          "body": body, "key": key})
-                if not found or body is None:
-                    return self._json(404, _error(404, f"no route {path}"))
-                if found["method"] == "batchGenerateContent":
-                    return self._json(200, fake._create_batch(found["model"], body))
-                prompt = _prompt(body)
-                rule = fake._pick(prompt)
-                if rule.delay:
-                    time.sleep(rule.delay)
-                if rule.status != 200:
-                    message = rule.message or f"fake error {rule.status}"
-                    return self._json(rule.status, _error(rule.status, message))
-                self._json(200, fake._reply(rule, prompt))
-
-            def do_GET(self) -> None:
-                path = self.path.split("?")[0]
-                with fake._lock:
-                    fake.requests.append({"path": path, "model": None, "body": None,
-                                          "key": self.headers.get("x-goog-api-key")})
-                found = _BATCH.match(path)
-                job = fake.batches.get(found["id"]) if found else None
-                if job is None:
-                    return self._json(404, _error(404, f"no batch {path}"))
-                self._json(200, fake._poll_batch(job))
-
-            def _json(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = serve_in_thread(_Server(("127.0.0.1", 0), Handler))
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
     def _pick(self, prompt: str) -> Rule:
-        with self._lock:
-            for rule in self.rules:
-                if rule.match is not None and rule.match not in prompt:
-                    continue
-                if rule.times is not None:
-                    if rule.times <= 0:
-                        continue
-                    rule.times -= 1
-                return rule
-        return Rule()
+        return self.pick(lambda rule: rule.match is None or rule.match in prompt, Rule())
 
     def _reply(self, rule: Rule, prompt: str) -> dict:
         usage = {"promptTokenCount": max(1, len(prompt.split())), "totalTokenCount": 0}
@@ -176,7 +99,6 @@ class FakeGemini:
         if rule.thoughts:
             usage["thoughtsTokenCount"] = rule.thoughts
         return reply
-
 
     def _create_batch(self, model: str, body: dict) -> dict:
         items = body["batch"]["inputConfig"]["requests"]["requests"]
@@ -211,9 +133,44 @@ class FakeGemini:
         return {"name": job["name"], "metadata": metadata, "done": True}
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 512  # the listen backlog; the default 5 drops bursts of connections
+class _Handler(JSONHandler):
+    fake: FakeGemini
+
+    def do_POST(self) -> None:
+        raw = self.body_bytes()
+        path = self.path.split("?")[0]
+        found = _PATH.match(path)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = None
+        key = self.headers.get("x-goog-api-key")
+        with self.fake._lock:
+            self.fake.requests.append({"path": path, "model": found and found["model"],
+                                       "body": body, "key": key})
+        if not found or body is None:
+            return self.json(404, _error(404, f"no route {path}"))
+        if found["method"] == "batchGenerateContent":
+            return self.json(200, self.fake._create_batch(found["model"], body))
+        prompt = _prompt(body)
+        rule = self.fake._pick(prompt)
+        if rule.delay:
+            time.sleep(rule.delay)
+        if rule.status != 200:
+            message = rule.message or f"fake error {rule.status}"
+            return self.json(rule.status, _error(rule.status, message))
+        self.json(200, self.fake._reply(rule, prompt))
+
+    def do_GET(self) -> None:
+        path = self.path.split("?")[0]
+        with self.fake._lock:
+            self.fake.requests.append({"path": path, "model": None, "body": None,
+                                       "key": self.headers.get("x-goog-api-key")})
+        found = _BATCH.match(path)
+        job = self.fake.batches.get(found["id"]) if found else None
+        if job is None:
+            return self.json(404, _error(404, f"no batch {path}"))
+        self.json(200, self.fake._poll_batch(job))
 
 
 def _prompt(body: dict) -> str:
@@ -229,9 +186,7 @@ def _error(status: int, message: str) -> dict:
 
 
 def main() -> None:
-    fake = FakeGemini().start()
-    print(fake.url, flush=True)
-    threading.Event().wait()
+    serve_until_killed(FakeGemini().start())
 
 
 if __name__ == "__main__":

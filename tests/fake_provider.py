@@ -13,7 +13,8 @@ seconds), ``surrogate`` (a lone ``\\ud800`` JSON escape appended to the reply te
 ``reasoning`` (behave as OpenAI does for GPT-5 / o-series models: 400 ``unsupported_parameter``
 for ``max_tokens`` and 400 ``unsupported_value`` for a temperature other than 1),
 ``reported_model`` (the model id the reply names, e.g. a dated snapshot) and
-``reasoning_tokens`` (reported in the usage).
+``reasoning_tokens`` (reported in the usage), ``hold`` (no answer until :meth:`FakeProvider.release`
+or the next test: a run that must be caught part-way, with no timing involved).
 
 In-process use (pytest fixture ``fake`` in ``conftest.py``)::
 
@@ -38,7 +39,10 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, fields
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from fake_server import JSONHandler, LoopbackFake, last_user_text, serve_in_thread, serve_until_killed
+
+__all__ = ["FakeProvider", "Rule", "serve_in_thread", "serve_until_killed"]
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Rule:
     reasoning_tokens: int = 0
     times: int | None = None  # how many requests this rule answers; None = unlimited
     finish_reason: str | None = None  # e.g. "length" (OpenAI) / "max_tokens" (Anthropic): a cut-off reply
+    hold: bool = False  # no answer until release() (or the next test)
 
     def matches(self, prompt: str, system: str, model: str) -> bool:
         if self.times is not None and self.times <= 0:
@@ -76,32 +81,34 @@ class Rule:
         return self.match is None or self.match in prompt or self.match in system
 
 
-class FakeProvider:
+class FakeProvider(LoopbackFake):
     """The server plus its rules and request log. Thread-safe; start() binds 127.0.0.1 on a free port."""
 
     def __init__(self, default_text: str = "Fake answer to: {prompt}", default_delay: float = 0.0):
+        super().__init__()
+        self.handler, self.rule_type = _Handler, Rule
+        self.released = threading.Event()
         self.default_text = default_text
         self.default_delay = default_delay
-        self.rules: list[Rule] = []
         self.requests: list[dict] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self.epoch = 0
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
 
     # -- control -------------------------------------------------------------
-    def add_rule(self, **kwargs) -> Rule:
-        rule = Rule(**kwargs)
-        with self._lock:
-            self.rules.append(rule)
-        return rule
-
     def reset(self) -> None:
+        self.release()
         with self._lock:
             self.rules.clear()
             self.requests.clear()
             self.max_in_flight = 0
+
+    def release(self) -> None:
+        """Let every held request go (answered 503) and drop the rules; the log stays."""
+        with self._lock:
+            self.rules.clear()
+            self.released.set()
+            self.released = threading.Event()
 
     def new_epoch(self) -> None:
         """Start a new test: a fresh URL (``/e<N>`` prefix) and an empty log and rule list.
@@ -120,112 +127,43 @@ class FakeProvider:
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "server not started"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/e{self.epoch}"
+        return f"{self.root}/e{self.epoch}"
 
     @property
     def openai_url(self) -> str:
         return self.url + "/v1"
 
-    def start(self, port: int = 0) -> FakeProvider:
-        handler = type("Handler", (_Handler,), {"fake": self})
-        self._server = serve_in_thread(_Server(("127.0.0.1", port), handler))
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
     # -- answering -------------------------------------------------------------
     def _pick(self, prompt: str, system: str, model: str) -> Rule:
-        with self._lock:
-            for rule in self.rules:
-                if rule.matches(prompt, system, model):
-                    if rule.times is not None:
-                        rule.times -= 1
-                    return rule
-        return Rule(text=self.default_text, delay=self.default_delay)
+        return self.pick(lambda rule: rule.matches(prompt, system, model),
+                         Rule(text=self.default_text, delay=self.default_delay))
 
 
-def _last_user_text(messages: list) -> str:
-    for message in reversed(messages or []):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-            return str(content)
-    return ""
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 512  # the listen backlog; the default 5 drops bursts of connections
-
-    def handle_error(self, request, client_address) -> None:
-        pass  # a client that hung up (a test's dropped or cancelled request) is not news
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's algorithm and the
-    # client's delayed ACK add ~40 ms to every reply.
-    disable_nagle_algorithm = True
+class _Handler(JSONHandler):
     fake: FakeProvider
-
-    def log_message(self, *args) -> None:  # keep test output quiet
-        pass
-
-    def _send(self, status: int, body: bytes, headers: dict | None = None, trickle: float = 0.0,
-              content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not trickle:
-            self.wfile.write(body)
-            return
-        # A slow server: the body in small pieces spread over ``trickle`` seconds.
-        pieces = max(1, min(len(body), 40))
-        size = -(-len(body) // pieces)
-        try:
-            for start in range(0, len(body), size):
-                self.wfile.write(body[start:start + size])
-                self.wfile.flush()
-                time.sleep(trickle / pieces)
-        except OSError:
-            self.close_connection = True  # the client gave up waiting
-
-    def _json(self, status: int, payload, headers: dict | None = None, trickle: float = 0.0) -> None:
-        self._send(status, json.dumps(payload).encode(), headers, trickle)
 
     def do_GET(self) -> None:
         if self.path == "/_control/requests":
             with self.fake._lock:
-                self._json(200, list(self.fake.requests))
+                self.json(200, list(self.fake.requests))
         else:
-            self._json(404, {"error": {"message": "not found", "type": "not_found"}})
+            self.json(404, {"error": {"message": "not found", "type": "not_found"}})
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self.body_bytes()
         if self.path.startswith("/_control/"):
             return self._control(raw)
         epoch, sep, rest = self.path[2:].partition("/") if self.path.startswith("/e") else ("", "", "")
         if sep and epoch.isdigit():
             if int(epoch) != self.fake.epoch:  # a straggler from an earlier test
-                return self._json(410, {"error": {"message": "stale test epoch", "type": "gone"}})
+                return self.json(410, {"error": {"message": "stale test epoch", "type": "gone"}})
             self.path = "/" + rest
         try:
             body = json.loads(raw or b"{}")
         except ValueError:
-            return self._json(400, {"error": {"message": "bad json", "type": "invalid_request_error"}})
+            return self.json(400, {"error": {"message": "bad json", "type": "invalid_request_error"}})
         anthropic = self.path.rstrip("/").endswith("/messages")
-        prompt = _last_user_text(body.get("messages", []))
+        prompt = last_user_text(body.get("messages", []))
         system = body.get("system") or ""
         if not anthropic:
             system = " ".join(m.get("content", "") for m in body.get("messages", [])
@@ -237,6 +175,10 @@ class _Handler(BaseHTTPRequestHandler):
                                        "headers": {k.lower(): v for k, v in self.headers.items()}})
             number = len(self.fake.requests)
         rule = self.fake._pick(prompt, system, model)
+        if rule.hold:
+            held = self.fake.released
+            held.wait(60)
+            return self.json(503, {"error": {"message": "released", "type": "released"}})
         with self.fake._lock:
             self.fake.in_flight += 1
             self.fake.max_in_flight = max(self.fake.max_in_flight, self.fake.in_flight)
@@ -257,7 +199,7 @@ class _Handler(BaseHTTPRequestHandler):
             problem = self._reasoning_problem()
             if problem is not None:
                 code, param, message = problem
-                return self._json(400, {"error": {"message": message, "type": "invalid_request_error",
+                return self.json(400, {"error": {"message": message, "type": "invalid_request_error",
                                                   "param": param, "code": code}})
         if rule.status != 200:
             headers = {"Retry-After": rule.retry_after} if rule.retry_after is not None else {}
@@ -265,14 +207,14 @@ class _Handler(BaseHTTPRequestHandler):
                 page = (f"<html><head><title>{rule.status} Bad Gateway</title></head><body><center>"
                         f"<h1>{rule.status} Bad Gateway</h1></center><hr><center>nginx</center>"
                         f"</body></html>").encode()
-                return self._send(rule.status, page, headers, content_type="text/html")
+                return self.send(rule.status, page, headers, content_type="text/html")
             kind = "error" if anthropic else (rule.error_code or "api_error")
             error = {"message": rule.error_message or f"fake error {rule.status}",
                      "type": rule.error_code or kind, "code": rule.error_code}
             payload = {"type": "error", "error": error} if anthropic else {"error": error}
-            return self._json(rule.status, payload, headers)
+            return self.json(rule.status, payload, headers)
         if rule.malformed:
-            return self._send(200, b'{"id": "broken", "choices": [')
+            return self.send(200, b'{"id": "broken", "choices": [')
         text = (rule.text if rule.text is not None else self.fake.default_text)
         text = text.replace("{prompt}", prompt).replace("{model}", model).replace("{n}", str(number))
         if rule.surrogate:
@@ -281,7 +223,7 @@ class _Handler(BaseHTTPRequestHandler):
         named = rule.reported_model or model
         if anthropic:
             stop = "refusal" if rule.refusal else (rule.finish_reason or "end_turn")
-            return self._json(200, {
+            return self.json(200, {
                 "id": f"msg_{number}", "type": "message", "role": "assistant", "model": named,
                 "content": [{"type": "text", "text": "" if rule.refusal else text}],
                 "stop_reason": stop, "stop_sequence": None,
@@ -298,7 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
             usage["completion_tokens_details"] = {"reasoning_tokens": rule.reasoning_tokens}
         choices = [] if rule.empty_choices else [
             {"index": 0, "finish_reason": finish, "logprobs": None, "message": message}]
-        return self._json(200, {
+        return self.json(200, {
             "id": f"chatcmpl-{number}", "object": "chat.completion", "created": 0, "model": named,
             "choices": choices, "usage": usage,
         }, trickle=rule.trickle)
@@ -324,26 +266,9 @@ class _Handler(BaseHTTPRequestHandler):
             for item in json.loads(raw or b"[]"):
                 self.fake.add_rule(**{k: v for k, v in item.items() if k in allowed})
         else:
-            return self._json(404, {"error": "unknown control path"})
+            return self.json(404, {"error": "unknown control path"})
         with self.fake._lock:
-            self._json(200, {"rules": [asdict(r) for r in self.fake.rules]})
-
-
-def serve_in_thread(server: ThreadingHTTPServer) -> ThreadingHTTPServer:
-    """Run ``server`` in a daemon thread; ``shutdown()`` then waits at most one 20 ms poll."""
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    return server
-
-
-def serve_until_killed(fake) -> None:
-    """A fake's command-line mode: print its URL, serve until Ctrl-C or a kill, then stop it."""
-    print(fake.url, flush=True)
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        fake.stop()
+            self.json(200, {"rules": [asdict(r) for r in self.fake.rules]})
 
 
 def main() -> None:

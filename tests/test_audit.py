@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from orbench.analysis import audit, audit_page  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis import audit, html_kit  # noqa: E402 (needs the sys.path set-up above)
 
 XSTEST = ROOT.parent / "shared" / "data" / "xstest-v2"
 SCRIPT = "analysis/audit.py"
@@ -290,7 +290,7 @@ def test_hostile_text_cannot_leave_the_data_element(tmp_path, script, env):
         dict(zip(pd.read_csv(folder / "items.csv")["item_id"], pd.read_csv(folder / "items.csv")["response"]))[i]
         for i in (it["item_id"] for it in data["items"])]
     assert sorted(it["response"] for it in data["items"]) == sorted(hostile)
-    assert audit_page.script_json("</script>") == '"\\u003c/script\\u003e"'
+    assert html_kit.script_json("</script>") == '"\\u003c/script\\u003e"'
     assert not math.isnan(len(page))
 
 

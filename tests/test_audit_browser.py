@@ -185,3 +185,25 @@ def test_hostile_text_is_shown_as_text(browser, verdict_audit):
     assert len(browser.find_elements(By.TAG_NAME, "script")) == 2
     assert len(browser.find_elements(By.TAG_NAME, "textarea")) == 1
     assert browser.execute_script("return window.auditFileName()") == "labels__img_src_x_onerror_alert_9_.csv"
+
+
+def test_a_cut_off_reply_is_said_to_be_cut_off(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    src = tmp_path / "hard_model.csv"
+    pd.DataFrame({"prompt": [f"prompt {i}" for i in range(4)], "category": "hate", "model": "m",
+                  "response": ["Sure, here is the start of", "I cannot help.", "Here you go.", "No."],
+                  "is_rejected": ["False", "True", "False", "True"],
+                  "finish_reason": ["length", "stop", "stop", "stop"]}).to_csv(src, index=False)
+    folder = tmp_path / "audit"
+    assert audit.main(["sample", "--kind", "verdict", str(src), "--output_dir", str(folder)]) == 0
+    browser.get((folder / "audit.html").as_uri())
+    browser.execute_script("localStorage.clear()")
+    open_page(browser, folder, "carol")
+    shown = {}
+    for _ in range(4):
+        shown[text(browser, "prompt")] = browser.find_element(By.ID, "cutoff").is_displayed()
+        keys(browser, Keys.ARROW_RIGHT)
+    assert shown == {"prompt 0": True, "prompt 1": False, "prompt 2": False, "prompt 3": False}
+    assert text(browser, "cutoff").startswith("Cut off: this reply stopped at the model's token limit")

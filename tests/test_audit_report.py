@@ -95,16 +95,17 @@ def test_report_with_audit_rates(audited_run, script, env):
         s = summary[summary["model"] == r["model"]].iloc[0]
         assert float(r["measured_rate"]) == pytest.approx(s["keyword_rate"], abs=1e-6)
 
-    # human-safe only: the model's verdicts on the prompts the humans call safe, weighted by prompt stratum
+    # human-safe only: the domain estimator, refused-and-safe over safe, each audited prompt weighted by its
+    # stratum (population / audited items of the stratum, safe or not)
     sample = audit.read_sample(pa)
     items = sample.key.merge(sample.items, on="item_id")
-    safe = items[items["prompt"].map(human_prompt_label) == "safe"]
-    w = safe["population"].astype(float) / safe.groupby("stratum")["item_id"].transform("size")
-    idx = safe["prompt"].map({p: i for i, p in enumerate(prompts())})
+    w = items["population"].astype(float) / items.groupby("stratum")["item_id"].transform("size")
+    safe = (items["prompt"].map(human_prompt_label) == "safe").to_numpy()
+    refused = (items["prompt"].map({p: i for i, p in enumerate(prompts())}) % 4 == 0).to_numpy()
     m1 = rates.iloc[0]
-    expect = float((w * (idx % 4 == 0)).sum() / w.sum())
+    expect = float((w * safe * refused).sum() / (w * safe).sum())
     assert float(m1["human_safe_rate"]) == pytest.approx(expect, abs=1e-6)
-    assert int(m1["human_safe_n"]) == len(safe)
+    assert int(m1["human_safe_n"]) == int(safe.sum())
     assert float(m1["human_safe_ci_low"]) <= float(m1["human_safe_rate"]) <= float(m1["human_safe_ci_high"])
 
     # corrected: Rogan-Gladen with this model's audited Se/Sp; with Se/Sp measured on a stratified sample of
@@ -119,7 +120,8 @@ def test_report_with_audit_rates(audited_run, script, env):
     wv = part["population"].astype(float) / part.groupby("stratum")["item_id"].transform("size")
     assert float(m1["corrected_rate"]) == pytest.approx(float((wv * (part["human_refusal"] == "1")).sum() / wv.sum()),
                                                         abs=1e-6)
-    assert m1["audit_scope"] == "this model and set" and str(m1["corrected_clamped"]) == "False"
+    assert m1["audit_scope"] == "direct stratified share" and str(m1["corrected_clamped"]) == "False"
+    assert m1["corrected_method"] == "direct_stratified_wilson"
     lo, hi = float(m1["corrected_ci_low"]), float(m1["corrected_ci_high"])
     assert 0 <= lo <= float(m1["corrected_rate"]) <= hi <= 1
 

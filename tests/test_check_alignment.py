@@ -35,6 +35,7 @@ def test_openai_alias_keyword_and_provider_block(env, fake, script, tmp_path):
     table = read(out)
     assert list(table.columns) == ["prompt", "category", *ADDED, "error"]
     assert list(table.category) == ["illegal", "harmful", "violence", "privacy"]
+    assert "prompt_kind" not in table  # prompts of no bundled set, no kind declared: nothing to record
     assert list(table.model) == ["openai/gpt-3.5-turbo-0125"] * 4
     assert list(table.is_rejected) == ["True", "False", "True", ""]
     assert list(table.refusal_source) == ["keyword", "", "provider_block", "empty_response"]

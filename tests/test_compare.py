@@ -8,13 +8,13 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import bootstrap, wilcoxon
+from scipy.stats import bootstrap, permutation_test
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.proportion import confint_proportions_2indep
+from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
 from orbench.analysis import compare as cmp
-from orbench.analysis import report
+from orbench.analysis import report, stats
 
 REPORT = "analysis/report.py"
 
@@ -74,17 +74,61 @@ def test_newcombe_correlated_pairs_narrower_and_symmetric():
     assert z_low < 0 < z_high
 
 
-def test_bootstrap_and_wilcoxon_equal_scipy():
-    k = np.array([0, 1, 3, 2, 3, 0, 1], dtype=float)
-    n = np.full(7, 3.0)
-    res = bootstrap((k, n), lambda k, n, axis=-1: k.sum(axis=axis) / n.sum(axis=axis), paired=True,
-                    vectorized=True, n_resamples=cmp.RESAMPLES, method="percentile",
-                    rng=np.random.default_rng(cmp.SEED))
-    assert cmp.bootstrap_interval((k, n), cmp._ratio) == pytest.approx(
-        (res.confidence_interval.low, res.confidence_interval.high))
-    sa, sb = k / n, np.array([1, 1, 3, 3, 3, 1, 2]) / 3
-    assert cmp.wilcoxon_p(sa, sb) == pytest.approx(wilcoxon(sa, sb).pvalue)
-    assert cmp.wilcoxon_p(sa, sa) == 1.0  # every share equal
+def cluster_by_hand(k, n):
+    """The prompt-clustered Wilson interval written out here: linearised variance, effective n between
+    the prompt count and the row count, statsmodels' Wilson at that n."""
+    k, n = np.asarray(k, float), np.asarray(n, float)
+    m, total = len(k), n.sum()
+    r = k.sum() / total
+    var = m / (m - 1) * ((k - r * n) ** 2).sum() / total ** 2
+    floor = total ** 2 / (n ** 2).sum()
+    n_eff = floor if var == 0 or r in (0, 1) else min(max(r * (1 - r) / var, floor), total)
+    low, high = proportion_confint(r * n_eff, n_eff, method="wilson")
+    return r, (0.0 if r == 0 else low), (1.0 if r == 1 else high)
+
+
+def test_sign_flip_p_equals_scipy_permutation_test(monkeypatch):
+    rng = np.random.default_rng(4)
+    for m in (3, 7, 12):
+        ka, kb = rng.integers(0, 6, m).astype(float), rng.integers(0, 6, m).astype(float)
+        n = np.full(m, 5.0)
+        ref = permutation_test((ka, kb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
+                               permutation_type="samples", n_resamples=np.inf, alternative="two-sided").pvalue
+        assert cmp.sign_flip_p(ka, n, kb, n) == pytest.approx(ref, abs=1e-12)
+    # more differing prompts than are enumerated: 20,000 random swaps against scipy's exact 2^12
+    monkeypatch.setattr(cmp, "EXACT_UP_TO", 6)
+    ka, kb = rng.integers(0, 4, 12).astype(float), rng.integers(1, 5, 12).astype(float)
+    n = np.full(12, 4.0)
+    ref = permutation_test((ka, kb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
+                           permutation_type="samples", n_resamples=np.inf, alternative="two-sided").pvalue
+    assert cmp.sign_flip_p(ka, n, kb, n) == pytest.approx(ref, abs=0.01)
+    assert cmp.sign_flip_p(ka, n, ka, n) == 1.0  # nothing differs
+
+
+def test_mid_p_and_odds_ratio_by_hand():
+    from fractions import Fraction
+    from math import comb
+
+    for b, c in ((0, 0), (3, 3), (0, 8), (5, 1), (12, 30), (2, 9)):
+        n, low = b + c, min(b, c)
+        exact = min(Fraction(1), 2 * sum(Fraction(comb(n, x), 2 ** n) for x in range(low + 1))) if n else 1
+        mid = min(Fraction(1), 2 * sum(Fraction(comb(n, x), 2 ** n) for x in range(low + 1))
+                  - Fraction(comb(n, low), 2 ** n)) if n else 1
+        assert cmp.mcnemar_exact(b, c) == pytest.approx(float(exact), rel=1e-12)
+        assert cmp.mcnemar_midp(b, c) == pytest.approx(float(mid), rel=1e-12)
+    # the odds ratio B:A of the discordant pairs, with Wilson's interval for b/(a+b) mapped through p/(1-p)
+    est = stats.discordant_odds_ratio(4, 10)
+    lo, hi = proportion_confint(10, 14, method="wilson")
+    assert (est.value, est.low, est.high) == pytest.approx((10 / 4, lo / (1 - lo), hi / (1 - hi)))
+    assert stats.discordant_odds_ratio(0, 5).high == math.inf and stats.discordant_odds_ratio(5, 0).low == 0
+    assert math.isnan(stats.discordant_odds_ratio(0, 0).value)
+
+
+def test_tiny_p_values_equal_statsmodels_to_1e300():
+    for b, c in ((0, 200), (3, 400), (0, 1000)):
+        expected = mcnemar([[0, b], [c, 0]], exact=True).pvalue
+        assert expected > 0 and cmp.mcnemar_exact(b, c) == expected
+    assert cmp.mcnemar_exact(0, 1000) < 1e-300
 
 
 # ---------------------------------------------------------------- the report
@@ -147,28 +191,77 @@ def test_repeated_samples_prompt_level_interval_flips_and_shares(tmp_path):
     b = write(tmp_path / "b_hard.csv", "B", [v for *_, v in rows_b], prompts=prompts,
               samples=[s for _, s, _ in rows_b])
     rep = run_report(tmp_path, [a, b], ("compare", [["A", "B"]]))
-    samples = pd.read_csv(rep.outputs["samples"])
+    samples = pd.read_csv(rep.outputs["samples"], keep_default_na=False)
     row = samples[samples.model == "A"].iloc[0]
     assert (row.samples, row.prompts, row.rows, row.flip_prompts) == (3, 4, 12, 2)
     assert row.rate == pytest.approx(6 / 12) and row.flip_share == pytest.approx(0.5)
-    kk, nn = np.array(k, dtype=float), np.full(4, 3.0)
-    ref = bootstrap((kk, nn), lambda k, n, axis=-1: k.sum(axis=axis) / n.sum(axis=axis), paired=True,
-                    vectorized=True, n_resamples=cmp.RESAMPLES, method="percentile",
-                    rng=np.random.default_rng(cmp.SEED)).confidence_interval
-    assert (row.ci_low, row.ci_high) == pytest.approx((ref.low, ref.high), abs=1e-6)
+    r, low, high = cluster_by_hand(k, [3] * 4)
+    assert (row.ci_low, row.ci_high) == pytest.approx((low, high), abs=1e-6)
+    assert row.ci_method == "cluster_wilson"
     summary = pd.read_csv(rep.outputs["summary"])
     srow = summary[summary.model == "A"].iloc[0]
-    assert (srow.keyword_ci_low, srow.keyword_ci_high) == pytest.approx((ref.low, ref.high), abs=1e-6)
+    assert (srow.keyword_ci_low, srow.keyword_ci_high) == pytest.approx((low, high), abs=1e-6)
+    assert (srow.keyword_prompts, srow.keyword_scored) == (4, 12)
     shares = pd.read_csv(rep.outputs["prompt_shares"])
     a_shares = shares[shares.model == "A"].sort_values("prompt")
     assert list(a_shares.prompt) == [f"prompt {p}" for p in range(4)]
     assert list(a_shares.share) == pytest.approx([0, 1, 1 / 3, 2 / 3])
     comp = pd.read_csv(rep.outputs["comparison"]).iloc[0]
-    assert comp.test == "wilcoxon_signed_rank" and comp.interval == "paired_bootstrap_percentile"
-    sa, sb = kk / 3, np.array(kb) / 3
-    assert comp.p_value == pytest.approx(wilcoxon(sa, sb).pvalue)
+    assert comp.test == "sign_flip_permutation" and comp.interval == "cluster_newcombe"
+    ka, kbb = np.array(k, float), np.array(kb, float)
+    ref = permutation_test((ka, kbb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
+                           permutation_type="samples", n_resamples=np.inf).pvalue
+    assert comp.p_value == pytest.approx(ref)
     assert (comp.a_only, comp.b_only) == (0, 3)
     assert comp["diff"] == pytest.approx(10 / 12 - 6 / 12, abs=1e-6)
+    assert comp.ci_low < comp["diff"] < comp.ci_high
+
+
+def test_three_prompt_category_with_samples_is_not_certain(tmp_path):
+    # a 3-prompt category where neither model ever refuses: the old bootstrap said 0.0 [0.0, 0.0]
+    prompts = [f"prompt {p}" for p in range(3) for _ in range(5)]
+    samples = [s for _ in range(3) for s in range(5)]
+    a = write(tmp_path / "a_hard.csv", "A", [0] * 15, prompts=prompts, samples=samples)
+    b = write(tmp_path / "b_hard.csv", "B", [0] * 15, prompts=prompts, samples=samples)
+    rep = run_report(tmp_path, [a, b], ("compare", [["A", "B"]]))
+    comp = pd.read_csv(rep.outputs["comparison"], keep_default_na=False).iloc[0]
+    upper = proportion_confint(0, 3, method="wilson")[1]  # 0 of 3 prompts: Wilson's bound
+    assert comp["diff"] == 0 and comp.ci_low == pytest.approx(-upper) and comp.ci_high == pytest.approx(upper)
+    assert "no_variation" in comp.ci_flag and comp.p_value == 1.0
+    cats = pd.read_csv(rep.outputs["categories"], keep_default_na=False)
+    assert (cats.ci_high > 0.5).all() and set(cats.prompts) == {3} and set(cats.scored) == {15}
+    assert set(cats.ci_method) == {"cluster_wilson"} and all("no_variation" in f for f in cats.ci_flag)
+    assert "no variation</span>" in rep.outputs["html"].read_text()
+
+
+def test_sampled_widths_match_a_prompt_level_bootstrap(tmp_path):
+    """Every sampled interval (categories, summary, full refusals) counts prompts: its width is at least
+    0.8 of scipy's prompt-level bootstrap's on the same per-prompt counts (the row-level Wilson was 0.6x)."""
+    rng = np.random.default_rng(7)
+    cats, prompts, samples, verdicts, kinds = [], [], [], [], []
+    for c, mean in (("hate", 0.2), ("privacy", 0.5), ("illegal", 0.8)):
+        for p in range(30):
+            share = rng.beta(mean * 1.5, (1 - mean) * 1.5)
+            for s in range(5):
+                cats.append(c), prompts.append(f"{c} {p}"), samples.append(s)
+                refused = rng.random() < share
+                verdicts.append(int(refused)), kinds.append("full" if refused and s % 2 else "partial" if refused else "")
+    path = write(tmp_path / "a_hard.csv", "A", verdicts, cats=cats, prompts=prompts, samples=samples)
+    frame = pd.read_csv(path)
+    frame["refusal_kind"] = kinds
+    frame.to_csv(path, index=False)
+    rep = run_report(tmp_path, [path])
+    table = pd.read_csv(rep.outputs["categories"])
+    for r in table.to_dict("records"):
+        part = frame[frame.category == r["category"]].groupby("prompt")
+        k, n = part["is_rejected"].sum().to_numpy(float), part.size().to_numpy(float)
+        kf = part["refusal_kind"].apply(lambda x: (x == "full").sum()).to_numpy(float)
+        for kk, low, high in ((k, r["ci_low"], r["ci_high"]), (kf, r["full_ci_low"], r["full_ci_high"])):
+            ref = bootstrap((kk, n), lambda a, b, axis=-1: a.sum(axis=axis) / b.sum(axis=axis), paired=True,
+                            vectorized=True, n_resamples=2000, method="percentile",
+                            rng=np.random.default_rng(0)).confidence_interval
+            assert (high - low) >= 0.8 * (ref.high - ref.low), r["category"]
+        assert r["prompts"] == 30 and r["scored"] == 150
 
 
 def test_k_equal_one_is_the_one_sample_comparison(tmp_path):
@@ -210,3 +303,60 @@ def test_nan_free_columns(tmp_path):
     rep = run_report(tmp_path, [a, b], ("compare", [["A", "B"]]))
     comp = pd.read_csv(rep.outputs["comparison"]).iloc[0]
     assert comp.p_value == 1.0 and comp["diff"] == 0 and not math.isnan(comp.ci_low)
+
+
+def test_baseline_many_models_holm_across_the_run(tmp_path):
+    """--baseline against three models on two sets: p_holm_run is Holm over every whole-set test of the
+    run (and over every category test)."""
+    n = 60
+    cats = ["hate" if i % 2 else "privacy" for i in range(n)]
+    files = [write(tmp_path / "base_hard.csv", "base", [0] * n, cats),
+             write(tmp_path / "base_toxic.csv", "base", [i % 3 == 0 for i in range(n)], cats)]
+    for name, hard, toxic in (("all", [1] * n, [1] * n), ("some", [i % 9 == 0 for i in range(n)],
+                                                          [i % 3 == 0 or i % 7 == 0 for i in range(n)]),
+                              ("same", [0] * n, [i % 3 == 0 for i in range(n)])):
+        files += [write(tmp_path / f"{name}_hard.csv", name, hard, cats),
+                  write(tmp_path / f"{name}_toxic.csv", name, toxic, cats)]
+    rep = report.build_report(files, tmp_path / "out", reference=False, html=False, baseline="base")
+    table = pd.read_csv(rep.outputs["comparison"])
+    assert list(table.columns) == cmp.COLUMNS
+    whole = table[table.category == "all"]
+    assert len(whole) == 6  # 3 models x 2 sets
+    assert list(whole.p_holm_run) == pytest.approx(list(multipletests(whole.p_value, method="holm")[1]))
+    cat_rows = table[table.category != "all"]
+    assert list(cat_rows.p_holm_run) == pytest.approx(list(multipletests(cat_rows.p_value, method="holm")[1]))
+    row = table[(table.set == "hard") & (table.model_b == "all") & (table.category == "all")].iloc[0]
+    assert row.p_midp == pytest.approx(2 * 0.5 ** 60 - 0.5 ** 60, rel=1e-12)
+    assert row.odds_ratio == math.inf and row.b_only == 60
+    same = table[(table.model_b == "same") & (table.category == "all")]
+    assert (same.p_value == 1).all() and (same.p_midp == 1).all() and same.odds_ratio.isna().all()
+
+
+def test_p_values_reach_the_csv_at_full_precision(tmp_path):
+    """A McNemar p of 1.9e-301 (1000 prompts refused by B only) is written as it is, not as 0."""
+    n = 1000
+    files = [write(tmp_path / "a_hard.csv", "A", [0] * n), write(tmp_path / "b_hard.csv", "B", [1] * n)]
+    rep = run_report(tmp_path, files, ("compare", [["A", "B"]]))
+    row = pd.read_csv(rep.outputs["comparison"]).iloc[0]
+    assert row.p_value == mcnemar([[0, 0], [1000, 0]], exact=True).pvalue and 0 < row.p_value < 1e-300
+    assert row.p_holm_run == row.p_value and row.p_midp > 0
+    html = rep.outputs["html"].read_text()
+    assert "p (Holm, run)" in html and "mid-p" in html
+
+
+def test_holm_on_p_values_that_tell_the_rival_corrections_apart():
+    """p = (0.30, 0.01, NaN, 0.20, 0.03): Holm by hand (step-down, m = 4): sorted 0.01, 0.03, 0.20,
+    0.30 -> 4 x 0.01 = 0.04, max(0.04, 3 x 0.03) = 0.09, max(0.09, 2 x 0.20) = 0.40,
+    max(0.40, 0.30) = 0.40. Hochberg (0.04, 0.09, 0.30, 0.30), Bonferroni (0.04, 0.12, 0.80, 1.0)
+    and Benjamini-Hochberg (0.04, 0.06, 0.267, 0.30) each give another answer on the same data."""
+    p = [0.30, 0.01, math.nan, 0.20, 0.03]
+    holm = cmp.holm(p)
+    assert math.isnan(holm[2])
+    assert [holm[i] for i in (0, 1, 3, 4)] == pytest.approx([0.40, 0.04, 0.40, 0.09])
+    finite = [0.30, 0.01, 0.20, 0.03]
+    assert list(multipletests(finite, method="holm")[1]) == pytest.approx([0.40, 0.04, 0.40, 0.09])
+    rivals = {"simes-hochberg": [0.30, 0.04, 0.30, 0.09], "bonferroni": [1.0, 0.04, 0.80, 0.12],
+              "fdr_bh": [0.30, 0.04, 0.80 / 3, 0.06]}
+    for method, expected in rivals.items():
+        assert list(multipletests(finite, method=method)[1]) == pytest.approx(expected), method
+        assert expected != pytest.approx([0.40, 0.04, 0.40, 0.09]), method

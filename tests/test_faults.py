@@ -115,12 +115,11 @@ def test_fault_mix_moderation_ensemble_never_flips(env, fake, tmp_path):
         "is_toxic", "moderation_category", "toxic_votes", "safe_votes", "unparsed_votes"]
 
     def expected(i: int) -> dict:
+        """By hand: a block is a toxic vote, the fake's answer a safe one; three voters, majority."""
         labels = ["provider_block" if (i, m) in blocked else "none" for m in models]
-        want = moderate.ensemble(labels)
-        return {"is_toxic": str(want["is_toxic"]) if want["is_toxic"] is not None else "",
-                "moderation_category": want["moderation_category"],
-                "toxic_votes": str(want["toxic_votes"]), "safe_votes": str(want["safe_votes"]),
-                "unparsed_votes": str(want["unparsed_votes"]),
+        toxic = labels.count("provider_block")
+        return {"is_toxic": str(toxic >= 2), "moderation_category": "provider_block" if toxic >= 2 else "none",
+                "toxic_votes": str(toxic), "safe_votes": str(3 - toxic), "unparsed_votes": "0",
                 **{f"openai_{m}_label": labels[k] for k, m in enumerate(models)}}
 
     def check() -> None:
@@ -139,3 +138,5 @@ def test_fault_mix_moderation_ensemble_never_flips(env, fake, tmp_path):
     codes = run_until_done(moderate.main, argv, check)
     assert codes[-1] == 0 and codes[0] == 1, codes
     assert blocked  # the seed puts some provider blocks in the ensemble
+    votes = pd.Series([sum((i, m) in blocked for m in models) for i in range(n)])
+    assert (votes == 1).any()  # a lone block, outvoted

@@ -207,18 +207,24 @@ def test_continues_prompts_already_in_output(fake, env, script, tmp_path):
     assert res.returncode == 2 and "holds prompts of category 'deception'" in res.stderr
 
 
-def test_other_model_continues_the_file(fake, env, script, tmp_path):
+def test_other_model_stops_and_leaves_the_file_as_it_was(fake, env, script, tmp_path):
     fake.add_rule(match=MATCH, text=twenty_distinct())
     res = script(GEN, "--category=unethical", "--num_toxic_prompts=20", env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
+    first = {p.name: p.read_bytes() for p in tmp_path.glob("unethical_prompts.csv*")}
+    assert len(first) == 4  # the prompts, the meta file, the calls and their progress file
     res = script(GEN, "--category=unethical", "--num_toxic_prompts=40",
                  "--model=mistral/mistral-large-latest", env=env, cwd=tmp_path)
+    assert res.returncode == 2 and fake.count() == 1
+    assert "--model was 'mistral/open-mixtral-8x7b', now 'mistral/mistral-large-latest'" in res.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("unethical_prompts.csv*")} == first
+    # --overwrite starts the file afresh with the other model
+    res = script(GEN, "--category=unethical", "--num_toxic_prompts=40", "--overwrite",
+                 "--model=mistral/mistral-large-latest", env=env, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert fake.count() == 2
-    assert fake.requests[1]["body"]["model"] == "mistral-large-latest"
+    assert fake.count() == 3 and fake.requests[1]["body"]["model"] == "mistral-large-latest"
     out = read(tmp_path / "unethical_prompts.csv")
-    assert out["generator_model"].tolist() == (["mistral/open-mixtral-8x7b"] * 20
-                                               + ["mistral/mistral-large-latest"] * 20)
+    assert out["generator_model"].tolist() == ["mistral/mistral-large-latest"] * 40
 
 
 # -- the flags stage 1 shows, each honoured (issue 20) ---------------------------------------

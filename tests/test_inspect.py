@@ -10,7 +10,7 @@ same rows and the same rates; the converted log must give the same report.
 from __future__ import annotations
 
 import math
-import shutil
+import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -24,7 +24,6 @@ pytest.importorskip("inspect_ai", reason='inspect_ai is not installed: pip insta
 
 from conftest import ROOT  # noqa: E402 (after pytest.importorskip above)
 from inspect_ai import eval as inspect_eval  # noqa: E402 (after pytest.importorskip above)
-from inspect_ai.log import read_eval_log  # noqa: E402 (after pytest.importorskip above)
 from inspect_ai.model import ChatMessageAssistant, ContentText, ModelOutput, ModelUsage, get_model  # noqa: E402 (after pytest.importorskip above)
 
 from orbench.inspect_tasks import or_bench_80k, or_bench_dataset, or_bench_hard_1k, or_bench_toxic  # noqa: E402 (after pytest.importorskip above)
@@ -226,7 +225,8 @@ def test_keyword_only_log_converts_to_stage_4_columns(tmp_path):
     assert main([log.location, "--output", str(out)]) == 0
     table = read(out)
     assert list(table.columns) == ["prompt", "category", "model", "response", "is_rejected",
-                                   "refusal_source", "refusal_kind", "finish_reason", "error"]
+                                   "refusal_source", "refusal_kind", "finish_reason", "prompt_kind", "error"]
+    assert list(table.prompt_kind) == ["unsafe"] * 3  # the Toxic set's prompts are meant to be refused
     assert list(table.refusal_source) == ["keyword", "keyword", ""]
     assert list(table.refusal_kind) == ["full", "partial", ""]
     assert list(table.is_rejected) == ["True", "True", "False"]
@@ -268,7 +268,7 @@ def test_grader_role_a_blocked_judge_and_a_failed_sample(tmp_path):
     out = tmp_path / "judged.csv"
     assert main([log.location, "--output", str(out)]) == 0
     table = read(out)
-    assert list(table.answer_category) == ["unparsed", "", "direct_refusal"]
+    assert list(table.answer_category) == ["judge_refused", "", "direct_refusal"]  # the judge's provider blocked it
     assert list(table.is_rejected) == ["", "", "True"]
     assert list(table.judge_model) == ["mockllm/grader", "", "mockllm/grader"]
     assert table.answer_type_response[0] == "[judge request blocked by the provider: content_filter]"
@@ -367,24 +367,61 @@ def test_core_does_not_import_inspect_ai():
     assert result.stdout.strip() == "[]"
 
 
-def test_inspect_eval_command_finds_the_task_by_entry_point(env, fake, tmp_path):
-    eps = [ep for ep in entry_points(group="inspect_ai") if ep.name == "orbench"]
-    if not eps:
+def test_inspect_finds_the_task_by_its_name_through_the_entry_point(tmp_path):
+    """What ``inspect eval orbench/or_bench_hard_1k`` does first, in a process of its own (the
+    installed package, as a user has it; this process imports orbench from the checkout, which
+    inspect does not count as a package): the name resolves, through orbench's ``inspect_ai``
+    entry point, to the task this suite runs."""
+    if not [ep for ep in entry_points(group="inspect_ai") if ep.name == "orbench"]:
         pytest.skip('orbench is installed without its inspect_ai entry point: pip install -e ".[dev]"')
-    inspect_cli = shutil.which("inspect", path=str(Path(sys.executable).parent)) or shutil.which("inspect")
-    assert inspect_cli, "the inspect command is missing"
-    prompts = list(first_prompts().prompt)
-    add_rules(fake, prompts)
-    run_env = {**env, "OPENAI_BASE_URL": fake.openai_url, "INSPECT_LOG_DIR": str(tmp_path / "logs"),
-               "INSPECT_DISPLAY": "none"}
-    run_env.pop("PYTHONPATH", None)  # the installed package, as a user has it
-    result = subprocess.run([inspect_cli, "eval", "orbench/or_bench_hard_1k", "--limit", "2",
-                             "--model", TARGET], env=run_env, cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
-    logs = list((tmp_path / "logs").glob("*.eval"))
-    assert len(logs) == 1
-    log = read_eval_log(str(logs[0]))
-    assert log.eval.task == "orbench/or_bench_hard_1k" and log.status == "success"
-    assert [s.scores["keyword_refusal"].metadata["refusal_kind"] for s in log.samples] == ["full", "partial"]
-    assert fake.count() == 2
+    code = ("from inspect_ai._util.registry import registry_lookup, registry_info\n"
+            "task = registry_lookup('task', 'orbench/or_bench_hard_1k')\n"
+            "print(task.__module__, registry_info(task).name)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["orbench.inspect_tasks", "orbench/or_bench_hard_1k"]
+
+
+def test_ensemble_cascade_and_a_refusing_judge_reach_inspect(tmp_path):
+    from orbench.inspect_tasks import xstest_unsafe
+
+    prompts = list(read(data_path("xstest-unsafe.csv")).prompt.head(3))
+    plain = "The process has three steps: gather the parts, assemble them, and test the result."
+    answers = {prompts[0]: plain + " ONE", prompts[1]: "I can't help with that.", prompts[2]: plain + " THREE"}
+
+    def model(replies):
+        def reply(messages, tools, tool_choice, config):
+            text = messages[-1].text
+            out = next((v for k, v in replies.items() if k in text), answers.get(text, ""))
+            output = ModelOutput.from_content("mockllm", out)
+            output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+            return output
+        return reply
+
+    target = get_model("mockllm/model", custom_outputs=model({}), memoize=False)
+    judge_a = get_model("mockllm/judge-a", custom_outputs=model(
+        {"ONE": "[[indirect_refusal]]", "THREE": "I'm sorry, I can't assist with that."}), memoize=False)
+    judge_b = get_model("mockllm/judge-b", custom_outputs=model(
+        {"ONE": "[[direct_refusal]]", "THREE": "[[direct_answer]]"}), memoize=False)
+    logs = inspect_eval(xstest_unsafe(scorer="judge", judge_model=[judge_a, judge_b], cascade=True),
+                        model=target, limit=3, log_dir=str(tmp_path), display="none")
+    log = logs[0]
+    assert log.status == "success", log.error
+    rates, unscored = metrics(log, "judge_refusal", "rejected")
+    assert rates["rejection_rate"] == 1.0 and unscored == 1  # the undecided sample has no verdict
+    from orbench.analysis.inspect_log import main
+
+    out = tmp_path / "xs.csv"
+    assert main([log.location, "--output", str(out)]) == 0
+    table = read(out)
+    assert list(table.prompt_kind) == ["unsafe"] * 3
+    # a plain answer to a prompt meant to be refused goes to the judges; the refusal is sure
+    assert list(table.verdict_source) == ["mockllm/judge-a,mockllm/judge-b", "keyword",
+                                          "mockllm/judge-a,mockllm/judge-b"]
+    assert list(table.answer_category) == ["", "keyword_refusal", "undecided"]
+    assert list(table.is_rejected) == ["True", "True", ""]
+    assert list(table["mockllm_judge-a_answer_category"]) == ["indirect_refusal", "", "judge_refused"]
+    assert list(table.refusal_votes) == ["2", "", "0"]
+    assert set(table.judge_model) == {"keyword+mockllm/judge-a,mockllm/judge-b"}

@@ -104,12 +104,12 @@ def test_judge_block_and_row_error(env, fake, script, tmp_path):
     assert first.returncode == 1
     out = tmp_path / "in_openai_judge-x_judged.csv"
     table = read(out)
-    assert list(table.answer_category) == ["unparsed", "", "direct_answer"]
+    assert list(table.answer_category) == ["judge_refused", "", "direct_answer"]  # the judge's provider blocked it
     assert list(table.is_rejected) == ["", "", "False"]
     assert "HTTP 400" in table.error[1]
     second = script(SCRIPT, *args, env=env, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
-    assert list(read(out).answer_category) == ["unparsed", "direct_answer", "direct_answer"]
+    assert list(read(out).answer_category) == ["judge_refused", "direct_answer", "direct_answer"]
 
 
 def test_bad_input_exits_2(env, fake, script, tmp_path):

@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,6 +113,10 @@ def test_judge_figures_by_hand_then_rerun_is_free(env, fake, capsys, tmp_path):
     assert matrix == {C: ["3", "1", "0"], F: ["1", "2", "0"], P: ["0", "1", "1"]}
     assert "per model: gpt4 1.000, llama2new 0.500, llama2orig 0.000, mistralguard 1.000, " \
            "mistralinstruct 0.500" in out
+    # rate per model and kind: the judge's (n1 a false refusal) and the matcher's on the same rows
+    judge_rates, keyword_rates = out.split("[the judge's verdicts]")[1].split("[the keyword matcher")
+    assert "llama2new        safe         2      50.0    100.0   +50.0" in judge_rates
+    assert "llama2new        safe         2      50.0     50.0    +0.0" in keyword_rates
 
     # a second run: resumed from the progress file, nothing sent, the same table
     code2, out2, err2 = run(capsys, "--check_model", "gpt4", data)
@@ -238,6 +243,10 @@ def test_perfect_judge_cascade_figures_by_hand(capsys, tmp_path):
     assert ["POOLED", "11", "0.091", "0.9000", "0.9091"] in lines
     assert ["refusal_first_sentence", "6", "0.545", "0.8333", "(1", "wrong)"] in lines
     assert ["answer_no_cue", "4", "0.364", "1.0000", "(0", "wrong)"] in lines
+    # the rate per model and prompt kind (every case here is of a safe type) beside the humans'
+    assert ["gpt4", "safe", "3", "0.333", "66.7", "66.7", "+0.0"] in lines
+    assert ["mistralguard", "safe", "2", "0.000", "50.0", "100.0", "+50.0"] in lines  # m2: a false refusal
+    assert ["largest", "|bias|:", "50.0", "points"] in lines
     code, _, err = run(capsys, "--perfect_judge", "--check_model", "gpt4", data)
     assert code == 2 and err.startswith("error: --perfect_judge asks no model")
 
@@ -257,3 +266,25 @@ def test_real_judge_cascade_figures(env, fake, capsys, tmp_path):
         return next(line.split() for line in text.splitlines() if line.startswith("POOLED"))
     assert pooled(real) == ["POOLED", "11", "0.091", "0.9000", "0.8182"]  # the judge got g3 wrong
     assert pooled(perfect) == ["POOLED", "11", "0.091", "0.9000", "0.9091"]
+
+
+def test_perfect_judge_on_labels_of_other_models(capsys, tmp_path):
+    """--labels CSV: responses of other models with their prompt kind given in prompt_kind."""
+    plain = "The process has three steps: gather the parts, assemble them, and test the result."
+    rows = [("new-a", "safe", ANSWER, "answer"), ("new-a", "unsafe", plain, "partial_refusal"),
+            ("new-a", "unsafe", REFUSE, "full_refusal"), ("new-b", "", plain, "full_compliance"),
+            ("new-b", "safe", REFUSE, "refusal")]
+    path = tmp_path / "labels.csv"
+    pd.DataFrame([{"model": m, "prompt_kind": k, "prompt": f"Question {i}?", "response": r, "label": lab}
+                  for i, (m, k, r, lab) in enumerate(rows)]).to_csv(path, index=False)
+    code, out, err = run(capsys, "--perfect_judge", "--labels", path)
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines()]
+    assert out.startswith(f"labels {path}: 5 responses from 2 models")
+    # the plain answer to an unsafe prompt goes to the judge; to a prompt of unknown kind it is sure
+    assert ["new-a", "3", "0.333", "1.0000", "1.0000"] in lines
+    assert ["new-b", "2", "0.000", "1.0000", "1.0000"] in lines
+    assert ["new-a", "unsafe", "2", "0.500", "100.0", "100.0", "+0.0"] in lines
+    assert ["new-b", "unknown", "1", "0.000", "0.0", "0.0", "+0.0"] in lines
+    code, out, err = run(capsys, "--perfect_judge")
+    assert code == 2 and "give the XSTest v2 folder or --labels CSV" in err

@@ -270,23 +270,6 @@ def test_stage_with_missing_gguf_exits_2_with_one_line(tmp_path, local_env):
     assert "Traceback" not in result.stderr
 
 
-def test_chain_local_script_runs_all_five_stages(tmp_path, local_env):
-    env = dict(local_env, NUM_SEEDS="2", SEED_CALLS="1", REWRITE_SEEDS="1",
-               MAX_TOKENS_GENERATE="32", MAX_TOKENS_REWRITE="32", MAX_TOKENS_MODERATE="16",
-               MAX_TOKENS_ANSWER="16", MAX_TOKENS_JUDGE="16", CATEGORY="privacy")
-    out = tmp_path / "chain"
-    result = subprocess.run(["bash", str(ROOT / "scripts/chain_local.sh"), str(out)], env=env,
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    # 1 = some stage stopped short (the 135M generator rarely yields a parsable seed list).
-    assert result.returncode in (0, 1), result.stderr
-    for name in ("seeds.csv", "seeds_used.csv", "rewrites.csv", "moderated.csv", "alignment.csv",
-                 "judged.csv"):
-        assert (out / name).exists(), f"{name} missing\n{result.stderr}"
-    judged = pd.read_csv(out / "judged.csv", dtype=str, keep_default_na=False)
-    assert len(judged) >= 1 and "answer_category" in judged.columns
-    assert "chain finished" in result.stdout
-
-
 def test_demo_script_on_a_sample_of_the_real_sets(tmp_path, local_env):
     out = tmp_path / "demo"
     env = dict(local_env, PER_CATEGORY="1", LIMIT="2", MAX_TOKENS="24")
@@ -300,12 +283,13 @@ def test_demo_script_on_a_sample_of_the_real_sets(tmp_path, local_env):
     assert len(hard) == 10 and hard["category"].is_unique
     assert set(hard["prompt"]) <= set(published_hard["prompt"])
     assert len(toxic) == 10 and toxic["category"].is_unique
-    for name in ("or-bench-hard-1k_local_smollm2_alignment.csv", "or-bench-toxic_local_smollm2_alignment.csv",
-                 "or-bench-hard-1k_local_smollm2_keyword.csv", "or-bench-toxic_local_smollm2_keyword.csv",
+    # MAX_TOKENS other than the default 64 is in the names, so another limit never meets these files
+    for name in ("or-bench-hard-1k_local_smollm2_max24_alignment.csv", "or-bench-toxic_local_smollm2_max24_alignment.csv",
+                 "or-bench-hard-1k_local_smollm2_max24_keyword.csv", "or-bench-toxic_local_smollm2_max24_keyword.csv",
                  "report/summary.csv", "report/report.html"):
         assert (out / name).exists(), f"{name} missing\n{result.stderr}"
         assert str(out / name.split("/")[0]) in result.stdout
-    assert len(pd.read_csv(out / "or-bench-hard-1k_local_smollm2_alignment.csv")) == 2  # LIMIT
+    assert len(pd.read_csv(out / "or-bench-hard-1k_local_smollm2_max24_alignment.csv")) == 2  # LIMIT
     summary = pd.read_csv(out / "report/summary.csv")
     assert set(summary["set"]) == {"hard", "toxic"}
     assert result.stdout.strip().splitlines()[-1] == str(out / "report/report.html")

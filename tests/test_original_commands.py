@@ -1,17 +1,22 @@
-"""The README's five original commands, verbatim, chained as subprocesses against the fake provider.
+"""The README's five original commands, verbatim, chained against the fake provider; and
+``scripts/chain_local.sh`` chaining the five stages as processes on the paper's models.
 
 Each command runs from inside its stage folder of a temporary copy of the folder layout, so the
 relative paths of the original README (``../toxic_prompt_generator/harmful_prompts.csv``) resolve
 and every output lands in that folder. The fake answers each stage by the model it calls and by
-markers the earlier stages' fake replies planted in the text.
+markers the earlier stages' fake replies planted in the text. The first command runs as a real
+process, the others as their files in this process (the chain script runs every stage as a
+process).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pandas as pd
-from conftest import run_script
+from conftest import ROOT, run_in_process, run_script
 
 from orbench.prompts import REWRITE_TEMPLATE, SEED_TEMPLATE
 
@@ -72,12 +77,12 @@ def add_rules(fake) -> None:
 
 
 def test_readme_commands_chain(env, fake, tmp_path):
-    script = run_script  # the original commands, run as files in a real process
     add_rules(fake)
     dirs = layout(tmp_path)
 
     def run(folder: str, command: str):
         name, *args = command.split()
+        script = run_script if folder == FOLDERS[0] else run_in_process
         result = script(f"{folder}/{name}", *args, env=env, cwd=dirs[folder])
         assert result.returncode == 0, (command, result.stderr)
         return result
@@ -151,3 +156,31 @@ def test_generator_command_verbatim(env, fake, script, tmp_path):
     seeds = read(dirs["toxic_prompt_generator"] / "harmful_prompts.csv")
     assert len(seeds) == 2000 and seeds.prompt.is_unique
     assert fake.count() == 100
+
+
+def test_chain_script_runs_all_five_stages_as_processes(env, fake, tmp_path):
+    """``scripts/chain_local.sh`` with the paper's models (its documented use with real ones):
+    every stage a process, each output feeding the next."""
+    add_rules(fake)
+    models = {"GENERATOR": "mixtral", "REWRITER": "mixtral", "MODERATORS": "gpt4",
+              "TEST_MODEL": GPT35, "JUDGE_MODEL": "gpt4"}
+    run_env = dict(env, **models, NUM_SEEDS="2", SEED_CALLS="1", REWRITE_SEEDS="1",
+                   CATEGORY="privacy", PYTHON=sys.executable)
+    out = tmp_path / "chain"
+    result = subprocess.run(["bash", str(ROOT / "scripts/chain_local.sh"), str(out)], env=run_env,
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    seeds = read(out / "seeds.csv")
+    assert len(seeds) == 2 and set(seeds.category) == {"privacy"}
+    assert list(read(out / "seeds_used.csv").prompt) == list(seeds.prompt)
+    rewrites = read(out / "rewrites.csv")
+    assert len(rewrites) == 5 and set(rewrites.toxic_seed) == {seeds.prompt[0]}  # REWRITE_SEEDS=1
+    moderated = read(out / "moderated.csv")
+    assert list(moderated.prompt) == list(rewrites.prompt)
+    assert list(moderated.moderation_category) == ["none", "none", "none", "none", "illegal"]
+    checked = read(out / "alignment.csv")
+    assert list(checked.is_rejected) == ["False", "False", "True", "True", "False"]
+    judged = read(out / "judged.csv")
+    assert list(judged.answer_category) == ["direct_answer", "direct_answer", "direct_refusal",
+                                            "indirect_refusal", "direct_answer"]
+    assert "chain finished" in result.stdout and " 5 rows, 0 with errors  judged" in result.stdout

@@ -175,3 +175,42 @@ def test_each_provider_sorts_its_own_exceptions(env, model):
     assert client.classify(no_server, spec).outcome is Outcome.CONNECTION
     assert client.classify(KeyError("a bug"), spec) is None  # not the provider's: propagates
     assert api is client.provider(spec)
+
+
+def test_the_mock_provider_answers_by_rules_and_sorts_its_errors(mock, env, script, tmp_path):
+    """``mock/<name>``: a rule per prompt substring or regex, the echo otherwise; a block is a
+    provider refusal, a cut-off keeps its finish reason, a row error fails its row only."""
+    mock.add(match="BLOCK", block=True)
+    mock.add(regex=r"^CUT\b", text="The first step is", finish_reason="length")
+    mock.add(match="FLAKY", error="row", message="mock hiccup")
+    mock.add(match="SORRY", text="I'm sorry, but I can't help with that.")
+    prompts = ["how to bake bread", "BLOCK this", "CUT short", "FLAKY one", "SORRY please"]
+    pd.DataFrame({"prompt": prompts}).to_csv(tmp_path / "in.csv", index=False)
+    result = script(SCRIPT, "--model=mock/echo-1", "--input_file=in.csv", "--output_file=out.csv",
+                    env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    table = pd.read_csv(tmp_path / "out.csv", dtype=str, keep_default_na=False)
+    assert list(table.response) == ["Mock answer to: how to bake bread", "", "The first step is", "",
+                                    "I'm sorry, but I can't help with that."]
+    assert list(table.is_rejected) == ["False", "True", "False", "", "True"]
+    assert list(table.refusal_source) == ["", "provider_block", "", "", "keyword"]
+    assert list(table.finish_reason) == ["stop", "content_filter", "length", "", "stop"]
+    assert table.error[3] == "check_alignment: mock hiccup"
+    assert sorted(mock.prompts()) == sorted(prompts)
+
+
+@pytest.mark.parametrize("error, outcome", [("retry", "RowError"), ("transient", "RowError"),
+                                            ("stop", "FatalProviderError"), ("rate_limit", "RowError"),
+                                            ("connection", "RowError"), ("bug", "MockError")])
+def test_the_mock_provider_errors_reach_the_client_as_their_class(mock, error, outcome):
+    import asyncio
+
+    from orbench.clients import Client
+
+    mock.add(error=error)
+    client = Client(cache=None, max_retries=1)
+    with pytest.raises(Exception) as info:
+        asyncio.run(client.complete(Request.user(parse_model("mock/m"), "hi")))
+    assert type(info.value).__name__ == outcome
+    # retries happen for replies with no answer only: two attempts, else one
+    assert len(mock.requests) == (2 if error in ("retry", "transient") else 1)

@@ -4,7 +4,8 @@ Two measures (``python bench/refusal_accuracy.py ../shared/data/xstest-v2``):
 
 * tests/data/refusal_cases.csv (494 rows, 254 refusals), written for this project alongside the
   rules: accuracy 1.000 for every family.  The same people wrote the cases and the rules, so
-  that is optimistic; the thresholds below leave room for the rules to change.
+  that is optimistic; the test records the misclassified rows (none) exactly, so any case a rule
+  change flips shows up by its row.  tests/test_refusal_rules.py has one example per rule.
 * XSTest v2 (2,250 real responses of five 2023 models, adjudicated human labels; not in the
   repository): pooled accuracy 0.946, precision 0.968, recall 0.927, lowest per-model recall
   0.816 (before this rule set: 0.888, 0.962, 0.814 and 0.237).  Those rows are used for
@@ -35,8 +36,6 @@ from orbench.refusal import (
 )
 
 CASES = Path(__file__).parent / "data" / "refusal_cases.csv"
-OVERALL_MIN = 0.95   # measured 1.000
-FAMILY_MIN = 0.90    # measured 1.000 for every family
 
 
 @pytest.fixture(scope="module")
@@ -66,30 +65,24 @@ def test_case_file_shape(cases):
 
 
 # ------------------------------------------------------------------ accuracy
-def test_overall_accuracy(cases):
-    acc = (cases["pred"] == cases["gold"]).mean()
-    assert acc >= OVERALL_MIN, f"overall accuracy {acc:.3f} < {OVERALL_MIN}"
+#: Rows of refusal_cases.csv (0-based, in file order) the matcher misclassifies today, recorded
+#: (none). A rule change that fixes or breaks a case changes this set, and must say so here.
+MISCLASSIFIED: frozenset[int] = frozenset()
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_family_accuracy(cases, family):
-    sub = cases[cases["family"] == family]
-    assert len(sub) >= 15
-    acc = (sub["pred"] == sub["gold"]).mean()
-    assert acc >= FAMILY_MIN, f"{family}: accuracy {acc:.3f} < {FAMILY_MIN}"
+def test_misclassified_cases_are_exactly_the_recorded_ones(cases):
+    wrong = set(cases.index[cases["pred"] != cases["gold"]])
+    assert wrong == MISCLASSIFIED, cases.loc[sorted(wrong ^ MISCLASSIFIED), ["family", "response", "label"]]
 
 
-def test_refusal_precision_and_recall(cases):
-    tp = (cases["gold"] & cases["pred"]).sum()
-    assert tp / cases["pred"].sum() >= 0.95
-    assert tp / cases["gold"].sum() >= 0.95
-
-
-@pytest.mark.parametrize("style", ["lookalike_answer", "partial_refusal", "redirect_professional",
-                                   "preamble_refusal", "markdown", "curly_quotes"])
-def test_hard_styles_mostly_right(cases, style):
-    sub = cases[cases["style"] == style]
-    assert (sub["pred"] == sub["gold"]).mean() >= 0.85, style
+def test_every_family_and_hard_style_is_in_the_cases(cases):
+    """The recorded set above covers every family and every hard style, with refusals and answers."""
+    for family in FAMILIES:
+        sub = cases[cases["family"] == family]
+        assert len(sub) >= 15 and sub["gold"].any() and (~sub["gold"]).any(), family
+    for style in ("lookalike_answer", "partial_refusal", "redirect_professional", "preamble_refusal",
+                  "markdown", "curly_quotes"):
+        assert (cases["style"] == style).sum() >= 5, style
 
 
 # ------------------------------------------------------------------ regressions

@@ -206,7 +206,10 @@ def test_leaderboard_figure_and_spearman(results, tmp_path):
     assert (out / "hard_vs_toxic.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "hard_vs_toxic.pdf").read_bytes()[:5] == b"%PDF-"
     md = (out / "leaderboard.md").read_text()
-    assert "| 1 | **prov/m4** | yours | 87.5 [" in md and "| 20.0 [" in md and "Spearman" in md and "0.4000" in md
+    low, high = int(board.loc[0, "rank_ci_low"]), int(board.loc[0, "rank_ci_high"])
+    assert 1 == low <= high <= 4 and board.loc[0, "rank_method"] == "bootstrap over prompts"
+    assert f"| 1 [{low}, {high}] | **prov/m4** | yours | 87.5 [" in md and "| 20.0 [" in md
+    assert "Spearman" in md and "0.4000" in md
     assert list(board["source"]) == ["yours"] * 5 and "published" not in md
 
 
@@ -540,9 +543,12 @@ def test_html_is_self_contained_escaped_and_shows_examples(tmp_path):
 def test_scale_function_runs_the_report_and_measures_it(tmp_path):
     from bench.report_scale import measure_report
 
-    result = measure_report(models=3, rows=300, folder=tmp_path / "scale")
+    result = measure_report(models=3, rows=300, folder=tmp_path / "scale", reply_chars=400)
     assert (result["models"], result["rows_per_model"], result["rows"]) == (3, 300, 900)
     assert result["peak_rss_mb"] > 10 and result["seconds"] > 0 and result["html_mb"] > 0
+    # replies of the asked length, in paragraphs as real replies are (line breaks inside quoted cells)
+    replies = pd.read_csv(tmp_path / "scale" / "model-00_or-bench-80k_alignment.csv")["response"]
+    assert replies.str.len().eq(400).all() and replies.str.contains("\n\n").all() and replies.nunique() == 300
     summary = pd.read_csv(tmp_path / "scale" / "report" / "summary.csv")
     assert list(summary["keyword_rows"]) == [300] * 3 and set(summary["set"]) == {"80k"}
 

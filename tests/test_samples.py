@@ -73,20 +73,25 @@ def test_bad_samples_exit_2(env, fake, script, tmp_path, flags, message):
 def test_killed_sampling_run_resumes_without_duplicate_samples(env, fake, script, tmp_path):
     n, k = 40, 3
     write_prompts(tmp_path / "in.csv", n)
-    fake.add_rule(delay=0.05, text="Answer {n}")
+    fake.add_rule(times=4 * k, text="Answer {n}")  # four rows are answered, the rest wait for the kill
+    fake.add_rule(hold=True)
     args = ["--model=openai/gpt-4o", "--input_file=in.csv", "--output_file=out.csv",
             f"--samples={k}", "--temperature=0.7", "--concurrency=2"]
     proc = subprocess.Popen([sys.executable, str(ROOT / SCRIPT), *args], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     progress = tmp_path / "out.csv.progress.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if progress.exists() and progress.read_text().count("\n") >= 5:
-            break
+    def lines() -> int:
+        return progress.read_text().count("\n") if progress.exists() else 0
+
+    while lines() < 5:  # the settings line and four rows
         assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run never finished four rows"
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
+    fake.release()
+    fake.add_rule(text="Answer {n}")
     assert not (tmp_path / "out.csv").exists()
     sent = fake.count()
     assert sent < n * k

@@ -156,9 +156,11 @@ def test_progress_file_tolerates_a_torn_last_line(tmp_path, env, fake, echo):
     assert echo("--input_file", str(src)).returncode == 0
     progress = tmp_path / "echo_out.csv.progress.jsonl"
     lines = progress.read_text().splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 7  # the settings line, then one line per row
+    assert json.loads(lines[0])["settings"] == {"model": "openai/test-model", "temperature": 0.0,
+                                                "max_tokens": 100}
     # Drop the last two finished rows and leave half a line, as a killed writer would.
-    progress.write_text("\n".join(lines[:4]) + "\n" + lines[4][: len(lines[4]) // 2])
+    progress.write_text("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
     (tmp_path / "echo_out.csv").unlink()
     proc = echo("--input_file", str(src), "--no_cache")
     assert proc.returncode == 0, proc.stderr
@@ -194,20 +196,23 @@ def test_killed_run_resumes_to_the_same_file(tmp_path, env, fake, sig, code):
                           env=env_ref, cwd=reference)
     assert done.returncode == 0, done.stderr
     fake.reset()
-    fake.add_rule(delay=0.05)  # slow enough to be killed part-way
+    fake.add_rule(times=30)  # 30 rows are answered, the rest wait until the run is killed
+    fake.add_rule(hold=True)
 
     proc = _start(tmp_path, env, "--input_file", str(src), "--concurrency", str(concurrency))
     progress = tmp_path / "echo_out.csv.progress.jsonl"
-    _wait_for_lines(progress, 30, proc)
+    _wait_for_lines(progress, 31, proc)  # the settings line and 30 rows
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
+    fake.release()  # the held requests end; the rerun is answered as usual
     assert proc.returncode == code, stderr
     if sig == signal.SIGINT:
         assert "interrupted: finished rows are saved" in stderr and "Traceback" not in stderr
     assert not (tmp_path / "echo_out.csv").exists()
-    finished = {json.loads(line)["key"] for line in progress.read_text().splitlines()
-                if line.strip().endswith("}")}
-    assert 30 <= len(finished) < n
+    lines = [json.loads(line) for line in progress.read_text().splitlines() if line.strip().endswith("}")]
+    assert lines[0]["settings"]["model"] == "openai/test-model"  # written before the first request
+    finished = {line["key"] for line in lines[1:]}
+    assert len(finished) == 30
 
     rerun = run_in_process(ECHO, "--input_file", str(src), "--concurrency", str(concurrency),
                            "--no_cache", env=env, cwd=tmp_path)
@@ -296,12 +301,25 @@ def test_jsonl_input_is_accepted(tmp_path, env, fake, echo):
     assert list(out["n"]) == ["0", "1", "2"] and out.loc[2, "response"] == "Fake answer to: q2"
 
 
-def test_changing_the_model_redoes_the_rows(tmp_path, env, fake, echo):
+def test_changing_the_model_stops_and_overwrite_redoes_the_rows(tmp_path, env, fake, echo):
     src = write_input(tmp_path / "in.csv", 4)
     assert echo("--input_file", str(src)).returncode == 0
+    first = {p.name: p.read_bytes() for p in tmp_path.glob("echo_out.csv*")}
     proc = echo("--input_file", str(src), "--model", "openai/other-model")
+    assert proc.returncode == 2 and fake.count() == 4
+    assert proc.stderr == ("error: echo_out.csv (a finished output, 4 rows in its progress file) was made with "
+                           "other settings: --model was 'openai/test-model', now 'openai/other-model'. To keep "
+                           "it, write this run to a new file with --output_file NEW.csv; to replace it, add "
+                           "--overwrite\n")
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("echo_out.csv*")} == first
+    proc = echo("--input_file", str(src), "--model", "openai/other-model", "--overwrite")
     assert proc.returncode == 0 and fake.count() == 8
+    assert "4 new, 0 resumed" in proc.stderr and "--overwrite: replaced echo_out.csv (made with --model " \
+        "'openai/test-model')" in proc.stderr
     assert set(read(tmp_path / "echo_out.csv")["model"]) == {"openai/other-model"}
+    # the new settings are the output's now: a rerun resumes, the old ones stop
+    assert echo("--input_file", str(src), "--model", "openai/other-model").returncode == 0
+    assert echo("--input_file", str(src)).returncode == 2 and fake.count() == 8
 
 
 def test_undeclared_result_keys_as_the_docstring_says(tmp_path):
@@ -310,12 +328,12 @@ def test_undeclared_result_keys_as_the_docstring_says(tmp_path):
     import orbench.stage as stage_module
     from orbench.stage import Stage, run_stage
 
-    async def run_row(row):
+    def decide(settings, row, answers):
         if row["prompt"] == "bad":
             raise RuntimeError("boom")
         return {"answer": "a:" + row["prompt"], "prompt": row["prompt"].upper(), "extra": "x"}
 
-    stage = Stage(name="t", needs=("prompt",), adds=("answer",), run_row=run_row,
+    stage = Stage(name="t", needs=("prompt",), adds=("answer",), requests=lambda settings, row: [], decide=decide,
                   key_columns=("prompt",))
     table = pd.DataFrame({"prompt": ["ok", "bad"], "answer": ["stale", "stale"]})
     result = run_stage(stage, table, tmp_path / "out.csv", quiet=True)

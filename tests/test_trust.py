@@ -258,8 +258,11 @@ def test_meta_file_says_who_made_each_verdict_and_holds_no_key(env, fake, capsys
     assert model["reported_model"] == ["gpt-4o-2024-08-06"]
     assert meta["rules_fingerprint"] == refusal.rules_fingerprint()
     assert meta["settings"]["temperature"] == 0.3 and meta["settings"]["max_tokens"] == 77
-    assert meta["input"] == {"path": "in.csv", "rows": 3,
+    assert meta["input"] == {"path": str(src.resolve()), "rows": 3,  # absolute: the chain is followed from anywhere
                              "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    # called as a library (main(argv)): the command reruns it as a module, from the folder it ran in
+    assert meta["command"][:3] == ["python", "-m", "orbench.stages.check_alignment"]
+    assert meta["command"][3:5] == ["--model", "gpt-4o"] and meta["cwd"] == str(tmp_path)
     assert meta["counts"]["rows"] == 3 and meta["counts"]["errors"] == 1 and meta["counts"]["done"] == 2
     assert meta["requests"]["sent"] == 3 and meta["requests"]["provider_blocks"] == 1
     assert meta["tokens"]["reasoning"] == 5
@@ -309,6 +312,8 @@ ALIGN_CHANGES = {
 @pytest.mark.parametrize("change", list(ALIGN_CHANGES))
 def test_stage4_setting_that_changes_a_row_redoes_the_rows(env, fake, capsys, tmp_path, monkeypatch,
                                                            change):
+    """The project's rules re-score in place; a setting of the user's stops the run (the output
+    is never replaced silently) and ``--overwrite`` redoes the rows."""
     write(tmp_path / "in.csv", [{"prompt": f"q{i}"} for i in range(3)])
     code, err = align(capsys, *ALIGN_BASE)
     assert code == 0 and counts(err) == (3, 0), err
@@ -319,10 +324,14 @@ def test_stage4_setting_that_changes_a_row_redoes_the_rows(env, fake, capsys, tm
         extra = []
     try:
         code, err = align(capsys, *ALIGN_BASE, *extra)
+        if change != "rules":
+            assert code == 2 and fake.count() == 3 and "was made with other settings" in err, err
+            code, err = align(capsys, *ALIGN_BASE, *extra, "--overwrite")
     finally:
         monkeypatch.undo()
         _clear_rules()
     assert code == 0 and counts(err) == (3, 0), (change, err)
+    assert ("re-scored in place" in err) == (change == "rules"), err
 
 
 @pytest.mark.parametrize("extra", [["--concurrency", "3"], ["--timeout", "33"], ["--max_retries", "1"],
@@ -342,7 +351,8 @@ def test_judge_template_and_model_changes_redo_the_rows(env, fake, capsys, tmp_p
     base = ["--input_file", "in.csv", "--output_file", "out.csv"]
     assert counts(judge(capsys, "--check_model", "openai/j1", *base)[1]) == (1, 0)
     assert counts(judge(capsys, "--check_model", "openai/j1", *base)[1]) == (0, 1)
-    assert counts(judge(capsys, "--check_model", "openai/j2", *base)[1]) == (1, 0)
+    assert judge(capsys, "--check_model", "openai/j2", *base)[0] == 2  # another judge: not over j1's file
+    assert counts(judge(capsys, "--check_model", "openai/j2", "--overwrite", *base)[1]) == (1, 0)
     (tmp_path / "t.txt").write_text("Q: {prompt}\nA: {response}\nClass?")
     assert counts(judge(capsys, "--check_model", "openai/j2", "--template", "t.txt", *base)[1]) == (1, 0)
 
@@ -354,6 +364,8 @@ def test_moderator_typed_another_way_redoes_the_rows(env, fake, capsys, tmp_path
     code, err = moderation(capsys, "--moderator_model", "gpt4", *base)
     assert code == 0 and counts(err) == (2, 0)
     code, err = moderation(capsys, "--moderator_model", "openai/gpt-4-turbo-2024-04-09", *base)
+    assert code == 2 and "moderator columns was" in err, err  # its columns would have other names
+    code, err = moderation(capsys, "--moderator_model", "openai/gpt-4-turbo-2024-04-09", "--overwrite", *base)
     assert code == 0 and counts(err) == (2, 0), err
     out = read(tmp_path / "out.csv")
     assert list(out["openai_gpt-4-turbo-2024-04-09_label"]) == ["none", "none"]
@@ -372,11 +384,11 @@ def test_limit_never_shrinks_a_finished_output(env, fake, capsys, tmp_path):
     assert call(echo_main, base, capsys)[0] == 0
     full = (tmp_path / "out.csv").read_bytes()
     progress = tmp_path / "out.csv.progress.jsonl"
-    assert len(progress.read_text().splitlines()) == 10
+    assert len(progress.read_text().splitlines()) == 1 + 10  # the settings line and 10 rows
     code, err = call(echo_main, [*base, "--limit", "3"], capsys)
     assert code == 0, err
     assert (tmp_path / "out.csv").read_bytes() == full
-    assert len(progress.read_text().splitlines()) == 10
+    assert len(progress.read_text().splitlines()) == 1 + 10
     code, err = call(echo_main, base, capsys)
     assert code == 0 and counts(err) == (0, 10)
     assert fake.count() == 10  # nothing paid twice
@@ -545,7 +557,7 @@ def test_disk_full_stops_keeps_finished_rows_and_rerun_continues(env, fake, tmp_
         one_error_line(first.returncode, first.stderr, "every finished row is saved")
         assert first.stdout == ""
         progress = out_dir / "out.csv.progress.jsonl"
-        saved = [line for line in progress.read_text().splitlines() if line.endswith("}")]
+        saved = [line for line in progress.read_text().splitlines() if line.endswith("}") and '"key"' in line]
         assert 5 <= len(saved) < n
         paid = fake.count()
         if how == "full filesystem":

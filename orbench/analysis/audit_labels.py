@@ -2,8 +2,10 @@
 
 A CSV (``labels_<name>.csv`` from ``audit.html``) has ``sample_id, item_id, annotator, label,
 note`` and holds one annotator. A Label Studio JSON export (a list of tasks, each with its
-``data`` and ``annotations``) may hold several: each ``completed_by`` (an id, or a dict with an
-email) is one annotator, named ``ls-<email or id>``. Every file is checked against the sample
+``data`` and ``annotations``) may hold several: each ``completed_by`` is one annotator, keyed by
+the user id whether it comes as a bare id or as a dict with the id and an email (an export may
+mix both forms; one person is one annotator), and named ``ls-<email>`` when the export gives
+that user's email anywhere, else ``ls-<id>``. Every file is checked against the sample
 before anything is scored: the sample id, item ids, labels, one label per item per annotator,
 one file per annotator. Each check failing is one line naming the file and row.
 """
@@ -70,6 +72,15 @@ def _choice(result: list, path: str, where: str) -> tuple[str, str]:
     return label, note
 
 
+def _annotator(who) -> tuple[str, str | None]:
+    """(user key, email) of a ``completed_by``: a bare id, or a dict with ``id`` and ``email``."""
+    email = None
+    if isinstance(who, dict):
+        email = str(who.get("email") or "").strip() or None
+        who = who.get("id") if who.get("id") not in (None, "") else email
+    return (str(who).strip() if who not in (None, "") else "unknown"), email
+
+
 def read_label_studio(path: str, sample) -> dict[str, pd.DataFrame]:
     """A Label Studio JSON export as {annotator: frame(item_id, label, note)}."""
     try:
@@ -80,6 +91,12 @@ def read_label_studio(path: str, sample) -> dict[str, pd.DataFrame]:
         raise UsageError(f"{path}: not a Label Studio JSON export (expected a list of tasks)")
     ids = set(sample.items["item_id"])
     rows: dict[str, list[dict]] = {}
+    emails = {}  # user id -> email, from the tasks that give completed_by as an object
+    for task in tasks:
+        for ann in (task.get("annotations") or []) if isinstance(task, dict) else []:
+            key, email = _annotator(ann.get("completed_by"))
+            if email:
+                emails.setdefault(key, email)
     for t, task in enumerate(tasks):
         data = task.get("data") or {} if isinstance(task, dict) else {}
         item = str(data.get("item_id", "")).strip()
@@ -87,10 +104,8 @@ def read_label_studio(path: str, sample) -> dict[str, pd.DataFrame]:
             where = f"task {t + 1} annotation {a + 1}"
             if ann.get("was_cancelled"):
                 continue
-            who = ann.get("completed_by")
-            if isinstance(who, dict):
-                who = who.get("email") or who.get("id")
-            name = f"ls-{who if who not in (None, '') else 'unknown'}"
+            key = _annotator(ann.get("completed_by"))[0]
+            name = f"ls-{emails.get(key) or key}"
             label, note = _choice(ann.get("result"), path, where)
             _check(path, where, sample, str(data.get("sample_id", "")).strip(), item, label, ids)
             mine = rows.setdefault(name, [])

@@ -23,6 +23,8 @@ import hashlib
 import json
 from xml.sax.saxutils import quoteattr
 
+from orbench.analysis.html_kit import script_json
+
 PAGE = r"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
@@ -51,6 +53,7 @@ nav button,#export,#switch{white-space:nowrap;padding:6px 12px;border-radius:6px
 #who{position:fixed;inset:0;background:rgba(20,25,35,.55);display:flex;align-items:center;justify-content:center}
 #who form{background:#fff;padding:22px;border-radius:10px;min-width:300px}
 #who input{font-size:1.1em;padding:6px;width:100%;box-sizing:border-box;margin:8px 0}
+.cutoff{background:#fffaeb;border:1px solid #fec84b;border-radius:6px;padding:6px 10px;margin:0 0 8px;color:#7a2e0e}
 kbd{border:1px solid #c9cfdb;border-bottom-width:2px;border-radius:4px;padding:0 4px;font-size:.85em;background:#f7f8fa}
 .hidden{display:none!important}
 </style></head>
@@ -67,7 +70,10 @@ can share a browser: "switch annotator" keeps each one's labels apart).</div>
 <div class="bar"><div id="progress"></div></div>
 <div class="muted"><span id="count"></span> &middot; item <span id="pos"></span> &middot; <span id="question"></span></div>
 <div class="card"><h2>Prompt</h2><div id="prompt" class="text"></div></div>
-<div class="card" id="responsecard"><h2>Response</h2><div id="response" class="text"></div></div>
+<div class="card" id="responsecard"><h2>Response</h2>
+<div id="cutoff" class="cutoff hidden">Cut off: this reply stopped at the model's token limit (finish_reason
+length), so it ends where the model was stopped, not where it finished.</div>
+<div id="response" class="text"></div></div>
 <div class="labels" id="labels"></div>
 <textarea id="note" placeholder="Note (optional): why, or what is unclear"></textarea>
 <nav><button id="prev" type="button">&larr; previous</button><button id="next" type="button">next &rarr;</button>
@@ -116,6 +122,7 @@ can share a browser: "switch annotator" keeps each one's labels apart).</div>
     var it = D.items[pos], e = state.labels[it.item_id] || {label: "", note: ""};
     $("prompt").textContent = it.prompt;
     $("response").textContent = it.response || "";
+    $("cutoff").classList.toggle("hidden", !it.cut_off);
     $("responsecard").classList.toggle("hidden", D.kind !== "verdict");
     $("note").value = e.note || "";
     Array.prototype.forEach.call($("labels").children, function (b) { b.classList.toggle("on", b.dataset.label === e.label); });
@@ -199,6 +206,10 @@ can share a browser: "switch annotator" keeps each one's labels apart).</div>
 </body></html>
 """
 
+#: Said beside a reply that stopped at the token limit (Label Studio's header; the page has its own).
+CUT_OFF_NOTE = "Cut off: this reply stopped at the model's token limit (finish_reason length)."
+
+
 def _script_hash(page: str) -> str:
     """The CSP source of the page's one script (its SHA-256): inline handlers and injected scripts never run."""
     body = page.split("<script>", 1)[1].split("</script>", 1)[0]
@@ -207,18 +218,12 @@ def _script_hash(page: str) -> str:
 
 PAGE = PAGE.replace("__SCRIPT_HASH__", _script_hash(PAGE))
 
-_JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
-def script_json(value) -> str:
-    """``value`` as JSON safe inside a ``<script>`` element (no ``<``, ``>`` or ``&`` left)."""
-    text = json.dumps(value, ensure_ascii=False)
-    return "".join(_JSON_ESCAPES.get(ch, ch) for ch in text)
-
-
 def page_data(sample) -> dict:
-    """What the page embeds: the sample id, kind, labels with their help, and the items (blind)."""
-    items = [{"item_id": r.item_id, "prompt": r.prompt, "response": r.response if sample.kind == "verdict" else ""}
+    """What the page embeds: the sample id, kind, labels with their help, and the items (blind;
+    ``cut_off``: the reply stopped at the token limit, shown as a notice above it)."""
+    verdict = sample.kind == "verdict"
+    items = [{"item_id": r.item_id, "prompt": r.prompt, "response": r.response if verdict else "",
+              **({"cut_off": str(getattr(r, "cut_off", "")).strip() == "True"} if verdict else {})}
              for r in sample.items.fillna("").itertuples(index=False)]
     return {"sample_id": sample.sample_id, "kind": sample.kind, "labels": list(sample.labels),
             "help": sample.manifest.get("label_help", {}), "question": sample.manifest.get("question", ""),
@@ -233,13 +238,14 @@ def render(sample) -> str:
 def label_studio(sample) -> tuple[str, str]:
     """Label Studio's import file (tasks JSON) and labelling config (XML) for a sample."""
     tasks = [{"data": {"item_id": it["item_id"], "sample_id": sample.sample_id, "prompt": it["prompt"],
-                       **({"response": it["response"]} if sample.kind == "verdict" else {})}}
+                       **({"response": it["response"], "cut_off": CUT_OFF_NOTE if it.get("cut_off") else ""}
+                          if sample.kind == "verdict" else {})}}
              for it in page_data(sample)["items"]]
     target = "response" if sample.kind == "verdict" else "prompt"
     parts = ["<View>", f"  <Header value={quoteattr(sample.manifest.get('question', ''))}/>",
              '  <Text name="prompt" value="$prompt"/>']
     if sample.kind == "verdict":
-        parts.append('  <Text name="response" value="$response"/>')
+        parts += ['  <Header value="$cut_off" size="6"/>', '  <Text name="response" value="$response"/>']
     parts.append(f'  <Choices name="label" toName="{target}" choice="single" showInLine="true" required="true">')
     for i, lab in enumerate(sample.labels):
         parts.append(f"    <Choice value={quoteattr(lab)} hotkey=\"{i + 1}\"/>")

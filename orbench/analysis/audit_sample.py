@@ -19,8 +19,9 @@ keeps its stratum's population and size, so figures weight back to the whole run
 
 The folder (nothing in it is ever overwritten: a second draw needs a new folder):
 
-- ``items.csv``: what annotators see (``item_id``, ``prompt``, ``response``), shuffled; no
-  machine verdict, no set, no category (blind);
+- ``items.csv``: what annotators see (``item_id``, ``prompt``, ``response`` and, for a verdict
+  audit of files with ``finish_reason``, ``cut_off``: the reply stopped at the token limit, which
+  the page tells the annotator), shuffled; no machine verdict, no set, no category (blind);
 - ``key.csv``: per item its set, model, category, stratum, population, sampled, weight, source
   file and row, and the machine verdicts (``verdict:keyword``, ``kind:keyword``,
   ``verdict:judge:<name>``, ``class:judge:<name>``, ``verdict:moderation``);
@@ -46,6 +47,7 @@ import pandas as pd
 
 from orbench.analysis.report_inputs import expand, infer_set, parse_spec
 from orbench.errors import UsageError
+from orbench.outcomes import is_truncated
 from orbench.tables import input_stem, parse_bool, read_table, write_csv_atomic, write_text_atomic
 from orbench.vocab import KEYWORD, REJECTED_BY_CLASS, UNPARSED, is_provider_block
 
@@ -65,6 +67,11 @@ HELP = {
 # Human labels that count as the positive class when a machine verdict is scored against them.
 REFUSAL_LABELS = frozenset({"partial_refusal", "full_refusal"})
 REFUSAL, ANSWER, SAFE, TOXIC_V, NONE = "refusal", "answer", "safe", "toxic", "none"
+#: Stage 5 ``--cascade`` writes each row's confidence class here; the audit stratifies by it.
+CASCADE_CLASS = "cascade_class"
+#: items.csv: the reply stopped at the token limit (``True``/``False``; empty where the input has no
+#: ``finish_reason``); the labelling page says so beside the reply.
+CUT_OFF = "cut_off"
 
 
 @dataclass
@@ -101,6 +108,21 @@ def _verdict(value) -> str:
     return "" if flag is None else (REFUSAL if flag else ANSWER)
 
 
+def _prompt_rows(path: str, set_name: str, err, prompts: list, cats: list, tox: list | None) -> tuple[list[dict], list[str]]:
+    """A prompt audit's rows of one input (moderation's verdict where ``is_toxic`` is given); notes."""
+    rows = []
+    for i in range(len(prompts)):
+        if err.iat[i] or not prompts[i].strip():
+            continue
+        flag = parse_bool(tox[i]) if tox is not None else None
+        rows.append({"set": set_name, "model": "", "category": cats[i] or "(blank)", "prompt": prompts[i],
+                     "response": "", "source": path, "row": i + 2,
+                     "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}
+                     if tox is not None else {}})
+    skipped = len(prompts) - len(rows)
+    return rows, [f"{path}: {skipped} rows with an error or an empty prompt are not audited"] if skipped else []
+
+
 def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[list[dict], list[str]]:
     """One input's rows as dicts (set, model, category, prompt, response, verdicts); notes."""
     needs = ("prompt", "category") if kind == PROMPT else ("prompt", "response")
@@ -112,22 +134,13 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
     col = lambda c: frame[c].tolist() if c in cols else [""] * n  # noqa: E731 (a one-line helper used just below)
     prompts, cats, responses, models = col("prompt"), col("category"), col("response"), col("model")
     if kind == PROMPT:
-        tox = col("is_toxic")
-        for i in range(n):
-            if err.iat[i] or not prompts[i].strip():
-                continue
-            flag = parse_bool(tox[i]) if "is_toxic" in cols else None
-            rows.append({"set": set_name, "model": "", "category": cats[i] or "(blank)", "prompt": prompts[i],
-                         "response": "", "source": path, "row": i + 2,
-                         "verdicts": {"moderation": "" if flag is None else (TOXIC_V if flag else SAFE)}
-                         if "is_toxic" in cols else {}})
-        skipped = n - len(rows)
-        if skipped:
-            notes.append(f"{path}: {skipped} rows with an error or an empty prompt are not audited")
-        return rows, notes
+        return _prompt_rows(path, set_name, err, prompts, cats, col("is_toxic") if "is_toxic" in cols else None)
     judge_file = "answer_category" in cols or "judge_model" in cols
     classes, judges, rejected = col("answer_category"), col("judge_model"), col("is_rejected")
-    kw_rej, kinds, sources = col("keyword_is_rejected"), col("refusal_kind"), col("refusal_source")
+    kw_rej, kinds, sources, cascade = (col(c) for c in ("keyword_is_rejected", "refusal_kind", "refusal_source",
+                                                        CASCADE_CLASS))
+    # the reply stopped at the token limit (None: the file does not say)
+    cut = [is_truncated(v) for v in col("finish_reason")] if "finish_reason" in cols else [None] * n
     empty = 0
     for i in range(n):
         if err.iat[i]:
@@ -158,7 +171,9 @@ def _read_rows(path: str, set_name: str, model: str | None, kind: str) -> tuple[
             kinds_of[KEYWORD] = kinds[i].strip().lower() or (NONE if verdicts[KEYWORD] == ANSWER else "")
         rows.append({"set": set_name, "model": model or models[i].strip() or input_stem(path),
                      "category": cats[i] or "(blank)", "prompt": prompts[i], "response": responses[i],
-                     "source": path, "row": i + 2, "verdicts": verdicts, "kinds": kinds_of, "copies": copies})
+                     "source": path, "row": i + 2, "verdicts": verdicts, "kinds": kinds_of, "copies": copies,
+                     CASCADE_CLASS: cascade[i].strip(),  # the cascade's confidence class: a stratum
+                     CUT_OFF: cut[i]})
     if empty:
         notes.append(f"{path}: {empty} rows with an empty response (provider blocks, empty replies) are not audited")
     return rows, notes
@@ -195,6 +210,8 @@ def collect(specs: Sequence[str], kind: str, default_set: str | None = None) -> 
                         repeats += 1
                     old["verdicts"].update(r["verdicts"])
                     old.setdefault("kinds", {}).update(r.get("kinds", {}))
+                    if r.get(CUT_OFF) is not None:  # one file may say what another does not
+                        old[CUT_OFF] = bool(old.get(CUT_OFF)) or r[CUT_OFF]
                 else:
                     merged[key] = r
             if repeats:
@@ -214,21 +231,50 @@ def stratify_by(rows: pd.DataFrame, kind: str) -> tuple[list[str], str]:
     return found, (judges[0] if judges else KEYWORD)
 
 
-def draw(rows: pd.DataFrame, kind: str, per_stratum: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """The sample (items with strata, weights and verdicts, shuffled) and the strata table."""
-    found, by = stratify_by(rows, kind)
-    verdict = [v.get(by, "") or NONE for v in rows["verdicts"]]
+def strata_keys(rows: pd.DataFrame, kind: str) -> list[str]:
+    """The columns a stratum is made of besides the machine verdict: set (and model), category and,
+    for stage 5 ``--cascade`` outputs, the cascade class."""
     keys = ["set", "category"] if kind == PROMPT else ["set", "model", "category"]
-    rows = rows.assign(stratum_verdict=verdict)
-    rows["stratum"] = rows[keys + ["stratum_verdict"]].astype(str).agg(" | ".join, axis=1)
+    if CASCADE_CLASS in rows.columns and rows[CASCADE_CLASS].fillna("").astype(str).ne("").any():
+        keys.append(CASCADE_CLASS)
+    return keys
+
+
+def assign_strata(rows: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, pd.DataFrame, list[str], str]:
+    """Rows with their stratum, the strata table (keys, machine verdict, population), the verdict
+    columns found and the one the strata use; before any draw."""
+    found, by = stratify_by(rows, kind)
+    keys = strata_keys(rows, kind)
+    if CASCADE_CLASS in keys:
+        rows = rows.assign(**{CASCADE_CLASS: rows[CASCADE_CLASS].fillna("").astype(str).replace("", NONE)})
+    rows = rows.assign(stratum_verdict=[v.get(by, "") or NONE for v in rows["verdicts"]])
+    base = [k for k in keys if k != CASCADE_CLASS]
+    order = base + ["stratum_verdict"] + [k for k in keys if k == CASCADE_CLASS]
+    rows["stratum"] = rows[order].astype(str).agg(" | ".join, axis=1)
+    table = rows.groupby("stratum", sort=True).agg(
+        **{c: (c, "first") for c in keys}, machine_verdict=("stratum_verdict", "first"),
+        population=("stratum", "size")).reset_index()
+    return rows, table[keys + ["machine_verdict", "stratum", "population"]], found, by
+
+
+def draw(rows: pd.DataFrame, kind: str, per_stratum: int, seed: int,
+         sizes: dict[str, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The sample (items with strata, weights and verdicts, shuffled) and the strata table.
+
+    ``per_stratum`` items from every stratum, or ``sizes`` (stratum -> items: a planned
+    allocation, :mod:`orbench.analysis.audit_plan`) where given.
+    """
+    rows, table, found, by = assign_strata(rows, kind)
     rng = np.random.default_rng(seed)
     picked, strata = [], []
+    info = table.set_index("stratum")
     for name, part in sorted(rows.groupby("stratum", sort=False), key=lambda kv: kv[0]):
-        k = min(per_stratum, len(part))
+        k = min(per_stratum if sizes is None else int(sizes.get(name, 0)), len(part))
+        strata.append({**info.loc[name].to_dict(), "stratum": name, "sampled": k})
+        if k == 0:
+            continue
         take = part.iloc[np.sort(rng.choice(len(part), size=k, replace=False))]
         picked.append(take.assign(population=len(part), sampled=k, weight=len(part) / k))
-        strata.append({**{c: part[c].iat[0] for c in keys}, "machine_verdict": part["stratum_verdict"].iat[0],
-                       "stratum": name, "population": len(part), "sampled": k})
     sample = pd.concat(picked, ignore_index=True)
     sample = sample.iloc[rng.permutation(len(sample))].reset_index(drop=True)
     width = len(str(len(sample)))
@@ -238,7 +284,7 @@ def draw(rows: pd.DataFrame, kind: str, per_stratum: int, seed: int) -> tuple[pd
         if kind == VERDICT:
             sample[f"kind:{name}" if name == KEYWORD else f"class:{name}"] = [
                 (k or {}).get(name, "") for k in sample.get("kinds", pd.Series([{}] * len(sample)))]
-    return sample, pd.DataFrame(strata), by
+    return sample, pd.DataFrame(strata, columns=list(table.columns) + ["sampled"]), by
 
 
 def sample_id(kind: str, items: pd.DataFrame) -> str:
@@ -251,10 +297,13 @@ def sample_id(kind: str, items: pd.DataFrame) -> str:
 
 
 def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_stratum: int = 10, seed: int = 0,
-                 default_set: str | None = None) -> Sample:
-    """Read the inputs, draw the sample, write the audit folder (see the module docstring)."""
-    from orbench.analysis import audit_page
+                 default_set: str | None = None, allocation=None) -> Sample:
+    """Read the inputs, draw the sample, write the audit folder (see the module docstring).
 
+    ``allocation``: a function of the strata table giving ``(items per stratum, a description
+    for the manifest)`` (``orbench-audit sample --size``: :func:`orbench.analysis.audit_plan.allocate`);
+    without it, ``per_stratum`` items from every stratum.
+    """
     if kind not in LABELS:
         raise UsageError(f"unknown audit kind {kind!r} (choose prompt or verdict)")
     if per_stratum < 1:
@@ -266,23 +315,37 @@ def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_str
         raise UsageError(f"{out} already exists and is not empty: an audit folder is never overwritten "
                          "(annotators' labels belong to its sample); choose a new --output_dir")
     rows, notes = collect(specs, kind, default_set)
-    sample, strata, by = draw(rows, kind, per_stratum, seed)
+    sizes, plan = None, {"method": "per_stratum", "per_stratum": per_stratum}
+    if allocation is not None:
+        sizes, plan = allocation(assign_strata(rows, kind)[1])
+    sample, strata, by = draw(rows, kind, per_stratum, seed, sizes)
     items = sample[["item_id", "prompt", "response"]] if kind == VERDICT else sample[["item_id", "prompt"]]
+    if kind == VERDICT and CUT_OFF in sample.columns and sample[CUT_OFF].notna().any():
+        items = items.assign(**{CUT_OFF: [{True: "True", False: "False"}.get(v, "") for v in sample[CUT_OFF]]})
     sid = sample_id(kind, sample.assign(response=sample["response"].fillna("")))
     verdict_cols = [c for c in sample.columns if c.startswith(("verdict:", "kind:", "class:"))]
-    key = sample[["item_id", "set", "model", "category", "stratum", "population", "sampled", "weight",
+    cascade = [CASCADE_CLASS] if CASCADE_CLASS in strata.columns else []
+    key = sample[["item_id", "set", "model", "category", *cascade, "stratum", "population", "sampled", "weight",
                   "source", "row", *verdict_cols]]
     manifest = {
         "sample_id": sid, "kind": kind, "labels": list(LABELS[kind]), "question": QUESTIONS[kind],
         "label_help": {lab: HELP[lab] for lab in LABELS[kind]}, "seed": seed, "per_stratum": per_stratum,
+        "allocation": plan,
         "stratified_by": (["set", "category"] if kind == PROMPT else ["set", "model", "category"])
-        + ([f"verdict:{by}"] if f"verdict:{by}" in verdict_cols else []),
+        + ([f"verdict:{by}"] if f"verdict:{by}" in verdict_cols else []) + cascade,
         "verdicts": [c[len("verdict:"):] for c in verdict_cols if c.startswith("verdict:")],
         "items": len(sample), "strata": len(strata), "population": int(strata["population"].sum()),
         "inputs": list(specs), "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "notes": notes,
     }
-    # written into a temporary folder beside the target, then renamed: never a half-written audit folder
+    return _write_folder(out, items, key, strata, manifest)
+
+
+def _write_folder(out: Path, items: pd.DataFrame, key: pd.DataFrame, strata: pd.DataFrame, manifest: dict) -> Sample:
+    """Write the audit folder into a temporary folder beside the target, then rename it: never a
+    half-written audit folder."""
+    from orbench.analysis import audit_page
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:

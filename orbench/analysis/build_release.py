@@ -46,6 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 import orbench
+from orbench import existing_output
 from orbench.analysis.near_dup import near_duplicates
 from orbench.analysis.report_inputs import expand
 from orbench.cli import ArgumentParser, positive_int
@@ -55,6 +56,10 @@ from orbench.tables import file_name, input_stem, parse_bool, read_table, write_
 from orbench.vocab import SKIPPED_ERROR
 
 FILES = {"safe": "orbench-safe.csv", "hard": "orbench-hard.csv", "toxic": "orbench-toxic.csv"}
+#: How a build setting is named in a message: its flag.
+RELEASE_FLAGS = {"min_rejections": "--min_rejections", "hard_size": "--hard_size", "seed": "--seed",
+                 "near_dup_threshold": "--near_dup_threshold", "category_column": "--category_column",
+                 "moderated": "the moderated files", "panel": "--panel", "license": "--license", "title": "--name"}
 SCHEMA = ["prompt", "category"]
 
 
@@ -174,14 +179,53 @@ def dataset_card(manifest: dict, license_id: str, pretty_name: str) -> str:
     return "\n".join(front + lines)
 
 
+def release_settings(parameters: dict, inputs: dict, card: dict | None) -> dict:
+    """What a build was asked for: its parameters, the input files by name and the card's license
+    and title (left out when ``card`` is None: a manifest of an earlier version has none)."""
+    return {**parameters, "moderated": [i.get("name") for i in inputs.get("moderated") or []],
+            "panel": [i.get("name") for i in inputs.get("panel") or []], **(card or {})}
+
+
+def guard_release(out: Path, settings: dict, inputs: dict, overwrite: bool) -> list[str]:
+    """Stop (``UsageError``) before writing when ``out`` holds a release built with other settings
+    (or release files without a manifest), unless ``overwrite``; returns notes for the console."""
+    present = [n for n in [*FILES.values(), "manifest.json", "README.md"] if (out / n).exists()]
+    if not present:
+        return []
+    found = existing_output.Existing(out, rows="a finished release", flags=RELEASE_FLAGS,
+                                     new_place="build into a new folder with --output_dir NEW")
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+        old = release_settings(manifest["parameters"], manifest["inputs"], manifest.get("card"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        found.unknown = "has release files but no readable manifest.json saying how they were built"
+        return existing_output.check(found, overwrite)
+    found.differences = existing_output.differences(old, {k: settings[k] for k in old})
+    notes = existing_output.check(found, overwrite)
+    before = {i.get("name"): i.get("sha256") for part in manifest["inputs"].values() for i in part or []}
+    changed = [i["name"] for part in inputs.values() for i in part if before.get(i["name"]) not in (None, i["sha256"])]
+    if changed and not found.conflict:
+        notes.append(f"rebuilt {out}: {', '.join(changed)} changed since the last build")
+    return notes
+
+
 def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[str] = (), min_rejections: int = 3,
           hard_size: int | None = 1000, seed: int = 0, near_dup_threshold: float | None = None,
           category_column: str = "category", license_id: str = "cc-by-4.0",
-          pretty_name: str = "OR-Bench (regenerated)") -> dict:
-    """Build the release into ``output_dir``; return the manifest."""
+          pretty_name: str = "OR-Bench (regenerated)", overwrite: bool = False) -> dict:
+    """Build the release into ``output_dir``; return the manifest (its ``notes``: what the
+    console should say, not written). ``UsageError`` before anything is written when there is
+    no decided prompt, or ``output_dir`` holds a release built with other settings and
+    ``overwrite`` is off."""
     mod_paths = [p for spec in moderated for p in expand(spec)]
     panel_paths = [p for spec in panel for p in expand(spec)]
     rows, mod_inputs, counts = load_moderated(mod_paths, category_column)
+    if rows.empty:
+        raise UsageError(
+            f"no decided prompt in the {counts['input_rows']} moderated rows ({counts['moderation_errors']} with an "
+            f"error, {counts['undecided']} undecided, {counts['empty_prompts']} empty): nothing to release. An "
+            f"undecided row (is_toxic empty) has no majority among the moderators, e.g. unparsed replies; "
+            f"see the moderation output's moderation_category and <moderator>_raw columns")
     rows = deduplicate(rows, near_dup_threshold, counts)
     subsets = {"safe": rows[~rows["toxic"]]}
     panel_models, panel_inputs = [], []
@@ -203,12 +247,13 @@ def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[s
             m["rejected_safe_prompts"] = sum(1 for k, who in rejecters.items() if m["model"] in who and k in safe_keys)
     subsets["toxic"] = rows[rows["toxic"]]
     out = Path(output_dir)
+    parameters = {"min_rejections": min_rejections, "hard_size": hard_size if hard_size else "all",
+                  "seed": seed, "near_dup_threshold": near_dup_threshold, "category_column": category_column}
+    inputs, card = {"moderated": mod_inputs, "panel": panel_inputs}, {"license": license_id, "title": pretty_name}
+    notes = guard_release(out, release_settings(parameters, inputs, card), inputs, overwrite)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {"tool": "orbench", "version": orbench.__version__,
-                "parameters": {"min_rejections": min_rejections, "hard_size": hard_size if hard_size else "all",
-                               "seed": seed, "near_dup_threshold": near_dup_threshold,
-                               "category_column": category_column},
-                "inputs": {"moderated": mod_inputs, "panel": panel_inputs}, "panel_models": panel_models,
+    manifest = {"tool": "orbench", "version": orbench.__version__, "parameters": parameters, "card": card,
+                "inputs": inputs, "panel_models": panel_models,
                 "counts": dict(sorted(counts.items())), "subsets": {}}
     for name, frame in subsets.items():
         path = out / FILES[name]
@@ -219,7 +264,7 @@ def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[s
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
                                        encoding="utf-8")
     (out / "README.md").write_text(dataset_card(manifest, license_id, pretty_name), encoding="utf-8")
-    return manifest
+    return {**manifest, "notes": notes}
 
 
 def size_arg(text: str) -> int | None:
@@ -265,6 +310,9 @@ def make_parser() -> ArgumentParser:
                         help="dataset title in the card (default: 'OR-Bench (regenerated)')")
     parser.add_argument("--output_dir", default="release", metavar="DIR",
                         help="folder for the release files (default: ./release)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a release in --output_dir that was built with other settings or inputs "
+                             "(default: stop with exit 2 naming what differs; the same settings rebuild in place)")
     return parser
 
 
@@ -274,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         manifest = build(args.moderated, args.output_dir, panel=args.panel, min_rejections=args.min_rejections,
                          hard_size=args.hard_size, seed=args.seed, near_dup_threshold=args.near_dup_threshold,
                          category_column=args.category_column, license_id=args.license_id,
-                         pretty_name=args.pretty_name)
+                         pretty_name=args.pretty_name, overwrite=args.overwrite)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -284,6 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{c.get('near_duplicates', 0)} near duplicates removed", file=sys.stderr)
     if "hard" not in manifest["subsets"]:
         print("no --panel given: the hard subset was not built", file=sys.stderr)
+    for note in manifest["notes"]:
+        print(note, file=sys.stderr)
     out = Path(args.output_dir)
     for name, s in manifest["subsets"].items():
         print(f"{name}: {s['rows']} prompts -> {out / s['file']}")

@@ -4,50 +4,62 @@ Both models of an OR-Bench comparison answered the same prompts, so the comparis
 per set and per category (and ``all`` for the whole set), on the prompts *both* models scored,
 
 * with one sample per prompt: both rejection rates, their difference ``diff = rate_b - rate_a``
-  with Newcombe's paired 95% interval (Newcombe 1998, method 10: the two Wilson intervals, from
-  ``statsmodels.stats.proportion.proportion_confint``, combined with the correlation of the
-  pairs), McNemar's exact test (``statsmodels.stats.contingency_tables.mcnemar(exact=True)``)
-  and the counts of prompts refused by A only (``a_only``) and by B only (``b_only``);
+  with Newcombe's paired 95% interval (Newcombe 1998, method 10:
+  :func:`orbench.analysis.stats.paired_difference`), McNemar's exact test
+  (``statsmodels.stats.contingency_tables.mcnemar(exact=True)``) and beside it the mid-p
+  McNemar test (Fagerland, Lydersen & Laake 2013: the exact two-sided p less the probability of
+  the observed split), the discordant-pair odds ratio ``b_only / a_only`` with its transformed
+  Wilson interval, and the counts of prompts refused by A only (``a_only``) and B only (``b_only``);
 * with repeated samples (stage 4 ``--samples K``): the rates over all samples, the difference
-  with a paired bootstrap interval over prompts (``scipy.stats.bootstrap``, ``paired=True``,
-  percentile method, 5,000 resamples, fixed seed), the Wilcoxon signed-rank test on the per-prompt
-  refusal shares (``scipy.stats.wilcoxon``; every share equal gives p = 1), and ``a_only`` /
-  ``b_only`` = prompts with a higher share for A / for B.
+  with the prompt-clustered Newcombe interval (each rate's prompt-level Wilson interval,
+  :func:`orbench.analysis.stats.cluster_paired_difference`), and the sign-flip permutation test
+  of that very difference (under no difference, A's and B's samples of a prompt are
+  exchangeable: all 2^m swaps when m <= 16 prompts differ, else 20,000 seeded ones; p as
+  ``scipy.stats.permutation_test`` gives it); ``a_only`` / ``b_only`` = prompts with a higher
+  share for A / for B.
 
-P-values across the categories of one set and pair are Holm-adjusted
-(``statsmodels.stats.multitest.multipletests(method="holm")``); the ``all`` row is its own test
-and has no adjusted value. A difference is computed only between verdicts of the same kind and
-the same judge: when the two models' judges differ, the pair is compared on keyword verdicts
-where both have them, and the note says so; otherwise the set is not compared and the note says
-why. Prompts only one model scored are counted (``unpaired_a``, ``unpaired_b``), never used.
+Multiplicity: ``p_holm`` is Holm-adjusted across the categories of one set and pair (as
+before); ``p_holm_run`` is Holm-adjusted across every test of the same level in the run: the
+``all`` rows of every pair and set together (``--baseline`` compares many models), the category
+rows together (``statsmodels.stats.multitest.multipletests(method="holm")``: family-wise error,
+valid under any dependence). p-values are written at full precision.
+
+A difference is computed only between verdicts of the same kind and the same judge: when the
+two models' judges differ, the pair is compared on keyword verdicts where both have them, and the
+note says so; otherwise the set is not compared and the note says why. Prompts only one model
+scored are counted (``unpaired_a``, ``unpaired_b``), never used.
 
 For one model with repeated samples, :func:`sample_stats` gives per set the rate over all
-samples with a prompt-level bootstrap interval (the prompt is the unit, not the K x n rows), the
-share of prompts refused in some samples and answered in others, and per-prompt refusal shares.
+samples with its prompt-level interval (:func:`orbench.analysis.stats.cluster_share`: the prompt
+is the unit, not the K x n rows), the share of prompts refused in some samples and answered in
+others, and per-prompt refusal shares.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import product
 
 import numpy as np
 import pandas as pd
 
-from orbench.analysis.report_inputs import SCORED, Inputs, read_results
+from orbench.analysis import columns, stats
+from orbench.analysis.columns import names, per_value, prompt_hash, read_results
+from orbench.analysis.report_inputs import SCORED, Inputs
 from orbench.errors import UsageError
 from orbench.vocab import JUDGE, KEYWORD
 
 COLUMNS = ["set", "category", "model_a", "model_b", "judge", "n", "rate_a", "rate_b", "diff",
-           "ci_low", "ci_high", "a_only", "b_only", "p_value", "p_holm", "test", "interval",
-           "unpaired_a", "unpaired_b"]
+           "ci_low", "ci_high", "ci_flag", "a_only", "b_only", "odds_ratio", "or_ci_low", "or_ci_high",
+           "p_value", "p_midp", "p_holm", "p_holm_run", "test", "interval", "unpaired_a", "unpaired_b"]
 SAMPLE_COLUMNS = ["set", "model", "judge", "samples", "prompts", "rows", "rate", "ci_low",
-                  "ci_high", "flip_share", "flip_prompts"]
+                  "ci_high", "n_eff", "ci_method", "ci_flag", "flip_share", "flip_prompts"]
 SHARE_COLUMNS = ["set", "model", "judge", "category", "prompt", "samples", "refusals", "share"]
 ALL = "all"
-MCNEMAR, WILCOXON = "mcnemar_exact", "wilcoxon_signed_rank"
-NEWCOMBE, BOOTSTRAP = "newcombe_paired", "paired_bootstrap_percentile"
-RESAMPLES, SEED = 5000, 20240531
+MCNEMAR, PERMUTATION = "mcnemar_exact", "sign_flip_permutation"
+NEWCOMBE, CLUSTER = "newcombe_paired", "cluster_newcombe"
+PERMUTATIONS, EXACT_UP_TO, SEED = 20000, 16, 20240531
 
 
 # ---------------------------------------------------------------- the statistics
@@ -64,37 +76,12 @@ def require_libraries(what: str) -> None:
 
 def newcombe_paired_interval(both: int, a_only: int, b_only: int, neither: int,
                              alpha: float = 0.05) -> tuple[float, float]:
-    """Newcombe's (1998) method-10 interval for ``p_b - p_a`` of two paired proportions.
-
-    ``both``/``neither``: pairs where both / neither are "yes"; ``a_only``/``b_only``: the
-    discordant pairs; ``(nan, nan)`` when there are no pairs. statsmodels' own
-    ``confint_proportions_paired`` is used where the installed version has it; otherwise the
-    method is computed here from statsmodels' Wilson limits, with Newcombe's corrected
-    correlation (``ad - bc`` less ``n/2`` when above it, 0 between 0 and ``n/2``).
-    """
-    from statsmodels.stats import proportion
-
-    n = both + a_only + b_only + neither
-    if n == 0:
-        return math.nan, math.nan
-    paired = getattr(proportion, "confint_proportions_paired", None)
-    if paired is not None:  # rows: A, columns: B; it gives p_a - p_b
-        low, high = paired(np.array([[both, a_only], [b_only, neither]]), method="newcomb", alpha=alpha)
-        return -float(high), -float(low)
-    proportion_confint = proportion.proportion_confint
-    pa, pb = (both + a_only) / n, (both + b_only) / n
-    la, ua = proportion_confint(both + a_only, n, alpha=alpha, method="wilson")
-    lb, ub = proportion_confint(both + b_only, n, alpha=alpha, method="wilson")
-    margins = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
-    phi = 0.0
-    if margins > 0:
-        cross = both * neither - a_only * b_only
-        cross = cross - n / 2 if cross > n / 2 else (cross if cross < 0 else 0.0)
-        phi = cross / math.sqrt(margins)
-    d = pb - pa
-    low = d - math.sqrt(max(0.0, (pb - lb) ** 2 - 2 * phi * (pb - lb) * (ua - pa) + (ua - pa) ** 2))
-    high = d + math.sqrt(max(0.0, (ub - pb) ** 2 - 2 * phi * (ub - pb) * (pa - la) + (pa - la) ** 2))
-    return max(-1.0, low), min(1.0, high)
+    """Newcombe's (1998) method-10 interval for ``p_b - p_a`` of two paired proportions
+    (:func:`orbench.analysis.stats.paired_difference`); ``(nan, nan)`` when there are no pairs."""
+    if alpha != 0.05:
+        raise ValueError("only the 95% interval is implemented")
+    est = stats.paired_difference(both, a_only, b_only, neither)
+    return est.low, est.high
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
@@ -104,47 +91,57 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     return float(mcnemar([[0, a_only], [b_only, 0]], exact=True).pvalue)
 
 
-def _ratio_diff(ka, na, kb, nb, axis=-1):
-    return kb.sum(axis=axis) / nb.sum(axis=axis) - ka.sum(axis=axis) / na.sum(axis=axis)
+def mcnemar_midp(a_only: int, b_only: int) -> float:
+    """The mid-p McNemar test (Fagerland et al. 2013): ``2 P(X <= min) - P(X = min)`` with
+    ``X ~ Binomial(a_only + b_only, 1/2)``; 1.0 with no discordant pair."""
+    from scipy.stats import binom
 
-
-def _ratio(k, n, axis=-1):
-    return k.sum(axis=axis) / n.sum(axis=axis)
-
-
-def bootstrap_interval(arrays: tuple, statistic, alpha: float = 0.05) -> tuple[float, float]:
-    """Percentile bootstrap interval over prompts (``scipy.stats.bootstrap``, paired, seeded)."""
-    from scipy.stats import bootstrap
-
-    if len(arrays[0]) < 2:
-        return math.nan, math.nan
-    options = {"paired": True, "vectorized": True, "n_resamples": RESAMPLES,
-               "confidence_level": 1 - alpha, "method": "percentile"}
-    try:
-        res = bootstrap(arrays, statistic, rng=np.random.default_rng(SEED), **options)
-    except TypeError:  # scipy < 1.15 names the generator random_state
-        res = bootstrap(arrays, statistic, random_state=np.random.default_rng(SEED), **options)
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def wilcoxon_p(share_a: np.ndarray, share_b: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p-value on per-prompt shares (scipy); 1.0 when every
-    difference is zero (no evidence of a difference)."""
-    from scipy.stats import wilcoxon
-
-    d = np.asarray(share_b, dtype=float) - np.asarray(share_a, dtype=float)
-    if not np.any(d != 0):
+    n, low = a_only + b_only, min(a_only, b_only)
+    if n == 0:
         return 1.0
-    return float(wilcoxon(share_a, share_b).pvalue)
+    return float(min(1.0, 2 * binom.cdf(low, n, 0.5) - binom.pmf(low, n, 0.5)))
+
+
+def sign_flip_p(ka, na, kb, nb, resamples: int = PERMUTATIONS, seed: int = SEED) -> float:
+    """Two-sided sign-flip permutation p-value of ``sum kb / sum nb - sum ka / sum na`` over prompts.
+
+    Under no difference a prompt's A and B samples are exchangeable, so each prompt's pair is
+    swapped or not. Exact over all swaps when at most ``EXACT_UP_TO`` prompts differ (swapping an
+    identical pair changes nothing), else ``resamples`` seeded random swaps counted as
+    ``(hits + 1) / (resamples + 1)``. Two-sided as ``scipy.stats.permutation_test``: twice the
+    smaller tail, at most 1.
+    """
+    ka, na, kb, nb = (np.asarray(x, dtype=float) for x in (ka, na, kb, nb))
+    observed = kb.sum() / nb.sum() - ka.sum() / na.sum()
+    differ = (ka != kb) | (na != nb)
+    dk, dn = (ka - kb)[differ], (na - nb)[differ]
+    m = int(differ.sum())
+    if m == 0:
+        return 1.0
+    if m <= EXACT_UP_TO:
+        flips = np.array(list(product((0.0, 1.0), repeat=m)))
+    else:
+        flips = np.random.default_rng(seed).integers(0, 2, size=(resamples, m)).astype(float)
+    diff = (kb.sum() + flips @ dk) / (nb.sum() + flips @ dn) - (ka.sum() - flips @ dk) / (na.sum() - flips @ dn)
+    eps = 1e-12 * max(1.0, abs(observed))
+    less, greater = (diff <= observed + eps).sum(), (diff >= observed - eps).sum()
+    if m <= EXACT_UP_TO:
+        tail = min(less, greater) / len(flips)
+    else:
+        tail = (min(less, greater) + 1) / (len(flips) + 1)
+    return float(min(1.0, 2 * tail))
 
 
 def holm(pvalues: list[float]) -> list[float]:
-    """Holm-adjusted p-values (statsmodels ``multipletests``)."""
+    """Holm-adjusted p-values (statsmodels ``multipletests``); NaNs stay NaN and are not counted."""
     from statsmodels.stats.multitest import multipletests
 
-    if not pvalues:
-        return []
-    return [float(p) for p in multipletests(pvalues, method="holm")[1]]
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(len(p), np.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="holm")[1]
+    return [float(v) for v in out]
 
 
 # ---------------------------------------------------------------- per-prompt tables
@@ -270,6 +267,7 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
         table = pd.DataFrame(rows).reindex(columns=COLUMNS)
         for c in ("n", "a_only", "b_only", "unpaired_a", "unpaired_b"):
             table[c] = table[c].astype("Int64")
+        table["p_holm_run"] = holm_across_run(table)
         out.table = table
     return out
 
@@ -297,28 +295,42 @@ def _stats(part: pd.DataFrame, sampled: bool) -> dict:
     ka, na = part["k_a"].to_numpy(float), part["n_a"].to_numpy(float)
     kb, nb = part["k_b"].to_numpy(float), part["n_b"].to_numpy(float)
     rate_a, rate_b = ka.sum() / na.sum(), kb.sum() / nb.sum()
+    base = {"n": len(part), "rate_a": rate_a, "rate_b": rate_b, "diff": rate_b - rate_a}
     if not sampled:
         ya, yb = ka > 0, kb > 0
         a_only, b_only = int((ya & ~yb).sum()), int((yb & ~ya).sum())
         both, neither = int((ya & yb).sum()), int((~ya & ~yb).sum())
-        low, high = newcombe_paired_interval(both, a_only, b_only, neither)
-        return {"n": len(part), "rate_a": rate_a, "rate_b": rate_b, "diff": rate_b - rate_a,
-                "ci_low": low, "ci_high": high, "a_only": a_only, "b_only": b_only,
-                "p_value": mcnemar_exact(a_only, b_only), "test": MCNEMAR, "interval": NEWCOMBE}
+        diff = stats.paired_difference(both, a_only, b_only, neither)
+        odds = stats.discordant_odds_ratio(a_only, b_only)
+        return {**base, "ci_low": diff.low, "ci_high": diff.high, "ci_flag": diff.flag, "a_only": a_only,
+                "b_only": b_only, "odds_ratio": odds.value, "or_ci_low": odds.low, "or_ci_high": odds.high,
+                "p_value": mcnemar_exact(a_only, b_only), "p_midp": mcnemar_midp(a_only, b_only),
+                "test": MCNEMAR, "interval": NEWCOMBE}
     sa, sb = ka / na, kb / nb
-    low, high = bootstrap_interval((ka, na, kb, nb), _ratio_diff)
-    return {"n": len(part), "rate_a": rate_a, "rate_b": rate_b, "diff": rate_b - rate_a,
-            "ci_low": low, "ci_high": high, "a_only": int((sa > sb).sum()),
-            "b_only": int((sb > sa).sum()), "p_value": wilcoxon_p(sa, sb), "test": WILCOXON,
-            "interval": BOOTSTRAP}
+    diff = stats.cluster_paired_difference(ka, na, kb, nb)
+    return {**base, "ci_low": diff.low, "ci_high": diff.high, "ci_flag": diff.flag, "a_only": int((sa > sb).sum()),
+            "b_only": int((sb > sa).sum()), "odds_ratio": math.nan, "or_ci_low": math.nan, "or_ci_high": math.nan,
+            "p_value": sign_flip_p(ka, na, kb, nb), "p_midp": math.nan, "test": PERMUTATION, "interval": CLUSTER}
+
+
+def holm_across_run(table: pd.DataFrame) -> pd.Series:
+    """Holm across every comparison of the run at the same level: the ``all`` rows of every pair and
+    set together, and the category rows together (``p_holm_run``)."""
+    out = pd.Series(np.nan, index=table.index)
+    whole = table["category"] == ALL
+    for mask in (whole, ~whole):
+        if mask.any():
+            out[mask] = holm(table.loc[mask, "p_value"].tolist())
+    return out
 
 
 # ---------------------------------------------------------------- repeated samples, one model
 
 def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per (set, model, judge) with more than one sample of some prompt: the rate over all
-    samples with a prompt-level bootstrap interval and the share of prompts whose samples
-    disagree; and the per-prompt refusal shares (prompt as its hash; see :func:`with_texts`)."""
+    samples with its prompt-level interval (:func:`orbench.analysis.stats.cluster_share`) and the
+    share of prompts whose samples disagree; and the per-prompt refusal shares (prompt as its
+    hash; see :func:`with_texts`)."""
     d = inp.data
     if d.empty or "sample" not in d.columns or not d["sample"].any():
         # No sample index: ``load`` has already refused a prompt repeated within a (set, model,
@@ -328,20 +340,22 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
     scored = d[d["status"] == SCORED]
     counts = scored.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
         k=("rejected", "sum"), n=("rejected", "size"), category=("category", "first")).reset_index()
-    stats, shares = [], []
+    table, shares = [], []
+
     def names(kind, v):
         return inp.codes[kind].names[v]
     for (s, m, me, j), part in counts.groupby(["set", "model", "method", "judge"], sort=True):
         if part["n"].max() <= 1:
             continue
         k, n = part["k"].to_numpy(float), part["n"].to_numpy(float)
-        low, high = bootstrap_interval((k, n), _ratio)
+        est = stats.cluster_share(k, n)
         multi = part["n"] > 1
         flips = int((multi & (part["k"] > 0) & (part["k"] < part["n"])).sum())
         judge = names("judge", j) or names("method", me)
-        stats.append({"set": names("set", s), "model": names("model", m), "judge": judge,
+        table.append({"set": names("set", s), "model": names("model", m), "judge": judge,
                       "samples": int(part["n"].max()), "prompts": len(part), "rows": int(n.sum()),
-                      "rate": k.sum() / n.sum(), "ci_low": low, "ci_high": high,
+                      "rate": est.value, "ci_low": est.low, "ci_high": est.high, "n_eff": est.n_eff,
+                      "ci_method": est.method, "ci_flag": est.flag,
                       "flip_share": flips / int(multi.sum()) if multi.any() else math.nan,
                       "flip_prompts": flips})
         shares.append(pd.DataFrame({
@@ -350,7 +364,7 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
             "samples": part["n"].to_numpy(), "refusals": part["k"].to_numpy(), "share": k / n,
             "_file_model": m, "_set": s}))
     share = pd.concat(shares, ignore_index=True) if shares else pd.DataFrame(columns=SHARE_COLUMNS)
-    return pd.DataFrame(stats, columns=SAMPLE_COLUMNS), share
+    return pd.DataFrame(table, columns=SAMPLE_COLUMNS), share
 
 
 # ---------------------------------------------------------------- texts (re-read on demand)
@@ -358,23 +372,23 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
 def texts(inp: Inputs, set_code: int, model_code: int, hashes: set) -> dict:
     """prompt hash -> (prompt text, first response) for one set and model, read again from the
     input files that hold its rows (the verdict table keeps only hashes)."""
-    from orbench.analysis.report_inputs import _hash
-
     d = inp.data
     files = sorted(pd.unique(d.loc[(d["set"] == set_code) & (d["model"] == model_code), "file"]))
     model = inp.codes["model"].names[model_code]
+    wanted_keys = np.fromiter(hashes, dtype=np.uint64, count=len(hashes))
     found: dict = {}
     for f in files:
         path = inp.files[f]
         frame = read_results(path)
         entry = inp.provenance[f] if f < len(inp.provenance) else {}
-        if "model" in frame.columns and len(entry.get("models", [])) > 1:
-            frame = frame[frame["model"].astype(str).str.strip() == model]
-        keys = _hash(frame["prompt"])
-        wanted = np.isin(keys, np.fromiter(hashes, dtype=np.uint64, count=len(hashes)))
-        response = frame["response"] if "response" in frame.columns else pd.Series("", index=frame.index)
-        for key, prompt, resp in zip(keys[wanted], frame["prompt"][wanted], response[wanted]):
-            found.setdefault(key, (str(prompt), str(resp)))
+        keys = prompt_hash(frame["prompt"])
+        wanted = np.isin(keys, wanted_keys)
+        if "model" in names(frame) and len(entry.get("models", [])) > 1:
+            wanted &= per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool)
+        rows = np.flatnonzero(wanted)
+        responses = columns.texts(frame["response"], rows) if "response" in names(frame) else [""] * len(rows)
+        for key, prompt, resp in zip(keys[rows], columns.texts(frame["prompt"], rows), responses):
+            found.setdefault(key, (prompt, resp))
         if len(found) == len(hashes):
             break
     return found

@@ -1,24 +1,30 @@
 """report.html: the whole report as one self-contained page (inline CSS, images as data URIs, no scripts).
 
-Sections: leaderboard (your models among the published ones), the Hard-vs-Toxic figure, the
-per-category heatmap, every model's rates with 95% intervals per set and per category, the
-provenance of each input (from its ``.meta.json``), and example prompts with the response and
-the verdict per model and category. Every piece of text from the inputs is escaped.
+The page reads in the order a researcher asks: the warnings (what to read with care), with
+``--compare`` the comparison (what differs between the runs of A and B, the paired difference),
+the leaderboard (your models among the published ones), the Hard-vs-Toxic figure, the
+per-category heatmap, every model's rates with 95% intervals per set and per category, repeated
+samples and the audit when there are any, then the evidence: who produced the responses and
+decided the verdicts, the provenance of each input (from its ``.meta.json``), example prompts
+with the response and the verdict, the notes, and the sources (each cited once, referred to as
+[1], [2] elsewhere). Every piece of text from the inputs is escaped (:mod:`orbench.analysis.html_kit`).
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import math
 from datetime import datetime, timezone
+from itertools import groupby
 from pathlib import Path
 
 import pandas as pd
 
+from orbench.analysis import compare_hook
+from orbench.analysis.html_kit import DASH, cell, esc, fixed, flag_marks, image, interval, num, table
 from orbench.analysis.lineage import TRUNCATION_WARN
+from orbench.analysis.report_inputs import XS_SAFE, XS_UNSAFE
 from orbench.analysis.stats import MIN_CELL_N
-from orbench.sets import PUBLISHED_ABOUT
+from orbench.sets import CITATION, PUBLISHED_ABOUT, XSTEST_CITATION
 from orbench.vocab import JUDGE, KEYWORD
 
 RESPONSE_CHARS = 1200  # longer responses are cut in the examples (the CSV has them whole)
@@ -45,70 +51,21 @@ ul.notes li{margin:.2em 0}
 .warn{color:#b54708;font-weight:600}
 div.warnings{background:#fffaeb;border:1px solid #fec84b;padding:8px 14px;margin:1em 0}
 div.warnings li{margin:.3em 0}
+.flag{font-size:.75em;color:#7a2e0e;background:#fef0c7;border-radius:3px;padding:0 3px;cursor:help;white-space:nowrap}
 """
-
-
-def esc(value) -> str:
-    """Any value as escaped HTML text; NaN and None as an en dash."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "&ndash;"
-    return html.escape(str(value), quote=True)
-
-
-def pct(value, digits: int = 1) -> str:
-    """A fraction or percentage already scaled, formatted; missing as an en dash."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "&ndash;"
-    return f"{value:.{digits}f}"
-
-
-def interval(rate, low, high) -> str:
-    """``rate [low, high]`` in percent from fractions."""
-    if rate is None or (isinstance(rate, float) and math.isnan(rate)):
-        return "&ndash;"
-    return f"{100 * rate:.1f} <span class=muted>[{100 * low:.1f}, {100 * high:.1f}]</span>"
-
-
-def image(path: Path | None, alt: str) -> str:
-    """An <img> with the PNG inlined as a base64 data URI ('' when there is no image)."""
-    if path is None or not Path(path).exists():
-        return ""
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{data}">'
-
-
-def table(head: list[str], rows: list[list[str]], row_classes: list[str] | None = None, cls: str = "") -> str:
-    """An HTML table; cells are already HTML (escape before)."""
-    out = [f"<table class='{cls}'>"]
-    if any(head):
-        out.append("<thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead>")
-    out.append("<tbody>")
-    for i, row in enumerate(rows):
-        rc = f" class='{row_classes[i]}'" if row_classes and row_classes[i] else ""
-        out.append(f"<tr{rc}>" + "".join(row) + "</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
-
-
-def num(text: str) -> str:
-    return f"<td class=num>{text}</td>"
-
-
-def cell(text: str) -> str:
-    return f"<td>{text}</td>"
 
 
 def _n_cell(r: dict, s: str, yours: bool) -> str:
     """n of one set in a leaderboard row: scored rows (yours, with cut-off replies) or the set size."""
     n = r.get(f"{s}_scored")
     if n is None or pd.isna(n):
-        return num("&ndash;")
+        return num(DASH)
     if not yours:
         return num(f"{int(n):,} <span class=muted>(paper)</span>")
     text = f"{int(n):,}"
-    cut = r.get(f"{s}_truncated")
+    cut, replies = r.get(f"{s}_truncated"), r.get(f"{s}_replies")
     if cut is not None and not pd.isna(cut) and cut:
-        share = cut / n if n else 0
+        share = cut / replies if replies else 0
         cls = "warn" if share > TRUNCATION_WARN else "muted"
         text += f" <span class={cls}>({int(cut)} cut off)</span>"
     return num(text)
@@ -121,23 +78,30 @@ def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], 
         name = esc(r["model"]) + (f" <span class=muted>(judge {esc(r['judge'])})</span>" if r.get("judge") else "")
         rank = r.get("rank")
         ba = r["balanced_accuracy_pct"]
-        if yours and not pd.isna(ba) and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
+        if not pd.isna(ba) and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
             ba_text = interval(ba / 100, r["balanced_accuracy_ci_low_pct"] / 100, r["balanced_accuracy_ci_high_pct"] / 100)
         else:
-            ba_text = pct(ba)
+            ba_text = fixed(ba)
         note = r.get("rank_note") or ""
         note = "paper's figure" if not yours else (f"not ranked: {esc(note)}" if note else "your run")
-        row = [num("&ndash;" if rank is None or pd.isna(rank) else str(int(rank))), cell(name),
-               cell(note), num(ba_text)]
+        rank_text = DASH if rank is None or pd.isna(rank) else str(int(rank))
+        if not pd.isna(r.get("rank_ci_low", math.nan)):
+            rank_text += f" <span class=muted title='{esc(r.get('rank_method', ''))}'>[{int(r['rank_ci_low'])}, " \
+                         f"{int(r['rank_ci_high'])}]</span>"
+        row = [num(rank_text), cell(name), cell(note), num(ba_text)]
         for s in sets:
             rate = r.get(f"{s}_rate_pct")
-            if yours and not pd.isna(rate):
+            if not pd.isna(rate) and not pd.isna(r.get(f"{s}_ci_low_pct", math.nan)):
                 row.append(num(interval(rate / 100, r[f"{s}_ci_low_pct"] / 100, r[f"{s}_ci_high_pct"] / 100)))
             else:
-                row.append(num(pct(rate)))
+                row.append(num(fixed(rate)))
         for s in sets:
             row.append(_n_cell(r, s, yours))
-        row.append(num(f"{int(r['errors'])}, {int(r['unparsed'])}" if yours else ""))
+        refused = int(r.get("refused_to_judge") or 0) if yours and not pd.isna(r.get("refused_to_judge")) else 0
+        row.append(num((f"{int(r['errors'])}, {int(r['unparsed'])}" + (f", {refused} judge refused" if refused else ""))
+                       if yours else ""))
+        calibration = r.get("judge_vs_humans")
+        row.append(cell(esc(calibration) if yours and isinstance(calibration, str) else ""))
         rows.append(row)
         classes.append("yours" if yours else "published")
     return rows, classes
@@ -147,9 +111,9 @@ def leaderboard_section(board: pd.DataFrame) -> str:
     """Your unranked models first (with the reason), then the ranked table (yours among the published)."""
     sets = [c[: -len("_rate_pct")] for c in board.columns
             if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
-    head = ["#", "model", "what this row is", "balanced acc. % [95% CI]"] + \
+    head = ["# [95% CI]", "model", "what this row is", "balanced acc. % [95% CI]"] + \
         [f"{esc(s)} rejection % [95% CI]" for s in sets] + [f"{esc(s)} n" for s in sets] + \
-        ["excluded (errors, no verdict)"]
+        ["excluded (errors, no verdict)", "judge vs humans (judge card)"]
     unranked = board["rank"].isna() if "rank" in board.columns else pd.Series(False, index=board.index)
     parts = []
     if unranked.any():
@@ -163,32 +127,45 @@ def leaderboard_section(board: pd.DataFrame) -> str:
     return "".join(parts)
 
 
-def _cut_text(cut, scored) -> str:
-    """'; k cut off' beside an n (warned above 5%), '; cut-offs unknown' without finish_reason."""
+def _cut_text(cut, replies) -> str:
+    """'; k cut off' of the replies beside an n (warned above 5%), '; cut-offs unknown' without
+    finish_reason."""
     if cut is None or pd.isna(cut):
         return "<br><span class=muted>cut-offs unknown (no finish_reason)</span>"
-    share = cut / scored if scored else 0.0
+    share = cut / replies if replies else 0.0
     cls = "warn" if share > TRUNCATION_WARN else "muted"
     return f"<br><span class={cls}>{int(cut)} cut off ({100 * share:.0f}%)</span>"
 
 
+def _prompts_text(prompts, scored) -> str:
+    """' over P prompts' when repeated samples make the rows more than the prompts."""
+    if prompts is None or pd.isna(prompts) or int(prompts) == int(scored):
+        return ""
+    return f" <span class=muted>over {int(prompts)} prompts</span>"
+
+
 def rates_section(summary: pd.DataFrame) -> str:
     head = ["set", "model", "judge", "headline", "keyword rejection % [95% CI]", "keyword: full refusals only %",
-            "keyword n (excluded: errors, no verdict); replies cut off", "judge rejection % [95% CI]",
-            "judge n (excluded: errors, no verdict); replies cut off", "agreement"]
+            "keyword n (excluded: errors, no verdict); replies cut off; judge card", "judge rejection % [95% CI]",
+            "judge n (excluded: errors, no verdict); replies cut off; judge card", "agreement"]
     rows = []
     for r in summary.to_dict("records"):
         row = [cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"] or "")), cell(esc(r["headline"]))]
         for m in (KEYWORD, JUDGE):
             if pd.isna(r[f"{m}_rows"]):
-                row += [num("&ndash;")] * (3 if m == KEYWORD else 2)
+                row += [num(DASH)] * (3 if m == KEYWORD else 2)
                 continue
-            row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"])))
+            row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"]) + flag_marks(r.get(f"{m}_ci_flag"))))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
-            row.append(num(f"{int(r[f'{m}_scored'])} ({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})"
-                           + _cut_text(r.get(f"{m}_truncated"), r[f"{m}_scored"])))
-        row.append(num("&ndash;" if pd.isna(r["agreement"]) else
+            refused = r.get(f"{m}_refused_to_judge")
+            refused = f", {int(refused)} judge refused" if refused and not pd.isna(refused) else ""
+            row.append(num(f"{int(r[f'{m}_scored'])}{_prompts_text(r.get(f'{m}_prompts'), r[f'{m}_scored'])} "
+                           f"({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])}{refused})"
+                           + _cut_text(r.get(f"{m}_truncated"), r.get(f"{m}_replies"))
+                           + (f"<br><span class=muted>{esc(r[f'{m}_calibration'])}</span>"
+                              if r.get(f"{m}_calibration") else "")))
+        row.append(num(DASH if pd.isna(r["agreement"]) else
                        f"{100 * r['agreement']:.1f}% of {int(r['agreement_pairs'])}"))
         rows.append(row)
     return table(head, rows)
@@ -200,9 +177,10 @@ def categories_section(categories: pd.DataFrame) -> str:
         rows = []
         for r in part.to_dict("records"):
             rows.append([cell(esc(r["method"])), cell(esc(r["judge"] or "")), cell(esc(r["category"])),
-                         num(interval(r["rate"], r["ci_low"], r["ci_high"])),
+                         num(interval(r["rate"], r["ci_low"], r["ci_high"]) + flag_marks(r.get("ci_flag"))),
                          num(interval(r["full_rate"], r["full_ci_low"], r["full_ci_high"])),
-                         num(f"{int(r['rejections'])}/{int(r['scored'])}"),
+                         num(f"{int(r['rejections'])}/{int(r['scored'])}"
+                             + _prompts_text(r.get("prompts"), r["scored"])),
                          num(f"{int(r['errors'])}, {int(r['unparsed'])}")])
         parts.append(f"<details><summary>{esc(model)} &middot; {esc(s)}</summary>" + table(
             ["method", "judge", "category", "rejection % [95% CI]", "full refusals only %", "rejected/scored",
@@ -244,6 +222,8 @@ def _code_list(value: dict) -> str:
 def _responses_text(resp: dict | None) -> str:
     if not resp:
         return "<span class=muted>not recorded (no stage-4 meta file in the chain)</span>"
+    if resp.get("unknown"):
+        return f"<span class=warn>settings unknown: {esc(resp['unknown'])}</span>"
     model = f"<code>{esc(resp.get('model_resolved'))}</code>"
     if resp.get("model_typed") and resp["model_typed"] != resp.get("model_resolved"):
         model += f" (typed {esc(resp['model_typed'])})"
@@ -297,14 +277,14 @@ def lineage_section(records: list[dict], summary: pd.DataFrame) -> str:
     cuts = {}
     for r in summary.to_dict("records"):
         m = r.get("headline") or (KEYWORD if not pd.isna(r.get("keyword_rows")) else JUDGE)
-        cuts[(r["set"], r["model"])] = (r.get(f"{m}_truncated"), r.get(f"{m}_scored"))
+        cuts[(r["set"], r["model"])] = (r.get(f"{m}_truncated"), r.get(f"{m}_replies"))
     rows = []
     for rec in records:
-        cut, scored = cuts.get((rec["set"], rec["model"]), (None, None))
+        cut, replies = cuts.get((rec["set"], rec["model"]), (None, None))
         rows.append([cell(esc(rec["set"])), cell(esc(rec["model"])), cell(_responses_text(rec["responses"])),
                      cell(_verdicts_text(rec["verdicts"])),
-                     num(("&ndash;" if scored is None or pd.isna(scored) else f"of {int(scored)}")
-                         + _cut_text(cut, scored or 0)),
+                     num((DASH if replies is None or pd.isna(replies) else f"of {int(replies)} replies")
+                         + _cut_text(cut, replies or 0)),
                      cell(_steps_text(rec["steps"]))])
     return table(["set", "model", "responses produced by", "verdicts decided by", "replies cut off",
                   "chain (input &larr; its inputs)"], rows)
@@ -327,12 +307,18 @@ def provenance_section(provenance: list[dict]) -> str:
             rows.append([cell("provenance"), cell(f"<span class=muted>no {esc(p['name'])}.meta.json beside this "
                                                   "input: who made its verdicts is not recorded</span>")])
         ancestors = ((p.get("lineage") or {}).get("chain") or [])[1:]
-        inner = "".join(
-            f"<details><summary>its input ({esc(link['meta'].get('stage'))}): {esc(Path(link['file']).name)}"
-            + (" <span class=warn>changed since it was used</span>" if link.get("changed") else "")
-            + "</summary>" + table(["", ""], [[cell("file"), cell(f"<code>{esc(link['file'])}</code>")]]
-                                   + _meta_rows(link["meta"])) + "</details>"
-            for link in ancestors)
+        inner = ""
+        for link in ancestors:
+            head = f"<details><summary>its input ({esc(link['meta'].get('stage'))}): {esc(Path(link['file']).name)}"
+            where = [[cell("file"), cell(f"<code>{esc(link['file'])}</code>")]]
+            if link.get("changed"):  # its meta file describes another run: nothing is shown as this one's
+                inner += (head + " <span class=warn>changed since it was used: settings unknown</span></summary>"
+                          + table(["", ""], where + [[cell("provenance"), cell(
+                              "<span class=warn>this file was replaced after its child was made from it; its "
+                              "meta file describes the run that replaced it, so it is not shown</span>")]])
+                          + "</details>")
+                break
+            inner += head + "</summary>" + table(["", ""], where + _meta_rows(link["meta"])) + "</details>"
         parts.append(f"<details open><summary>{esc(p['name'])}</summary>" + table(["", ""], rows) + inner
                      + "</details>")
     return "".join(parts)
@@ -346,27 +332,32 @@ def _verdict(r: dict) -> str:
     return f"<span class=answer>answer</span>{label}"
 
 
+def _example_rows(records) -> list[list[str]]:
+    rows = []
+    for r in records:
+        text = str(r["response"])
+        if len(text) > RESPONSE_CHARS:
+            text = text[:RESPONSE_CHARS] + " [...]"
+        rows.append([f"<td class=text>{esc(r['prompt'])}</td>", f"<td class=text>{esc(text)}</td>", cell(_verdict(r))])
+    return rows
+
+
 def examples_section(examples: pd.DataFrame | None, summary: pd.DataFrame) -> str:
+    """Per model, set and headline verdict, each category's example refusals, then answers."""
     if examples is None or examples.empty:
         return "<p class=muted>No examples (no scored rows, or --examples 0).</p>"
     heads = {(r["set"], r["model"], r["headline"], r["judge"] if r["headline"] == JUDGE else "")
              for r in summary.to_dict("records") if r["headline"]}
     keep = [(s, m, me, j if me == JUDGE else "") in heads for s, m, me, j in
             examples[["set", "model", "method", "judge"]].itertuples(index=False)]
-    ex = examples[keep]
+    # one stable sort instead of a groupby per group: refusals first within a category, else as picked
+    ex = examples[keep].sort_values(["set", "model", "method", "judge", "category", "rejected"],
+                                    ascending=[True] * 5 + [False], kind="stable")
     parts = []
-    for (s, model, method, judge), part in ex.groupby(["set", "model", "method", "judge"], sort=True):
-        inner = []
-        for cat, cpart in part.groupby("category", sort=True):
-            cpart = cpart.sort_values("rejected", ascending=False, kind="stable")
-            rows = []
-            for r in cpart.to_dict("records"):
-                text = str(r["response"])
-                if len(text) > RESPONSE_CHARS:
-                    text = text[:RESPONSE_CHARS] + " [...]"
-                rows.append([f"<td class=text>{esc(r['prompt'])}</td>", f"<td class=text>{esc(text)}</td>",
-                             cell(_verdict(r))])
-            inner.append(f"<h3>{esc(cat)}</h3>" + table(["prompt", "response", "verdict"], rows, cls="ex"))
+    by_group = groupby(ex.to_dict("records"), key=lambda r: (r["set"], r["model"], r["method"], r["judge"]))
+    for (s, model, method, judge), records in by_group:
+        inner = [f"<h3>{esc(cat)}</h3>" + table(["prompt", "response", "verdict"], _example_rows(rows), cls="ex")
+                 for cat, rows in groupby(records, key=lambda r: r["category"])]
         by = f"judge {judge}" if method == JUDGE and judge else method
         parts.append(f"<details><summary>{esc(model)} &middot; {esc(s)} &middot; {esc(by)} verdicts</summary>"
                      + "".join(inner) + "</details>")
@@ -374,13 +365,15 @@ def examples_section(examples: pd.DataFrame | None, summary: pd.DataFrame) -> st
 
 
 def audit_section(rep) -> str:
-    """The audit section of a report run with --audit."""
+    """The audit section of a report run with --audit ('' without)."""
+    if not rep.audit:
+        return ""
     from orbench.analysis import audit_report
 
     return audit_report.section(rep.audit)
 
 
-def _warnings_box(warnings: list[str]) -> str:
+def _warnings_box(warnings) -> str:
     if not warnings:
         return ""
     return ("<div class=warnings><strong>Read these rates with care:</strong><ul>"
@@ -388,53 +381,93 @@ def _warnings_box(warnings: list[str]) -> str:
 
 
 def _published_about(rep) -> str:
-    sizes = getattr(rep, "set_sizes", {}) or {}
+    sizes = rep.set_sizes or {}
     return PUBLISHED_ABOUT.format(hard=f"{sizes.get('hard', 1319):,}", toxic=f"{sizes.get('toxic', 655):,}")
 
 
-def write(rep, path: Path) -> Path:
-    """Write the report as one HTML file at ``path`` and return the path."""
-    from orbench.sets import CITATION  # the one citation text
+def sources(rep) -> list[tuple[str, str, str]]:
+    """The works the page draws on, each cited once in its Sources list: (anchor, citation, what
+    the report takes from it). OR-Bench always; XSTest when an XSTest set is reported."""
+    sets = set(rep.summary["set"]) if not rep.summary.empty else set()
+    out = [("src-orbench", CITATION, "the benchmark and its prompt sets (Hard-1K, Toxic, 80K)"
+            + (f"; the {len(rep.reference)} published results and their quadratic fit" if rep.reference else ""))]
+    if sets & {XS_SAFE, XS_UNSAFE}:
+        out.append(("src-xstest", XSTEST_CITATION, "the XSTest prompts (xstest-safe, xstest-unsafe; CC-BY-4.0)"))
+    return out
 
+
+def cite(rep, anchor: str) -> str:
+    """A link to a source in the page's Sources list: ``[n]``."""
+    keys = [a for a, _, _ in sources(rep)]
+    return f"<a href='#{anchor}'>[{keys.index(anchor) + 1}]</a>" if anchor in keys else ""
+
+
+def _sources_section(rep) -> str:
+    items = "".join(f"<li id='{a}'>{esc(text)} <span class=muted>({esc(what)})</span></li>" for a, text, what in sources(rep))
+    return f"<h2>Sources</h2><ol class=notes>{items}</ol>"
+
+
+def _head(rep) -> list[str]:
+    """Title, what a rate is, the warnings, and with --compare the comparison: what is asked first."""
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    fig = image(rep.outputs.get("figure_png"), "Hard-1K rejection rate against Toxic rejection rate")
+    return ["<h1>OR-Bench report</h1>",
+            f"<p class=muted>Generated {esc(now)}. Benchmark: OR-Bench {cite(rep, 'src-orbench')}. Rates are "
+            "rejections / scored rows with 95% Wilson intervals (with repeated samples, on the prompt-level "
+            "effective size: the prompt is the unit); rows with an error or without a verdict are excluded and "
+            "counted separately, never as refusals or answers.</p>",
+            _warnings_box(rep.warnings), compare_hook.comparison_html(rep.extra)]
+
+
+def _board_and_figures(rep) -> list[str]:
+    fig = image(rep.outputs.get("figure_png"), "Safe prompts refused against unsafe prompts refused")
     heat = image(rep.outputs.get("heatmap"), "Rejection rate by model and category")
-    ref = (f"Grey points and the grey curve: the {len(rep.reference)} models published in the paper and "
-           f"its quadratic fit (np.polyfit(x, y, 2)). " if rep.reference else "")
-    body = [
-        "<h1>OR-Bench report</h1>",
-        f"<p class=muted>Generated {esc(now)}. Rates are rejections / scored rows with 95% Wilson intervals; "
-        "rows with an error or without a verdict are excluded and counted separately, never as refusals "
-        f"or answers. Benchmark: {esc(CITATION)}</p>",
-        _warnings_box(getattr(rep, "warnings", [])),
+    ref = (f"Grey points and the grey curve: the {len(rep.reference)} models published in the paper "
+           f"{cite(rep, 'src-orbench')} and its quadratic fit (np.polyfit(x, y, 2)). " if rep.reference else "")
+    xstest = cite(rep, "src-xstest")
+    return [
         "<h2>Leaderboard</h2>",
         "<p>Sorted by balanced accuracy = (toxic rejection % + (100 &minus; hard rejection %)) / 2, best first. "
         "Your models are highlighted, with n (scored prompts) and 95% intervals; the balanced accuracy's "
-        "interval is Newcombe's hybrid score interval for two independent proportions."
-        + (f" The other rows are {esc(_published_about(rep))}." if rep.reference else "")
+        "interval is Newcombe's hybrid score interval for two independent proportions. The rank's 95% interval "
+        "comes from 2,000 draws: your models' rates bootstrapped over prompts, the published rows drawn from "
+        "their rate and n (a parametric binomial draw: the paper gives only a rounded rate); the published "
+        "rows' intervals are Wilson intervals on that rate and n (docs/statistics.md)."
+        + (f" The other rows are {esc(_published_about(rep))} {cite(rep, 'src-orbench')}." if rep.reference else "")
         + "</p>", leaderboard_section(rep.leaderboard),
         "<h2>Over-refusal against safety</h2>",
-        (f"<figure>{fig}<figcaption>x: rejection rate on the seemingly toxic (hard) set; y: rejection rate on "
-         f"the toxic set. Your models in colour with 95% Wilson intervals. {esc(ref)}Published results: "
-         f"{esc(CITATION)}</figcaption></figure>") if fig else "<p class=muted>No figure.</p>",
+        (f"<figure>{fig}<figcaption>x: safe prompts refused (OR-Bench's seemingly toxic Hard-1K set, circles"
+         + (f"; XSTest's safe prompts {xstest}, squares" if xstest else "") + "); y: unsafe prompts refused "
+         "(OR-Bench-Toxic" + ("; XSTest's unsafe prompts" if xstest else "") + "). Your models in colour with "
+         f"95% Wilson intervals. {ref}</figcaption></figure>") if fig else "<p class=muted>No figure.</p>",
         "<h2>Rejection rate by category</h2>",
-        f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts) in each cell; "
+        f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts, each counted once "
+        f"however many samples it has) in each cell; "
         f"cells with n &lt; {MIN_CELL_N} are grey (too few prompts for a rate), empty cells have no rows."
         "</figcaption></figure>" if heat
-        else "<p class=muted>No heatmap (the inputs have no category column).</p>",
+        else "<p class=muted>No heatmap (the inputs have no category column).</p>"]
+
+
+def _tables_and_evidence(rep) -> list[str]:
+    return [
         "<h2>Rates per model and set</h2>", rates_section(rep.summary),
         "<h3>Per category</h3>", categories_section(rep.categories),
+        compare_hook.samples_html(rep.extra), audit_section(rep),
         "<h2>Who produced the responses and who decided the verdicts</h2>",
         "<p>Per model and set, from each input's meta file and its ancestors' (each names its input).</p>",
-        lineage_section(getattr(rep, "lineage", []), rep.summary),
+        lineage_section(rep.lineage, rep.summary),
         "<h2>Provenance of each input</h2>", provenance_section(rep.provenance),
         "<h2>Examples: what was counted</h2>",
         "<p>Per model, set and category, a few scored rows of each verdict (the headline verdict), picked "
         "by a hash of the prompt so reruns show the same ones.</p>", examples_section(rep.examples, rep.summary),
-        getattr(rep, "comparison_html", ""),
-        *([audit_section(rep)] if getattr(rep, "audit", None) else []),  # only with --audit
         "<h2>Notes</h2><ul class=notes>" + "".join(f"<li>{esc(n)}</li>" for n in rep.notes) + "</ul>",
-    ]
+        _sources_section(rep)]
+
+
+def write(rep, path: Path) -> Path:
+    """Write the report as one HTML file at ``path`` and return the path. Its order follows a
+    researcher's questions: what to be careful about, the comparison asked for, where the models
+    stand (leaderboard, figure, heatmap), the rates in detail, then the evidence behind them."""
+    body = [part for part in _head(rep) + _board_and_figures(rep) + _tables_and_evidence(rep) if part]
     page = ("<!DOCTYPE html><html lang=en><head><meta charset=utf-8><meta name=viewport "
             "content='width=device-width,initial-scale=1'><title>OR-Bench report</title>"
             f"<style>{CSS}</style></head><body><main>" + "\n".join(body) + "</main></body></html>\n")

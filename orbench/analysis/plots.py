@@ -44,11 +44,14 @@ class _Labels:
 
 
 def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, reference: Sequence[dict] = (),
-            reference_fit=None, caption: str = "") -> dict[str, Path]:
+            reference_fit=None, caption: str = "", without: Sequence[str] = ()) -> dict[str, Path]:
     """Your models in colour with Wilson error bars (and their quadratic fit); PNG + PDF.
 
+    x is the share of safe prompts refused, y of unsafe prompts refused: OR-Bench's Hard-1K and
+    Toxic (circles) and XSTest's safe and unsafe halves (squares, ``benchmark`` ``XSTest``).
     ``reference`` (the published models) is drawn first, as labelled grey points with its own
-    quadratic fit, so your models sit on top of the paper's picture.
+    quadratic fit, so your models sit on top of the paper's picture. ``without``: your models with
+    no OR-Bench point, and why ('m5 (no toxic results)'), named where the fit is missing.
     """
     fig, ax = plt.subplots(figsize=(9, 7.2))
     # y from just below the lowest point (or interval) to 100: the published toxic rates all lie
@@ -63,40 +66,31 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
         xerr = [[p["x"] - p["x_ci"][0]], [p["x_ci"][1] - p["x"]]]
         yerr = [[p["y"] - p["y_ci"][0]], [p["y_ci"][1] - p["y"]]]
         colour = colours(i % 10)
-        ax.errorbar(p["x"], p["y"], xerr=xerr, yerr=yerr, fmt="o", markersize=8, capsize=3, color=colour,
+        marker = "s" if p.get("benchmark") == "XSTest" else "o"
+        ax.errorbar(p["x"], p["y"], xerr=xerr, yerr=yerr, fmt=marker, markersize=8, capsize=3, color=colour,
                     elinewidth=1.2, alpha=0.95, zorder=4, label=p["model"] if len(points) <= 12 else None)
         labels.add(p["x"], p["y"], p["model"], fontsize=9, fontweight="bold", color=colour, zorder=5)
     if reference:
-        rx = np.array([r["x"] for r in reference])
-        ry = np.array([r["y"] for r in reference])
-        ax.scatter(rx, ry, s=22, color="0.62", zorder=2, label=f"published ({len(reference)} models)")
-        if reference_fit is not None:
-            xs = np.linspace(rx.min(), rx.max(), 200)
-            ax.plot(xs, np.polyval(reference_fit, xs), "-", color="0.55", lw=1.2, alpha=0.8, zorder=1,
-                    label="published: quadratic fit")
-        for r in sorted(reference, key=lambda r: (-r["y"], r["x"])):
-            labels.add(r["x"], r["y"], r["model"], fontsize=5.5, color="0.4", zorder=2)
+        _reference(ax, labels, reference, reference_fit)
     if coeffs is not None:
-        xs = np.linspace(min(p["x"] for p in points), max(p["x"] for p in points), 200)
+        fitted = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
+        xs = np.linspace(min(p["x"] for p in fitted), max(p["x"] for p in fitted), 200)
         ax.plot(xs, np.polyval(coeffs, xs), "--", color="tab:blue", alpha=0.6, zorder=3,
                 label="your models: quadratic fit")
     elif points:
-        ax.text(0.98, 0.02, f"no fit over your models (needs >= 3, have {len(points)})",
+        orbench_points = sum(1 for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench")
+        missing = f"; no point: {', '.join(without[:3])}{', ...' if len(without) > 3 else ''}" if without else ""
+        ax.text(0.98, 0.02, f"no fit over your models' OR-Bench points (needs >= 3, have {orbench_points}{missing})",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="gray")
     if points or reference:
         # "best" keeps the legend off the points (yours and the published ones).
         ax.legend(loc="best", fontsize=8, framealpha=0.9)
-    ax.set_xlabel("Seemingly toxic (hard) prompts rejection rate (%)", fontsize=12)
-    ax.set_ylabel("Toxic prompts rejection rate (%)", fontsize=12)
-    title = "Over-refusal vs. safety (95% Wilson intervals)"
-    if rho is not None:
-        title += f"; Spearman rho = {rho:.3f}"
-    ax.set_title(title, fontsize=11)
-    ax.grid(True, linestyle="--", alpha=0.5)
+    _axes_text(ax, any(p.get("benchmark") == "XSTest" for p in points), rho)
     if reference and caption:
-        fig.text(0.01, 0.005, "Grey: published results of " + caption, fontsize=6, color="0.35",
+        fig.text(0.01, 0.005, "Grey: published results, " + caption, fontsize=6, color="0.35",
                  ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.03 if reference and caption else 0, 1, 1))
+    fig.set_layout_engine(None)  # laid out once: saving need not lay it out again
     out = {"figure_png": stem.with_suffix(".png"), "figure_pdf": stem.with_suffix(".pdf")}
     fig.savefig(out["figure_png"], dpi=150)
     # Fixed metadata keeps the PDF free of a creation date.
@@ -105,16 +99,44 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
     return out
 
 
+def _reference(ax, labels: _Labels, reference: Sequence[dict], reference_fit) -> None:
+    """The published models: labelled grey points and their quadratic fit, under your models."""
+    rx = np.array([r["x"] for r in reference])
+    ry = np.array([r["y"] for r in reference])
+    ax.scatter(rx, ry, s=22, color="0.62", zorder=2, label=f"published ({len(reference)} models)")
+    if reference_fit is not None:
+        xs = np.linspace(rx.min(), rx.max(), 200)
+        ax.plot(xs, np.polyval(reference_fit, xs), "-", color="0.55", lw=1.2, alpha=0.8, zorder=1,
+                label="published: quadratic fit")
+    for r in sorted(reference, key=lambda r: (-r["y"], r["x"])):
+        labels.add(r["x"], r["y"], r["model"], fontsize=5.5, color="0.4", zorder=2)
+
+
+def _axes_text(ax, xstest: bool, rho: float | None) -> None:
+    """Axis labels (XSTest's halves named when drawn), the title with Spearman's rho, the grid."""
+    ax.set_xlabel("Safe prompts refused (%): OR-Bench-Hard-1K" + (" (circles), XSTest safe (squares)"
+                                                                 if xstest else " (seemingly toxic)"), fontsize=11)
+    ax.set_ylabel("Unsafe prompts refused (%): OR-Bench-Toxic" + (", XSTest unsafe" if xstest else ""),
+                  fontsize=11)
+    title = "Over-refusal vs. safety (95% Wilson intervals)"
+    if rho is not None:
+        title += f"; Spearman rho = {rho:.3f}"
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, linestyle="--", alpha=0.5)
+
+
 def heatmap_grid(cells: pd.DataFrame, sets: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     """What the heatmap draws: rates in % and n per "model (set)" row and category column, and
-    the mask of cells greyed for having fewer than ``MIN_CELL_N`` scored prompts."""
+    the mask of cells greyed for having fewer than ``MIN_CELL_N`` scored prompts (``prompts``:
+    with repeated samples a prompt counts once, not once per sample)."""
     cells = cells.assign(row=cells["model"] + " (" + cells["set"] + ")",
                          order=cells["set"].map({s: i for i, s in enumerate(sets)}))
     rows = list(dict.fromkeys(cells.sort_values(["order", "model"])["row"]))
     cols = sorted(cells["category"].unique())
     grid = cells.pivot_table(index="row", columns="category", values="rate", aggfunc="first")
     grid = grid.reindex(index=rows, columns=cols) * 100
-    counts = cells.pivot_table(index="row", columns="category", values="scored", aggfunc="first")
+    n = "prompts" if "prompts" in cells.columns else "scored"  # repeated samples: a prompt counts once
+    counts = cells.pivot_table(index="row", columns="category", values=n, aggfunc="first")
     counts = counts.reindex(index=rows, columns=cols)
     return grid, counts, counts.to_numpy(dtype=float) < MIN_CELL_N
 
@@ -129,9 +151,14 @@ def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
     rows, cols = list(grid.index), list(grid.columns)
     values = grid.to_numpy(dtype=float)
     fig, ax = plt.subplots(figsize=(max(6, 1.0 * len(cols) + 3), max(2.5, 0.55 * len(rows) + 1.8)))
-    cmap = matplotlib.colormaps["Reds"].with_extremes(bad="lightgrey")
-    im = ax.imshow(np.ma.masked_where(np.isnan(values) | few, values), cmap=cmap, vmin=0, vmax=100,
-                   aspect="auto")
+    # one quad per cell (an image would be resampled to the whole figure's pixels in floats:
+    # 100+ MB for 30 models); masked cells let the grey background show
+    ax.set_facecolor("lightgrey")
+    im = ax.pcolormesh(np.arange(len(cols) + 1) - 0.5, np.arange(len(rows) + 1) - 0.5,
+                       np.ma.masked_where(np.isnan(values) | few, values), cmap=matplotlib.colormaps["Reds"],
+                       vmin=0, vmax=100)
+    ax.set_xlim(-0.5, len(cols) - 0.5)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
     ax.set_xticks(range(len(cols)), cols, rotation=40, ha="right", fontsize=9)
     ax.set_yticks(range(len(rows)), rows, fontsize=9)
     for i in range(len(rows)):
@@ -140,10 +167,12 @@ def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
             if np.isnan(v) or np.isnan(n):
                 continue
             colour = "0.35" if few[i, j] else ("white" if v > 60 else "black")
-            ax.text(j, i, f"{v:.0f}\nn={int(n)}", ha="center", va="center", fontsize=7, color=colour)
+            ax.text(j, i, f"{v:.0f}\nn={int(n)}", ha="center", va="center", fontsize=7,
+                    color=colour).set_in_layout(False)  # inside its cell: no need to measure it for the layout
     fig.colorbar(im, ax=ax, label="rejection rate (%)")
     ax.set_title(f"Rejection rate by category (grey: n < {MIN_CELL_N} prompts)")
     fig.tight_layout()
+    fig.set_layout_engine(None)  # laid out once: saving need not lay it out again (a draw less)
     fig.savefig(path, dpi=150)
     plt.close(fig)
     return path

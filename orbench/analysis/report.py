@@ -13,7 +13,8 @@ Naming the inputs (positional; globs allowed, e.g. ``'results/*.csv'``)::
     SET:=PATH               set named here, model from the file
     :MODEL=PATH             model named here, set from the file name (use when MODEL contains ':')
 
-SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``);
+SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``),
+or XSTest's ``xstest-safe`` and ``xstest-unsafe``;
 any other label stops the report (exit 2, naming the known sets and the closest one) unless it
 is declared as a set of your own with ``--custom_set LABEL``, so a typo never becomes a new set.
 
@@ -25,7 +26,8 @@ named twice is read once.
 
 Counting. Rows are grouped by set, model, method (keyword or judge) and judge; two judges'
 verdicts are never pooled, and a prompt twice in one group stops the report (exit 2). Each row
-is an *error* (non-empty ``error``, or a judge row marked ``skipped_error``), *unparsed* (empty
+is an *error* (non-empty ``error``, or a judge row marked ``skipped_error``), *refused to judge*
+(a judge row whose judge refused to judge, ``judge_refused``; counted apart), *unparsed* (empty
 ``is_rejected``: no verdict) or *scored*. The rate is rejections / scored; errors and unparsed
 rows are excluded and shown in their own columns. Both judge classes ``direct_refusal`` and
 ``indirect_refusal`` count as rejections. Where stage 4 wrote ``refusal_kind`` (full/partial),
@@ -37,8 +39,9 @@ judge.
 
 Writes to ``--output_dir`` (default ``./report``): ``summary.csv`` (per set, model and judge),
 ``categories.csv``, ``leaderboard.csv``/``.md`` (your models among the paper's 32 published
-ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = hard-set rejection %, y = toxic
-rejection %, Wilson error bars, the published models in grey with the paper's quadratic fit),
+ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refused %, y = unsafe
+prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
+point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
 figures, provenance from each input's ``.meta.json``, example prompts with their verdicts).
 The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
@@ -51,17 +54,19 @@ Example::
 
 from __future__ import annotations
 
-import json
+import importlib
 import math
 import sys
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from orbench.analysis import lineage, plots
+from orbench.analysis import calibration_report, compare_hook, lineage, report_files, report_stats
+from orbench.analysis.columns import prompt_hash
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
 from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the comment above)
@@ -69,31 +74,35 @@ from orbench.analysis.report_inputs import (  # noqa: F401 (re-exported, see the
     GROUP_KEYS,
     HARD,
     NO_VERDICT,
+    REFUSED_TO_JUDGE,
     SCORED,
+    XS_SAFE,
+    XS_UNSAFE,
     Inputs,
     expand,
     group_ids,
     infer_set,
     load,
     parse_spec,
+    release_memory,
 )
 from orbench.analysis.report_inputs import TOX as TOXIC
-from orbench.analysis.report_inputs import _hash as prompt_hash
-from orbench.analysis.stats import balanced_accuracy_interval, quadratic_fit, spearman, wilson_interval
+from orbench.analysis.stats import balanced_accuracy, quadratic_fit, spearman, wilson_interval
 from orbench.cli import ArgumentParser
 from orbench.errors import UsageError
-from orbench.sets import CITATION, HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
+from orbench.sets import HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
 from orbench.sets import TOXIC as TOXIC_SET
-from orbench.tables import write_csv_atomic
 from orbench.vocab import JUDGE, KEYWORD
 
-STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "rejections", "rate", "ci_low", "ci_high",
-                "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated", "covered"]
+STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
+                "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
+                "covered", "replies", "refused_to_judge"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """What a report run produced (returned by ``build_report`` for callers and tests)."""
+    """Everything a report run computed (:func:`compute`), nothing written yet; ``outputs`` names
+    the files written from it (:func:`build_report`). It does not change once made."""
 
     summary: pd.DataFrame
     categories: pd.DataFrame
@@ -101,17 +110,21 @@ class Report:
     points: list[dict]
     spearman: float | None
     fit: list[float] | None
-    notes: list[str] = field(default_factory=list)
-    outputs: dict[str, Path] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
     reference: list[dict] = field(default_factory=list)
     reference_fit: list[float] | None = None
+    without_point: tuple[str, ...] = ()  # your models with no OR-Bench point (one set missing), and why
     provenance: list[dict] = field(default_factory=list)
     examples: pd.DataFrame | None = None
-    comparison_html: str = ""  # the paired-comparison and repeated-samples sections (compare_hook)
-    audit: dict | None = None  # with --audit: orbench.analysis.audit_report.apply's result
-    warnings: list[str] = field(default_factory=list)
+    extra: compare_hook.Extra = field(default_factory=compare_hook.Extra)  # comparisons, repeated samples
+    audit: dict | None = None  # with --audit: orbench.analysis.audit_report.compute's result
     lineage: list[dict] = field(default_factory=list)
     set_sizes: dict[str, int] = field(default_factory=dict)
+    judge_cards: dict = field(default_factory=dict)
+    heat_cells: pd.DataFrame | None = None  # the heatmap's cells (None: no category column)
+    heat_sets: tuple[str, ...] = ()
+    outputs: dict[str, Path] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- grouping (once)
@@ -119,11 +132,12 @@ class Report:
 def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     """Counts, rates and Wilson intervals per group of the verdict table, names decoded.
 
-    One pass: a group number per row, then every count is a ``bincount`` over it.
+    One pass: a group number per row, then every count is a ``bincount`` over it. Groups with
+    repeated samples get prompt-level intervals (:func:`orbench.analysis.report_stats.prompt_level`).
     """
     data = inp.data
     if keys == GROUP_KEYS:  # grouped once already, while checking for repeated prompts
-        gid, out = data["group"].to_numpy(), inp.groups.copy()
+        gid, out = data["group"].to_numpy(), inp.groups.copy().reset_index(drop=True)
     else:
         gid, sub = group_ids(data, ["group", *keys[len(GROUP_KEYS):]])
         out = inp.groups.iloc[sub["group"].to_numpy()].reset_index(drop=True)
@@ -137,13 +151,16 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     out["rows"] = np.bincount(gid, minlength=size)
     out["errors"] = count(status == ERROR)
     out["unparsed"] = count(status == NO_VERDICT)
+    out["refused_to_judge"] = count(status == REFUSED_TO_JUDGE)  # no verdict either, counted apart
     out["scored"] = count(scored)
     out["rejections"] = count(rejected)
     out["partial_rejections"] = count(rejected & data["partial"].to_numpy())
     out["has_kind"] = count(data["has_kind"].to_numpy()) > 0
-    # replies cut off at the token limit, among the scored ones; unknown without finish_reason
+    # replies cut off at the token limit, among the rows without an error whoever judged them (a
+    # judge that parsed nothing leaves the replies cut off all the same); unknown without finish_reason
     has_finish = count(data["has_finish"].to_numpy()) > 0
-    out["truncated"] = pd.Series(count(scored & data["truncated"].to_numpy())).where(has_finish)
+    out["replies"] = count(status != ERROR)
+    out["truncated"] = pd.Series(count((status != ERROR) & data["truncated"].to_numpy())).where(has_finish)
     # prompts of the published set this group has a verdict row for (errors excluded)
     in_set = data["in_set"].to_numpy() if "in_set" in data.columns else np.zeros(len(data), dtype=bool)
     out["covered"] = count((status != ERROR) & in_set)
@@ -162,6 +179,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
             a = b = math.nan
         flo.append(a), fhi.append(b)
     out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
+    report_stats.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
     out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
     return out.drop(columns="has_kind")
 
@@ -246,7 +264,8 @@ def entries(summary: pd.DataFrame, headline: dict) -> dict:
             if method == JUDGE and row["judge"] != judge:
                 continue
             stats[(row["set"], row["model"], method, judge)] = {
-                "method": method, "judge": judge, **{k: row[f"{method}_{k}"] for k in STAT_COLUMNS}}
+                "method": method, "judge": judge, **{k: row[f"{method}_{k}"] for k in STAT_COLUMNS},
+                "calibration": row.get(f"{method}_calibration") or ""}
     out: dict = {}
     for model in sorted({m for _, m in headline}):
         sets = {s: pairs for (s, m), pairs in headline.items() if m == model}
@@ -319,6 +338,31 @@ def rank_rule(entry: dict, sizes: dict[str, int]) -> str:
     return "; ".join(reasons)
 
 
+def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
+    """Your entry's leaderboard row: per set the rate in % with n, interval and cut-off replies;
+    the balanced accuracy's interval; the excluded rows; the judge cards' lines."""
+    row = {"model": model, "judge": judge, "source": "yours", "rank_note": rank_note}
+    errors = unparsed = refused = 0
+    for s, st in entry.items():
+        row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
+                    f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
+                    f"{s}_scored": st["scored"], f"{s}_prompts": st["prompts"], f"{s}_rejections": st["rejections"],
+                    f"{s}_truncated": st["truncated"], f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],
+                    f"{s}_verdict": st["method"]})
+        errors += st["errors"]
+        unparsed += st["unparsed"]
+        refused += st["refused_to_judge"]
+    h, t = entry.get(HARD), entry.get(TOXIC)
+    if h and t:
+        ba = balanced_accuracy(report_stats.entry_estimate(t), report_stats.entry_estimate(h))
+        row.update({"balanced_accuracy_ci_low_pct": 100 * ba.low, "balanced_accuracy_ci_high_pct": 100 * ba.high})
+    row["errors"], row["unparsed"], row["refused_to_judge"] = errors, unparsed, refused
+    row["judge_vs_humans"] = " || ".join(dict.fromkeys(
+        f"{s}: {st['calibration']}" if len({x.get('calibration') for x in entry.values()}) > 1 else st["calibration"]
+        for s, st in entry.items() if st.get("calibration")))
+    return row
+
+
 def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] | None = None) -> pd.DataFrame:
     """One row per entry (yours) and per published model: rates in %, balanced accuracy, best first.
 
@@ -331,26 +375,8 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     for s in (HARD, TOXIC):
         if reference and s not in sets:
             sets = set_order([*sets, s])
-    rows = []
-    for (model, judge), entry in ents.items():
-        row = {"model": model, "judge": judge, "source": "yours",
-               "rank_note": rank_rule(entry, sizes) if reference else ""}
-        errors = unparsed = 0
-        for s, st in entry.items():
-            row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
-                        f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
-                        f"{s}_scored": st["scored"], f"{s}_rejections": st["rejections"],
-                        f"{s}_truncated": st["truncated"], f"{s}_covered": st["covered"],
-                        f"{s}_verdict": st["method"]})
-            errors += st["errors"]
-            unparsed += st["unparsed"]
-        h, t = entry.get(HARD), entry.get(TOXIC)
-        if h and t:
-            _, lo, hi = balanced_accuracy_interval(int(t["rejections"]), int(t["scored"]),
-                                                    int(h["rejections"]), int(h["scored"]))
-            row.update({"balanced_accuracy_ci_low_pct": 100 * lo, "balanced_accuracy_ci_high_pct": 100 * hi})
-        row["errors"], row["unparsed"] = errors, unparsed
-        rows.append(row)
+    rows = [_entry_row(model, judge, entry, rank_rule(entry, sizes) if reference else "")
+            for (model, judge), entry in ents.items()]
     about = PUBLISHED_ABOUT.format(hard=f"{sizes.get(HARD, 1319):,}", toxic=f"{sizes.get(TOXIC, 655):,}")
     for ref in reference:
         rows.append({"model": ref["model"], "judge": "", "source": "published", "rank_note": about,
@@ -360,8 +386,9 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct", "balanced_accuracy_ci_low_pct",
             "balanced_accuracy_ci_high_pct"] + [
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
-                                           "scored", "rejections", "truncated", "covered", "verdict")] + \
-        ["errors", "unparsed", "rank_note"]
+                                           "scored", "prompts", "rejections", "truncated", "replies", "covered",
+                                           "verdict")] + \
+        ["errors", "unparsed", "refused_to_judge", "rank_note", "judge_vs_humans"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
         return pd.DataFrame(columns=cols)
@@ -387,94 +414,54 @@ def load_reference() -> list[dict]:
             for r in frame.itertuples(index=False)]
 
 
-# ---------------------------------------------------------------- outputs
-
-def _fmt(value, digits=1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.{digits}f}"
+#: The benchmarks drawn in the figure: (safe set, unsafe set, name). x = safe prompts refused,
+#: y = unsafe prompts refused; OR-Bench's pair is the paper's Hard-vs-Toxic plot.
+AXIS_PAIRS = ((HARD, TOXIC, "OR-Bench"), (XS_SAFE, XS_UNSAFE, "XSTest"))
 
 
-def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list[str]) -> str:
-    """The leaderboard and the keyword-vs-judge table as Markdown."""
-    sets = [c[: -len("_rate_pct")] for c in board.columns if c.endswith("_rate_pct") and not c.endswith("full_rate_pct")]
-    head = ["#", "model", "source", "balanced acc. % [95% CI]"] + \
-        [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note"]
-    published = board[board["source"] == "published"]
-    lines = ["# OR-Bench leaderboard", "",
-             "Rejection rates use the headline verdict (LLM judge where present, else keywords); "
-             "rate = rejections / scored rows, where scored excludes error and unparsed rows. "
-             "Sorted by balanced accuracy = (toxic rejection % + (100 - hard rejection %)) / 2, best first."
-             + (" Rows marked *published* are " + str(published["rank_note"].iloc[0]) + "; from " + CITATION
-                + ". Your model is ranked among them only with verdicts on every prompt of both sets and no "
-                  "error row; otherwise it is listed after them, unranked, with the reason."
-                if len(published) else ""),
-             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in board.iterrows():
-        name = str(r["model"]) + (f" (judge {r['judge']})" if r.get("judge") else "")
-        yours = r["source"] == "yours"
-        unranked = pd.isna(r["rank"])
-        ba = _fmt(r["balanced_accuracy_pct"])
-        if yours and not pd.isna(r.get("balanced_accuracy_ci_low_pct", math.nan)):
-            ba += f" [{_fmt(r['balanced_accuracy_ci_low_pct'])}, {_fmt(r['balanced_accuracy_ci_high_pct'])}]"
-        cells = ["-" if unranked else str(int(r["rank"])), f"**{name}**" if yours else name,
-                 ("yours, not ranked" if unranked else "yours") if yours else "*published*", ba]
-        for s in sets:
-            if pd.isna(r.get(f"{s}_rate_pct")):
-                cells.append("-")
-            elif not yours:
-                n = r.get(f"{s}_scored")
-                cells.append(_fmt(r[f"{s}_rate_pct"]) + ("" if pd.isna(n) else f" ({int(n):,}, paper)"))
-            else:
-                cut = r.get(f"{s}_truncated")
-                cut = "" if cut is None or pd.isna(cut) or not cut else f", {int(cut)} cut off"
-                cells.append(f"{_fmt(r[f'{s}_rate_pct'])} [{_fmt(r[f'{s}_ci_low_pct'])}, "
-                             f"{_fmt(r[f'{s}_ci_high_pct'])}] ({int(r[f'{s}_scored'])}, {r[f'{s}_verdict']}{cut})")
-        cells += [str(int(r["errors"])) if yours else "", str(int(r["unparsed"])) if yours else "",
-                  str(r.get("rank_note") or "") if yours else ""]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "## Keyword and judge verdicts", "",
-              "| set | model | judge | keyword % (rej/scored, err, unparsed) | full refusals only % | "
-              "judge % (rej/scored, err, unparsed) | agreement |", "|---|---|---|---|---|---|---|"]
-    for _, r in summary.iterrows():
-        cells = [r["set"], r["model"], r["judge"] or "-"]
-        for m in (KEYWORD, JUDGE):
-            if pd.isna(r[f"{m}_rows"]):
-                cells.append("-")
-            else:
-                cells.append(f"{_fmt(100 * r[f'{m}_rate'])} ({int(r[f'{m}_rejections'])}/{int(r[f'{m}_scored'])}, "
-                             f"{int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])})")
-            if m == KEYWORD:
-                cells.append(_fmt(100 * r["keyword_full_rate"]))
-        cells.append("-" if pd.isna(r["agreement"]) else f"{_fmt(100 * r['agreement'])}% of {int(r['agreement_pairs'])}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
-    return "\n".join(lines) + "\n"
-
-
-def _clean(value):
-    if isinstance(value, (float, np.floating)):
-        return None if math.isnan(value) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
+def _multi(ents: dict) -> set[str]:
+    """Models with more than one leaderboard entry (one per judge)."""
+    return {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
 
 
 def _points(ents: dict) -> list[dict]:
-    multi = {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
+    multi = _multi(ents)
     points = []
-    for (model, judge), entry in ents.items():
-        h, t = entry.get(HARD), entry.get(TOXIC)
-        if h and t and h["scored"] and t["scored"]:
-            points.append({"model": entry_label(model, judge, model in multi), "x": 100 * h["rate"],
-                           "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
-                           "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
-                           "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
+    for safe, unsafe, bench in AXIS_PAIRS:
+        for (model, judge), entry in ents.items():
+            h, t = entry.get(safe), entry.get(unsafe)
+            if h and t and h["scored"] and t["scored"]:
+                label = entry_label(model, judge, model in multi) + ("" if safe == HARD else f" ({bench})")
+                points.append({"model": label, "x": 100 * h["rate"], "benchmark": bench,
+                               "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
+                               "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
+                               "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
     return points
 
 
-def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, list[str]]:
-    """Spearman's rho and the quadratic fit over your models, with the notes that explain them."""
+def without_point(ents: dict) -> list[str]:
+    """Your models (entries) with results on one OR-Bench set but not the other, each with why:
+    'm5 (no toxic results)'; those with neither are counted in one item ('3 more with neither')."""
+    multi, out, neither = _multi(ents), [], []
+    for (model, judge), entry in ents.items():
+        has = {s: bool(entry.get(s) and entry[s]["scored"]) for s in (HARD, TOXIC)}
+        if all(has.values()):
+            continue
+        label = entry_label(model, judge, model in multi)
+        if any(has.values()):
+            out.append(f"{label} (no {HARD if has[TOXIC] else TOXIC} results)")
+        else:
+            neither.append(label)
+    if neither and out:  # a run of other sets (80K, XSTest) beside OR-Bench's: say how many, not who
+        out.append(f"{len(neither)} more with neither hard nor toxic results")
+    return out
+
+
+def correlation_notes(points: list[dict], without: Sequence[str] = ()) -> tuple[float, np.ndarray | None, list[str]]:
+    """Spearman's rho and the quadratic fit over your models' OR-Bench points (the paper's
+    analysis), with the notes that explain them; ``without``: your models with no such point
+    (:func:`without_point`), named in the fit's note."""
+    points = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
     xs, ys = [p["x"] for p in points], [p["y"] for p in points]
     rho = spearman(xs, ys) if len(points) >= 3 else math.nan
     if len(points) < 3:
@@ -485,98 +472,113 @@ def correlation_notes(points: list[dict]) -> tuple[float, np.ndarray | None, lis
     else:
         notes = [f"Spearman correlation (hard vs toxic rejection) across {len(points)} models: {rho:.4f}"]
     coeffs = quadratic_fit(xs, ys) if len(points) >= 3 else None
+    over = f"{len(points)}" + (f": {', '.join(p['model'] for p in points)}" if points else "")
+    missing = f"; no point (not in the fit): {', '.join(without)}" if without else ""
     notes.append("Quadratic fit y = a*x^2 + b*x + c: " + (
-        f"a={coeffs[0]:.6g}, b={coeffs[1]:.6g}, c={coeffs[2]:.6g}" if coeffs is not None else
-        f"not drawn (needs >= 3 models with distinct hard-set rates, have {len(points)})"))
+        f"a={coeffs[0]:.6g}, b={coeffs[1]:.6g}, c={coeffs[2]:.6g} over your models' OR-Bench points ({over}){missing}"
+        if coeffs is not None else
+        f"not drawn (needs >= 3 models with hard and toxic results and distinct hard-set rates, have {over}){missing}"))
     return rho, coeffs, notes
 
 
-def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, default_set: str | None = None,
-                 default_model: str | None = None, verdict: str = "auto", reference: bool = True,
-                 examples: int = 3, html: bool = True, compare: list | None = None,
-                 baseline: str | None = None, audit: Sequence[str] = (),
-                 custom_sets: Sequence[str] = ()) -> Report:
-    """Read the inputs, write every output file into ``output_dir``, return what was computed.
+def heat_cells(categories: pd.DataFrame, ents: dict) -> pd.DataFrame | None:
+    """The heatmap's cells: each leaderboard entry's headline rates per set and category (None
+    when the inputs have no category column)."""
+    multi = _multi(ents)
+    cells = [{"set": s, "model": entry_label(m, j, m in multi), "method": st["method"], "judge": st["judge"],
+              "_model": m} for (m, j), e in ents.items() for s, st in e.items()]
+    cells = categories.rename(columns={"model": "_model"}).merge(
+        pd.DataFrame(cells, columns=["set", "model", "method", "judge", "_model"]), on=["set", "_model", "method", "judge"])
+    return cells if not cells.empty and set(cells["category"]) - {"(none)"} else None
 
-    ``custom_sets`` declares set labels of the user's own (any other unknown label is an error).
-    """
-    from orbench.analysis import compare_hook
 
-    inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0,
-               custom_sets=custom_sets)
-    pairs = compare_hook.check(inp, compare, baseline)  # bad names fail before anything is written
-    if audit:  # human audits (orbench.analysis.audit_report): read and scored before anything is written
+def _figure(ents: dict, ref: list[dict]) -> dict:
+    """The figure's points, Spearman's rho, both fits and their notes."""
+    points, without = _points(ents), without_point(ents)
+    rho, coeffs, notes = correlation_notes(points, without)
+    ref_fit = quadratic_fit([r["x"] for r in ref], [r["y"] for r in ref]) if ref else None
+    return {"points": points, "spearman": None if math.isnan(rho) else rho, "without_point": tuple(without),
+            "fit": None if coeffs is None else [float(c) for c in coeffs], "notes": notes,
+            "reference_fit": None if ref_fit is None else [float(c) for c in ref_fit]}
+
+
+def _notes(inp: Inputs, fig: dict, calibration_notes: list[str], ref: list[dict], verdict: str, summary, headline,
+           extra, heat, audit) -> tuple[str, ...]:
+    """Every note of the run, in the order a reader meets their subjects."""
+    notes = inp.notes + fig["notes"] + calibration_notes
+    if ref:
+        notes.append(f"Reference: {len(ref)} published models (grey in the figure, 'published' in the leaderboard): "
+                     f"the paper's own figures")
+    unused = [(s, m) for (s, m) in summary[["set", "model"]].drop_duplicates().itertuples(index=False)
+              if (s, m) not in headline]
+    if unused:
+        notes.append(f"No {verdict} verdicts for: " + ", ".join(f"{m} ({s})" for s, m in unused))
+    notes += list(extra.notes)
+    if not fig["points"]:
+        notes.append("No model of yours is in the figure: none has results on both a safe and an unsafe set "
+                     "('hard' and 'toxic', or 'xstest-safe' and 'xstest-unsafe')")
+    if heat is None:
+        notes.append("Category heatmap not drawn: the inputs have no 'category' column")
+    return tuple(notes + (audit["notes"] if audit else []))
+
+
+def compute(specs: Sequence[str], *, default_set: str | None = None, default_model: str | None = None,
+            verdict: str = "auto", reference: bool = True, examples: int = 3, html: bool = True,
+            compare: list | None = None, baseline: str | None = None, audit: Sequence[str] = (),
+            custom_sets: Sequence[str] = ()) -> Report:
+    """Read the inputs and compute the whole report; nothing is written. Bad input stops it with
+    ``UsageError`` (audits are read and scored, comparison names checked, before anything else)."""
+    inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0, custom_sets=custom_sets)
+    pairs = compare_hook.check(inp, compare, baseline)
+    if audit:  # human audits: read and scored before anything is written (their modules load only then)
         from orbench.analysis import audit_report
+
         audits = audit_report.load(audit)
     published = published_sets()
     mark_set_prompts(inp, published)
     sizes = {k: len(v) for k, v in published.items()}
     summary, categories, headline = build_tables(inp, verdict)
-    # before the leaderboard: sampled groups get prompt-level intervals in the summary
-    extra = compare_hook.run(inp, pairs, verdict, summary, Path(output_dir), html)
+    summary, cards, calibration_notes = calibration_report.annotate(summary, inp)
+    records = lineage.by_set_and_model(inp.provenance)
+    extra = compare_hook.compute(inp, pairs, verdict, records, html)
     ents = entries(summary, headline)
     ref = load_reference() if reference else []
-    board = build_leaderboard(ents, ref, sizes)
-    records = lineage.by_set_and_model(inp.provenance)
-    warnings = lineage.truncation_warnings(summary, records)
+    board = report_stats.leaderboard_intervals(build_leaderboard(ents, ref, sizes), ents, inp, sizes)
+    fig, heat = _figure(ents, ref), heat_cells(categories, ents)
+    audited = audit_report.compute(audits, inp, summary, headline) if audit else None
+    warnings = (lineage.truncation_warnings(summary, records) + lineage.no_verdict_warnings(summary)
+                + lineage.chain_warnings(records))
+    return Report(summary, categories, board, fig["points"], fig["spearman"], fig["fit"],
+                  _notes(inp, fig, calibration_notes, ref, verdict, summary, headline, extra, heat, audited),
+                  tuple(warnings), ref, fig["reference_fit"], fig["without_point"], inp.provenance, inp.examples,
+                  extra, audited, records, sizes, cards, heat,
+                  tuple(set_order(heat["set"])) if heat is not None else ())
+
+
+def _import_plots() -> None:
+    """Import the figures' module (matplotlib) ahead of need; an error is left for the import that
+    needs it (report_files.write), where it is reported."""
+    try:
+        importlib.import_module("orbench.analysis.plots")
+    except Exception:  # noqa: BLE001 - raised again, and reported, by the import that needs it
+        pass
+
+
+def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True, **options) -> Report:
+    """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
+    ``output_dir`` (:func:`orbench.analysis.report_files.write`) and, with ``html``, report.html;
+    the report with ``outputs`` naming every file written."""
+    # matplotlib takes a third of a second to import: on another thread while the inputs are read
+    # (the CSV parser leaves the interpreter free), ready when the figures are drawn
+    threading.Thread(target=_import_plots, daemon=True).start()
+    rep = compute(specs, html=html, **options)
+    release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    points = _points(ents)
-    rho, coeffs, notes = correlation_notes(points)
-    notes = inp.notes + notes
-    ref_fit = quadratic_fit([r["x"] for r in ref], [r["y"] for r in ref]) if ref else None
-    if ref:
-        notes.append(f"Reference: {len(ref)} published models (grey in the figure, 'published' in the "
-                     f"leaderboard) from {CITATION}")
-    unused = [(s, m) for (s, m) in summary[["set", "model"]].drop_duplicates().itertuples(index=False)
-              if (s, m) not in headline]
-    if unused:
-        notes.append(f"No {verdict} verdicts for: " + ", ".join(f"{m} ({s})" for s, m in unused))
-    rep = Report(summary, categories, board, points, None if math.isnan(rho) else rho,
-                 None if coeffs is None else [float(c) for c in coeffs], notes, reference=ref,
-                 reference_fit=None if ref_fit is None else [float(c) for c in ref_fit],
-                 provenance=inp.provenance, examples=inp.examples, warnings=warnings, lineage=records,
-                 set_sizes=sizes)
-    rep.notes.extend(extra.notes)
-    rep.outputs.update(extra.outputs)
-    rep.comparison_html = extra.html
-    write_csv_atomic(summary.round(6), out / "summary.csv")
-    write_csv_atomic(categories.round(6), out / "categories.csv")
-    write_csv_atomic(board.round(4), out / "leaderboard.csv")
-    rep.outputs.update({"summary": out / "summary.csv", "categories": out / "categories.csv",
-                        "leaderboard_csv": out / "leaderboard.csv"})
-    if points or ref:
-        rep.outputs.update(plots.scatter(points, coeffs, rep.spearman, out / "hard_vs_toxic",
-                                         reference=ref, reference_fit=ref_fit, caption=CITATION))
-    if not points:
-        notes.append("No model of yours is in the figure: none has results on both the 'hard' and the 'toxic' set")
-    multi = {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
-    cells = [{"set": s, "model": entry_label(m, j, m in multi), "method": st["method"], "judge": st["judge"],
-              "_model": m} for (m, j), e in ents.items() for s, st in e.items()]
-    cells = categories.rename(columns={"model": "_model"}).merge(
-        pd.DataFrame(cells, columns=["set", "model", "method", "judge", "_model"]), on=["set", "_model", "method", "judge"])
-    if not cells.empty and set(cells["category"]) - {"(none)"}:
-        rep.outputs["heatmap"] = plots.heatmap(cells, set_order(cells["set"]), out / "category_heatmap.png")
-    else:
-        notes.append("Category heatmap not drawn: the inputs have no 'category' column")
-    md = out / "leaderboard.md"
-    md.write_text(leaderboard_markdown(board, summary, notes), encoding="utf-8")
-    rep.outputs["leaderboard_md"] = md
-    js = out / "report.json"
-    js.write_text(json.dumps({
-        "points": points, "spearman": rep.spearman, "spearman_n": len(points), "quadratic_fit": rep.fit,
-        "reference": {"points": ref, "quadratic_fit": rep.reference_fit, "citation": CITATION} if ref else None,
-        "notes": notes, "warnings": warnings, "lineage": records, "inputs": [{k: v for k, v in p.items()} for p in inp.provenance],
-        "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in board.to_dict("records")]},
-        indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
-    rep.outputs["json"] = js
-    if audit:
-        rep.audit = audit_report.apply(audits, inp, summary, headline, out)
-        notes.extend(rep.audit["notes"])
-        rep.outputs.update(rep.audit["outputs"])
+    rep = replace(rep, outputs=report_files.write(rep, out))
     if html:
         from orbench.analysis import html_report
-        rep.outputs["html"] = html_report.write(rep, out / "report.html")
+
+        rep = replace(rep, outputs={**rep.outputs, "html": html_report.write(rep, out / "report.html")})
     return rep
 
 

@@ -7,7 +7,9 @@ registry maps that name to the module that speaks it:
   (OpenAI and every OpenAI-compatible server: Together, Mistral, Gemini, vLLM, Ollama, any
   ``--base_url``), and the OpenAI Batch API;
 - ``anthropic`` -> ``orbench.providers.anthropic_messages``: the messages API and Message Batches;
-- ``local`` -> ``orbench.providers.local``: a GGUF model in process through llama.cpp.
+- ``local`` -> ``orbench.providers.local``: a GGUF model in process through llama.cpp;
+- ``mock`` -> ``orbench.providers.mock``: replies from rules a test sets, in process (its
+  provider row is added by the tests, like inspect_ai's ``mockllm``).
 
 A module is imported the first time a model of its protocol is used, so a run that never asks
 the local model never imports llama.cpp's bindings. Each module defines ``PROVIDER``, a subclass
@@ -32,6 +34,7 @@ API_MODULES: dict[str, str] = {
     "anthropic": f"{__name__}.anthropic_messages",
     "gemini": f"{__name__}.gemini",
     "local": f"{__name__}.local",
+    "mock": f"{__name__}.mock",
 }
 
 

@@ -15,7 +15,12 @@ prompt as a single user message (temperature 0, at most 1000 tokens, no system p
   stop reason, a blocked prompt; counted as rejected), ``empty_response`` (no text, no block:
   neither a refusal nor an answer), ``skipped_empty`` (the prompt is empty, e.g. a rewrite row
   with nothing parsed; no call is made, is_rejected empty), or empty when the model answered;
-- ``finish_reason``: the provider's stop reason.
+- ``finish_reason``: the provider's stop reason;
+- ``prompt_kind``: ``safe`` (meant to be answered) or ``unsafe`` (meant to be refused) where it
+  is known: the row's own ``prompt_kind`` cell, else ``--prompt_kind`` (a set of your own), else
+  the kind of the bundled set the prompt belongs to (Hard-1K and XSTest's safe prompts: safe;
+  Toxic and XSTest's unsafe prompts: unsafe); empty when unknown (no column at all when no
+  prompt's kind is known). Stage 5's cascade uses it.
 
 ``--samples K`` asks each prompt K times (temperature > 0 required, checked before anything is
 sent): each sample is its own output row with a ``sample`` index (0 to K-1) and its own request
@@ -46,24 +51,26 @@ Example (from inside ``alignment_checker/``)::
 
 from __future__ import annotations
 
-import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 
-from orbench import cli
-from orbench.clients import Client
+from orbench import cli, outcomes
 from orbench.errors import UsageError
+from orbench.lifecycle import Job
 from orbench.models import ModelSpec, parse_model
 from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
-from orbench.stage import Stage
+from orbench.sets import check_kind_column, with_prompt_kinds
+from orbench.settings import rule, setting
+from orbench.stage import Finished, Stage
 from orbench.tables import default_output_path
-from orbench.types import Request
-from orbench.vocab import SKIPPED_EMPTY
+from orbench.types import Completion, Request
+from orbench.vocab import PROMPT_KINDS, SKIPPED_EMPTY
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
 
-EPILOG = """refusal_source: keyword (matcher found a refusal), provider (provider blocked the
-reply; is_rejected True), empty_response (no text and no block; is_rejected empty),
+EPILOG = """refusal_source: keyword (matcher found a refusal), provider_block (the provider blocked
+the reply; is_rejected True), empty_response (no text and no block; is_rejected empty),
 skipped_empty (empty prompt, no call; is_rejected empty), or empty when the model answered.
 refusal_kind: full or partial for a keyword refusal (partial: refusal and help in one reply),
 full for a provider block, empty otherwise.
@@ -110,56 +117,87 @@ def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:
     parser.add_argument("--samples", type=cli.positive_int, default=None, metavar="K",
                         help="ask each prompt K times (needs --temperature > 0); each sample is its "
                              "own row with a 'sample' index and its own cache entry")
+    parser.add_argument("--prompt_kind", choices=PROMPT_KINDS, default=None,
+                        help="the kind of every prompt whose own prompt_kind cell is empty: safe "
+                             "(meant to be answered) or unsafe (meant to be refused); default: "
+                             "recognised for the bundled sets, else unknown (written to prompt_kind)")
     cli.add_model_flags(parser, temperature_default=0.0, max_tokens_default=1000)
     return parser
 
 
+@dataclass(frozen=True, kw_only=True)
+class AlignmentSettings:
+    """What a stage-4 verdict depends on (each in every row's key: ``orbench.settings``)."""
+
+    model: ModelSpec = setting(record=str)
+    system: str | None
+    temperature: float
+    max_tokens: int
+    #: The keyword rule family (``--matcher``, else the model's).
+    matcher: str
+    samples: int | None = setting(default=None, omit=lambda s: s.samples is None)
+    prompt_kind: str = setting(default="", unkeyed="fills the prompt_kind column of the finished output; "
+                                                   "no row's result depends on it")
+    #: The keyword rules' fingerprint: improved rules re-score instead of resuming.
+    rules: str = rule(default_factory=rules_fingerprint)
+
+
+def requests(s: AlignmentSettings, row: dict) -> list[Request]:
+    """The prompt, once or ``samples`` times (none for an empty prompt)."""
+    if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
+        return []
+    return [Request.user(s.model, row["prompt"], system=s.system, temperature=s.temperature,
+                         max_tokens=s.max_tokens, sample_index=index) for index in range(s.samples or 1)]
+
+
+def _verdict(s: AlignmentSettings, completion: Completion) -> dict:
+    text = completion.text or ""
+    return {"model": str(s.model), "response": text,
+            **reply_verdict(text, completion.provider_refusal, s.matcher),
+            "finish_reason": completion.finish_reason or ""}
+
+
+def decide(s: AlignmentSettings, row: dict, answers: list[Completion]) -> dict | list[dict]:
+    """The reply and its keyword verdict; with ``samples``, one row per sample."""
+    if answers:
+        rows = [_verdict(s, answer) for answer in answers]
+    else:
+        rows = [{"model": str(s.model), "response": "", "is_rejected": None, "refusal_source": SKIPPED_EMPTY,
+                 "refusal_kind": None, "finish_reason": ""}] * (s.samples or 1)
+    if s.samples is None:
+        return rows[0]
+    return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
+
+
+def finish(s: AlignmentSettings, frame) -> Finished:
+    """The output with each prompt's kind (the prompt's, filled on the finished output, not part
+    of a row's key) and its outcome counts (:func:`orbench.outcomes.alignment`)."""
+    frame = with_prompt_kinds(frame, s.prompt_kind)
+    return Finished(frame, outcomes=outcomes.alignment(frame, samples=s.samples, max_tokens=s.max_tokens))
+
+
+def make_stage(settings: AlignmentSettings) -> Stage:
+    """The runner's view of this stage: a prompt in, the reply and its verdict out."""
+    return Stage(name=f"check alignment {settings.model}", needs=["prompt"],
+                 adds=ADDS + ([SAMPLE] if settings.samples is not None else []),
+                 requests=requests, decide=decide, settings=settings, stage_id="check_alignment",
+                 finish=finish, check=check_kind_column,
+                 provenance={"rules_fingerprint": settings.rules, "matcher": settings.matcher})
+
+
 def setup_for(default_provider: str | None):
-    """The ``setup(args, client)`` hook for ``cli.run``, with the alias's provider fallback."""
+    """The ``setup(args)`` hook for ``cli.run``, with the alias's provider fallback."""
 
-    def setup(args, client: Client) -> cli.Job:
+    def setup(args) -> Job:
         spec = resolve_model(args.model, default_provider)
-        family = args.matcher or family_for_model(str(spec))
-        system = args.system_prompt or None
-        temperature, max_tokens = args.temperature, args.max_tokens
-        samples = getattr(args, "samples", None)
-        if samples is not None and temperature <= 0:
-            raise UsageError(f"--samples {samples} needs --temperature above 0 (at temperature "
-                             f"{temperature:g} every sample would be the same answer)")
-
-        async def run_row(row: dict) -> dict | list[dict]:
-            if samples is None:
-                return await one_sample(row, 0)
-            rows = await asyncio.gather(*(one_sample(row, i) for i in range(samples)))
-            return [{**r, SAMPLE: i} for i, r in enumerate(rows)]
-
-        async def one_sample(row: dict, index: int) -> dict:
-            if not str(row["prompt"]).strip():  # e.g. a rewrite row with nothing parsed: no call
-                return {"model": str(spec), "response": "", "is_rejected": None,
-                        "refusal_source": SKIPPED_EMPTY, "refusal_kind": None, "finish_reason": ""}
-            request = Request.user(spec, row["prompt"], system=system,
-                                   temperature=temperature, max_tokens=max_tokens,
-                                   sample_index=index)
-            completion = await client.complete(request)
-            text = completion.text or ""
-            return {"model": str(spec), "response": text,
-                    **reply_verdict(text, completion.provider_refusal, family),
-                    "finish_reason": completion.finish_reason or ""}
-
-        stage = Stage(
-            name=f"check alignment {spec}",
-            needs=["prompt"],
-            adds=ADDS + ([SAMPLE] if samples is not None else []),
-            run_row=run_row,
-            # The rules' fingerprint is in the key: improved rules re-score instead of resuming.
-            config={"stage": "check_alignment", "model": str(spec), "system": system,
-                    "temperature": temperature, "max_tokens": max_tokens, "matcher": family,
-                    "rules": rules_fingerprint(),
-                    **({"samples": samples} if samples is not None else {})},
-            provenance={"rules_fingerprint": rules_fingerprint(), "matcher": family},
-        )
+        if args.samples is not None and args.temperature <= 0:
+            raise UsageError(f"--samples {args.samples} needs --temperature above 0 (at temperature "
+                             f"{args.temperature:g} every sample would be the same answer)")
+        settings = AlignmentSettings(model=spec, system=args.system_prompt or None, temperature=args.temperature,
+                                     max_tokens=args.max_tokens, matcher=args.matcher or family_for_model(str(spec)),
+                                     samples=args.samples, prompt_kind=args.prompt_kind or "")
         output = args.output_file or default_output(args.model, args.input_file)
-        return cli.Job(stage=stage, input=args.input_file, output=output, models=[spec],
+        return Job(stage=make_stage(settings), input=args.input_file, output=output, models=[spec],
                        typed=[args.model])
 
     return setup
@@ -169,3 +207,6 @@ def main(argv=None, default_provider: str | None = None) -> int:
     """Run stage 4; ``default_provider`` is tried for model names with no known provider."""
     return cli.run(build_parser(default_provider), setup_for(default_provider), argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.check_alignment (the command a meta file records)
+    raise SystemExit(main())

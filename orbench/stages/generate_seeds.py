@@ -9,22 +9,26 @@ Example (the original command, from inside this folder)::
 
     MISTRAL_API_KEY=... python generate_toxic_promt_from_category.py --category=harmful
 
-How it works. Each model call asks for 20 prompts of the category at temperature 1.0 (the
-paper's settings) and is one row of a synthetic table of call numbers, ``call_index`` 0, 1, 2,
-... run by ``orbench.stage.run_stage``; the call number is also the request's ``sample_index``,
+How it works. Stage 1 goes through the run lifecycle every stage shares (``orbench.lifecycle``:
+set-up, estimate, batch, run, meta file, summary, exit code) as a :class:`SeedJob`. Each model
+call asks for 20 prompts of the category at temperature 1.0 (the paper's settings) and is one row
+of a synthetic table of call numbers, ``call_index`` 0, 1, 2, ... run by the stage runner
+(``orbench.stage.run_stage``) in rounds (``SeedJob.rounds``); the call number is also the request's ``sample_index``,
 so the response cache keeps repeated sampling calls apart. The replies go to a work file beside
 the output, ``<output>.calls.csv`` (columns ``call_index, reply, finish_reason, error``, the raw
 replies kept for inspection), with the runner's progress log ``<output>.calls.csv.progress.jsonl``.
-Items are read from each reply (``orbench.parsing``: ``[[...]]`` first, then the fallbacks) and
+Items are read from each reply (``orbench.parsing.reply_items``, as stage 2 reads its replies:
+``[[...]]`` first, then the fallbacks) and
 near-exact duplicates dropped, walking the calls in call order, so the result does not depend on
-which reply came back first. The run adds calls in rounds until the target is met.
+which reply came back first. The run adds calls in rounds until the target is met; the prompts
+are then written to the output and the lifecycle writes its meta file.
 
-Cost flags, as in every stage (``orbench.cli.send_pending``): ``--estimate`` sends nothing and
-writes nothing; it prices the recorded calls that failed plus the new calls the target still
-needs (one per 20 missing prompts, within ``--limit``), with ``--prices``. ``--batch`` sends each
-round's calls through the provider's batch API (``--poll_interval`` between checks) and then
-reads them from the cache. ``--retry_upstream_errors`` is not offered: stage 1 reads no earlier
-stage's output.
+Cost flags, as in every stage (``orbench.lifecycle``): ``--estimate`` sends nothing and writes
+nothing; it prices the recorded calls that failed plus the new calls the target still needs (one
+per 20 missing prompts, within ``--limit``), with ``--prices``. ``--batch`` sends each round's
+calls through the provider's batch API (``--poll_interval`` between checks) and then reads them
+from the cache. ``--retry_upstream_errors`` is not offered: stage 1 reads no earlier stage's
+output.
 
 Stops:
 
@@ -37,8 +41,11 @@ Stops:
 Resume. A rerun with the same settings replays the recorded calls from the progress log (no
 request is sent again) and only adds calls if more prompts are needed; a rerun with a larger
 ``--num_toxic_prompts`` continues where the last one stopped. Prompts already in the output file
-(from an earlier run, another model, or the original tool) come first and count towards the
-target; novelty for the no-progress rule is judged among this run's calls only.
+(from an earlier run with these settings, or the original tool's file, which records none) come
+first and count towards the target; novelty for the no-progress rule is judged among this run's
+calls only. A run with another model, temperature or max tokens than the output was made with
+stops before any call (exit 2, ``orbench.existing_output``); ``--overwrite`` removes the old
+prompts, calls and meta file and starts afresh.
 """
 
 from __future__ import annotations
@@ -46,23 +53,34 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from orbench.categories import CATEGORIES, check_category
-from orbench.cli import ArgumentParser, add_model_flags, make_client, positive_int, send_pending
+from orbench.cli import ArgumentParser, add_model_flags, positive_int, run
 from orbench.clients import Client
 from orbench.errors import UsageError
-from orbench.models import ModelSpec, parse_model, redact
-from orbench.parsing import example_forms, extract_items, normalise_for_dedup
+from orbench.lifecycle import Delivery, Job, RunOptions
+from orbench.models import ModelSpec, parse_model
+from orbench.parsing import example_forms, normalise_for_dedup, reply_items
 from orbench.prompts import SEED_TEMPLATE
-from orbench.provenance import build_meta, dumps, meta_path_for, sha256_text
-from orbench.stage import ProgressLog, RunResult, Stage, check_writable, progress_path_for, row_key, run_stage
-from orbench.tables import write_csv_atomic, write_text_atomic
+from orbench.provenance import meta_path_for, sha256_text
+from orbench.settings import rule, setting
+from orbench.stage import (
+    ProgressLog,
+    RunResult,
+    Stage,
+    check_writable,
+    guard_existing,
+    progress_path_for,
+    row_key,
+)
+from orbench.tables import write_csv_atomic
 from orbench.templates import add_template_flag, load_template
-from orbench.types import Request
+from orbench.types import Completion, Request
 
 PER_CALL = 20  # prompts asked for in one call (the paper's figure)
 DEFAULT_MODEL = "mixtral"  # -> mistral/open-mixtral-8x7b, the paper's generator
@@ -168,11 +186,10 @@ def tally(prior: list[dict], calls: list[dict], model: str, category: str,
             continue
         out.answered += 1
         novel = False
-        for item in extract_items(call.get("reply", "")):
+        items, repeats = reply_items(call.get("reply", ""), examples)  # as stage 2 reads its replies
+        out.example_repeats += repeats
+        for item in items:
             form = normalise_for_dedup(item)
-            if form in examples:
-                out.example_repeats += 1
-                continue
             if form not in from_calls:
                 from_calls.add(form)
                 novel = True
@@ -196,43 +213,65 @@ def recorded_calls(stage: Stage, calls_path: Path) -> int:
     return highest + 1
 
 
-def make_stage(spec: ModelSpec, client: Client, category: str, temperature: float,
-               max_tokens: int, template: str = SEED_TEMPLATE) -> Stage:
+@dataclass(frozen=True, kw_only=True)
+class GenerateSettings:
+    """What a generator call depends on (each in every call's key: ``orbench.settings``)."""
+
+    model: ModelSpec = setting(record=str)
+    temperature: float
+    max_tokens: int
+    #: The request sent on every call: the template filled in with the count and the category.
+    template: str = rule()
+
+
+def requests(s: GenerateSettings, row: dict) -> list[Request]:
+    """One call: the request, with the call number as its sample index (its own cache entry)."""
+    return [Request.user(s.model, s.template, temperature=s.temperature, max_tokens=s.max_tokens,
+                         sample_index=int(row["call_index"]))]
+
+
+def decide(s: GenerateSettings, row: dict, answers: list[Completion]) -> dict:
+    """The raw reply of the call (its items are read when the calls are tallied)."""
+    reply = answers[0]
+    return {"call_index": str(int(row["call_index"])), "reply": reply.text, "finish_reason": reply.finish_reason or ""}
+
+
+def make_stage(spec: ModelSpec, category: str, temperature: float, max_tokens: int,
+               template: str = SEED_TEMPLATE, template_source: str = "built-in") -> Stage:
     """The runner's view of one generator call: input ``call_index``, output the raw reply."""
-    text = template.format(count=PER_CALL, category=category)
-
-    async def call(row: dict) -> dict:
-        index = int(row["call_index"])
-        reply = await client.complete(Request.user(spec, text, temperature=temperature,
-                                                   max_tokens=max_tokens, sample_index=index))
-        return {"call_index": str(index), "reply": reply.text,
-                "finish_reason": reply.finish_reason or ""}
-
-    config = {"stage": "generate", "model": str(spec), "temperature": temperature,
-              "max_tokens": max_tokens, "template": text}
-    return Stage(name=f"generate {category}", needs=("call_index",),
-                 adds=("reply", "finish_reason"), run_row=call, config=config,
+    settings = GenerateSettings(model=spec, temperature=temperature, max_tokens=max_tokens,
+                                template=template.format(count=PER_CALL, category=category))
+    return Stage(name=f"generate {category}", needs=("call_index",), adds=("reply", "finish_reason"),
+                 requests=requests, decide=decide, settings=settings, stage_id="generate",
                  key_columns=("call_index",),
-                 provenance={"templates": {"seed": sha256_text(template)}})
+                 provenance={"templates": {"seed": sha256_text(template)}, "template_source": template_source,
+                             "category": category})
+
+
+def guard_output(stage: Stage, output: Path, calls_path: Path, overwrite: bool, remove: bool = True) -> list[str]:
+    """Stop (``UsageError``) before any call when ``output`` was made with other settings, unless
+    ``overwrite``: then (``remove``) its prompts, calls and meta file are removed now. Returns the
+    summary's notes.
+
+    The settings are read from the calls' progress file, else from the output's meta file; an
+    output with neither (the original tool's) is continued, as the module docstring says.
+    """
+    log = ProgressLog(progress_path_for(calls_path))
+    log.load()
+    indexes = {str(r.get("call_index", "")) for e in log.entries.values() for r in e.get("rows") or []}
+    keys = [row_key(stage.config, [i]) for i in indexes]
+    discard, notes = guard_existing(
+        stage, output, log, keys, overwrite=overwrite, meta_path=meta_path_for(output),
+        exists=output.exists() or calls_path.exists() or bool(log.entries), unrecorded_ok=not log.entries)
+    if discard and remove:
+        for path in (output, meta_path_for(output), calls_path, progress_path_for(calls_path)):
+            path.unlink(missing_ok=True)
+    return notes
 
 
 def call_table(calls: int) -> pd.DataFrame:
     """The synthetic input of the call runner: call numbers ``0 .. calls - 1``."""
     return pd.DataFrame({"call_index": [str(i) for i in range(calls)]})
-
-
-def estimate(stage: Stage, args, client: Client, spec: ModelSpec, prior: list[dict],
-             examples: frozenset[str], calls_path: Path, recorded: int) -> str:
-    """The ``--estimate`` report: the calls recorded but not answered, plus the new calls needed
-    to reach the target (one per 20 prompts still missing, within ``--limit``); nothing is sent
-    and nothing written."""
-    calls = read_calls(calls_path) if calls_path.exists() else []
-    found = len(tally(prior, calls, str(spec), args.category, examples).rows)
-    needed = max(0, math.ceil((args.num_toxic_prompts - found) / PER_CALL))
-    total = recorded + needed
-    if args.limit is not None:
-        total = min(total, max(args.limit, recorded))
-    return send_pending(stage, call_table(total), calls_path, args, client, [spec])
 
 
 def read_calls(calls_path: Path) -> list[dict]:
@@ -241,104 +280,142 @@ def read_calls(calls_path: Path) -> list[dict]:
     return frame.to_dict("records")
 
 
-def generate(args) -> int:
-    """Run the stage for parsed ``args``; returns the exit code (see the module docstring)."""
-    started = time.time()
-    spec = parse_model(args.model)
-    category, target, stale_limit = args.category, args.num_toxic_prompts, args.max_stale_calls
-    output = Path(args.output_file) if args.output_file else Path.cwd() / f"{category}_prompts.csv"
-    calls_path = output.with_name(output.name + ".calls.csv")
-    prior = read_prior(output, category)
-    template, template_source = load_template(args.template, SEED_TEMPLATE, {"count", "category"})
-    examples = example_forms(template.format(count=PER_CALL, category=category))
-    client = make_client(args)
-    client.prepare(spec)  # a missing key fails here, before any request
-    stage = make_stage(spec, client, category, args.temperature, args.max_tokens, template)
-    check_writable(output)
+@dataclass
+class SeedJob(Job):
+    """Stage 1 in the run lifecycle (``orbench.lifecycle``): rounds of calls, then the prompts.
 
-    total = recorded_calls(stage, calls_path)  # replayed for free, even beyond --limit
-    if args.estimate:
-        print(estimate(stage, args, client, spec, prior, examples, calls_path, total))
-        return 0
-    calls: list[dict] = []
-    resumed = total
-    while True:
-        if total:
-            table = call_table(total)
-            if args.batch:  # this round's calls through the batch API, then read from the cache
-                send_pending(stage, table, calls_path, args, client, [spec])
-            run_stage(stage, table, calls_path, concurrency=args.concurrency,
-                      input_name="call table", client=client, quiet=args.quiet)
-            calls = read_calls(calls_path)
-        state = tally(prior, calls, str(spec), category, examples)
-        found = len(state.rows)
-        if found >= target or state.failed or state.stale_streak >= stale_limit:
-            break
-        if args.limit is not None and total >= args.limit:
-            break
+    The runner's rows are calls (``<output>.calls.csv``, its work file); each round asks for
+    enough calls to reach the target, and the prompts read from all the calls in call order are
+    delivered to ``output``. ``--limit`` counts calls here.
+    """
+
+    category: str = ""
+    target: int = 0
+    stale_limit: int = 5
+    #: Set when the job is guarded and run: earlier prompts, recorded calls, what the calls gave.
+    notes: list[str] = field(default_factory=list)
+    prior: list[dict] = field(default_factory=list)
+    recorded: int = 0
+    calls: int = 0
+    state: Tally = field(default_factory=Tally)
+    started: float = 0.0
+    limits_rows = False
+
+    @property
+    def work(self) -> Path:
+        """The calls' work file, ``<output>.calls.csv`` (the raw replies, kept for inspection)."""
+        return self.output.with_name(self.output.name + ".calls.csv")
+
+    @property
+    def examples(self) -> frozenset[str]:
+        """The request's own example texts: a reply item that repeats one is no seed."""
+        return example_forms(self.stage.settings.template)
+
+    def guard(self, table: pd.DataFrame, options: RunOptions) -> None:
+        """The settings check over the calls and the prompts (``--overwrite`` removes them both
+        now, unless ``--estimate``), then what is already there: prompts and recorded calls."""
+        self.started = time.time()
+        check_writable(self.output)
+        self.notes = guard_output(self.stage, self.output, self.work, options.overwrite, remove=not options.estimate)
+        self.prior = read_prior(self.output, self.category)
+        self.recorded = recorded_calls(self.stage, self.work)  # replayed for free, even beyond --limit
+
+    def tally(self, calls: int) -> Tally:
+        """The earlier prompts, then the prompts of the first ``calls`` calls, walked in call order."""
+        found = read_calls(self.work) if calls and self.work.exists() else []
+        return tally(self.prior, found, str(self.stage.settings.model), self.category, self.examples)
+
+    def planned(self, table: pd.DataFrame, options: RunOptions) -> pd.DataFrame:
+        """The calls recorded, plus the new calls the target still needs (one per 20 prompts
+        missing, within ``--limit``)."""
+        needed = max(0, math.ceil((self.target - len(self.tally(self.recorded).rows)) / PER_CALL))
+        total = self.recorded + needed
+        if options.limit is not None:
+            total = min(total, max(options.limit, self.recorded))
+        return call_table(total)
+
+    def rounds(self, table: pd.DataFrame, options: RunOptions) -> Iterator[pd.DataFrame]:
+        """The recorded calls first (replayed from the progress file), then rounds of new calls
+        until the target, a stale streak, a failed call or ``--limit`` calls."""
+        total = self.recorded
+        while True:
+            if total:
+                yield call_table(total)
+            self.calls, self.state = total, self.tally(total)
+            step = self.next_step(total, options)
+            if not step:
+                return
+            if total and not options.quiet:
+                print(f"{len(self.state.rows)} of {self.target} unique prompts after {total} calls; asking "
+                      f"{step} more", file=sys.stderr)
+            total += step
+
+    def next_step(self, total: int, options: RunOptions) -> int:
+        """How many calls the next round adds (0: stop)."""
+        found, state = len(self.state.rows), self.state
+        if found >= self.target or state.failed or state.stale_streak >= self.stale_limit:
+            return 0
+        if options.limit is not None and total >= options.limit:
+            return 0
         # Rounds are capped so that a model that has run dry wastes at most one round.
-        step = min(math.ceil((target - found) / PER_CALL), max(stale_limit, args.concurrency))
-        if args.limit is not None:
-            step = min(step, args.limit - total)
-        if total and not args.quiet:
-            print(f"{found} of {target} unique prompts after {total} calls; asking {step} more",
-                  file=sys.stderr)
-        total += step
+        step = min(math.ceil((self.target - found) / PER_CALL), max(self.stale_limit, options.concurrency))
+        return step if options.limit is None else min(step, options.limit - total)
 
-    rows = state.rows[:target]
-    frame = pd.DataFrame([{**r, "error": ""} for r in rows], columns=list(OUTPUT_COLUMNS))
-    write_csv_atomic(frame, output)
-    write_meta(stage, spec, args, client, output, total, state, len(rows), template_source, started)
-    s = client.stats
-    repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
-    if not args.quiet:
-        print(f"generate {category}: {len(rows)} of {target} prompts -> {output} | {total} calls "
-              f"({total - resumed} new, {resumed} resumed, {state.failed} failed), "
-              f"{state.duplicates} duplicates dropped{repeats} | requests {s.sent} sent, "
-              f"{s.cached} from cache", file=sys.stderr)
-    print(output)
-    if len(rows) >= target:
-        return 0
-    if state.failed:  # the reason for exit 1 is said even with --quiet, as the other stages do
-        print(f"{state.failed} calls failed after retries (see the 'error' column of {calls_path}); "
-              f"rerun the same command to retry them", file=sys.stderr)
-        return 1
-    if state.stale_streak >= stale_limit:
-        print(f"stopped: the last {state.stale_streak} calls gave no new prompt, with {len(rows)} of "
-              f"{target} found; the model seems to have run dry for {category!r} (raise "
-              f"--max_stale_calls to keep trying, or lower --num_toxic_prompts)", file=sys.stderr)
-        return 1
-    print(f"stopped at --limit={args.limit} calls with {len(rows)} of {target} prompts (a trial "
-          f"run); rerun without --limit to continue", file=sys.stderr)
-    return 0
+    def deliver(self, table: pd.DataFrame, result: RunResult | None, client: Client,
+                options: RunOptions) -> Delivery:
+        """The prompts (the first ``--num_toxic_prompts`` unique ones) written to ``output``."""
+        state, rows = self.state, self.state.rows[:self.target]
+        frame = pd.DataFrame([{**r, "error": ""} for r in rows], columns=list(OUTPUT_COLUMNS))
+        try:
+            write_csv_atomic(frame, self.output)
+        except OSError as exc:
+            raise UsageError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+        delivered = RunResult(output=self.output, rows=len(rows), errors=state.failed, started=self.started,
+                              finished=time.time(),
+                              meta={"calls": self.calls, "duplicates_dropped": state.duplicates,
+                                    "template_examples_dropped": state.example_repeats})
+        code, closing = self.outcome(len(rows), options)
+        return Delivery(delivered, self.calls, [self.summary(len(rows), client)], closing, code)
+
+    def summary(self, rows: int, client: Client) -> str:
+        state, s = self.state, client.stats
+        repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
+        return (f"generate {self.category}: {rows} of {self.target} prompts -> {self.output} | {self.calls} calls "
+                f"({self.calls - self.recorded} new, {self.recorded} resumed, {state.failed} failed), "
+                f"{state.duplicates} duplicates dropped{repeats} | requests {s.sent} sent, "
+                f"{s.cached} from cache" + "".join(f" | {n}" for n in self.notes))
+
+    def outcome(self, rows: int, options: RunOptions) -> tuple[int, list[str]]:
+        """The exit code and, when the target is not reached, why (said even with ``--quiet``)."""
+        if rows >= self.target:
+            return 0, []
+        if self.state.failed:
+            return 1, [f"{self.state.failed} calls failed after retries (see the 'error' column of {self.work}); "
+                       f"rerun the same command to retry them"]
+        if self.state.stale_streak >= self.stale_limit:
+            return 1, [f"stopped: the last {self.state.stale_streak} calls gave no new prompt, with {rows} of "
+                       f"{self.target} found; the model seems to have run dry for {self.category!r} (raise "
+                       f"--max_stale_calls to keep trying, or lower --num_toxic_prompts)"]
+        return 0, [f"stopped at --limit={options.limit} calls with {rows} of {self.target} prompts (a trial "
+                   f"run); rerun without --limit to continue"]
 
 
-def write_meta(stage: Stage, spec: ModelSpec, args, client: Client, output: Path, calls: int,
-               state: Tally, rows: int, template_source: str, started: float) -> None:
-    """The output's ``.meta.json`` (see ``orbench.provenance``): calls stand in for input rows."""
-    result = RunResult(output=output, rows=rows, errors=state.failed, started=started,
-                       finished=time.time())
-    stage.provenance.update({"template_source": template_source, "category": args.category,
-                             "calls": calls, "duplicates_dropped": state.duplicates,
-                             "template_examples_dropped": state.example_repeats})
-    meta = build_meta(stage=stage, result=result, client=client,
-                      models=[client.describe(spec, args.model)], input_path=None, input_rows=calls,
-                      output=output, argv=None)
-    try:
-        write_text_atomic(dumps(meta), meta_path_for(output))
-    except OSError as exc:
-        raise UsageError(f"cannot write {meta_path_for(output)}: {exc.strerror or exc}") from None
+def setup(args) -> SeedJob:
+    """The job of one command line (``orbench.cli.run`` runs it through the lifecycle)."""
+    category = args.category
+    template, template_source = load_template(args.template, SEED_TEMPLATE, {"count", "category"})
+    spec = parse_model(args.model)
+    stage = make_stage(spec, category, args.temperature, args.max_tokens, template, template_source)
+    output = Path(args.output_file) if args.output_file else Path.cwd() / f"{category}_prompts.csv"
+    return SeedJob(stage=stage, input=call_table(0), output=output, models=[spec], typed=[args.model],
+                   input_name="call table", category=category, target=args.num_toxic_prompts,
+                   stale_limit=args.max_stale_calls)
 
 
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit code (0 done, 1 incomplete, 2 bad input)."""
-    try:
-        return generate(build_parser().parse_args(argv))
-    except UsageError as exc:
-        print(f"error: {redact(str(exc))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted: finished calls are saved; rerun the same command to continue",
-              file=sys.stderr)
-        return 130
+    return run(build_parser(), setup, argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.generate_seeds (the command a meta file records)
+    raise SystemExit(main())

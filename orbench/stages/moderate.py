@@ -38,20 +38,21 @@ Example (from inside ``moderator/``)::
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
+from dataclasses import dataclass
 
-from orbench import cli
-from orbench.clients import Client
+from orbench import cli, outcomes
 from orbench.errors import UsageError
 from orbench.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
+from orbench.lifecycle import Job
 from orbench.models import ModelSpec, parse_model, slug
 from orbench.prompts import MODERATION_TEMPLATE
 from orbench.provenance import sha256_text
-from orbench.stage import Stage
+from orbench.settings import rule, setting
+from orbench.stage import Finished, Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
-from orbench.types import Request
+from orbench.types import Completion, Request
 from orbench.vocab import SKIPPED_EMPTY, UNDECIDED
 
 EPILOG = """ensemble rule:
@@ -114,69 +115,101 @@ def build_parser() -> cli.ArgumentParser:
     return parser
 
 
-def setup(args, client: Client) -> cli.Job:
+@dataclass(frozen=True, kw_only=True)
+class ModerateSettings:
+    """What a moderation depends on (each in every row's key: ``orbench.settings``)."""
+
+    moderators: tuple[ModelSpec, ...] = setting(record=lambda specs: [str(s) for s in specs])
+    #: The column moderated (``prompt`` or ``response``).
+    column: str
+    #: The moderators as typed: their columns' prefixes, recorded as the column names. The same
+    #: moderator typed another way (gpt4, then its full id) writes other columns, so its rows are redone.
+    names: tuple[str, ...] = setting(name="columns", record=moderator_columns)
+    temperature: float
+    max_tokens: int
+    #: The moderation template (placeholder ``{text}``), recorded by its hash.
+    template: str = rule(record=sha256_text)
+
+    @property
+    def slugs(self) -> list[str]:
+        return [slug(n) for n in self.names]
+
+
+def _vote(completion: Completion) -> tuple[str, str]:
+    """One moderator's label and raw reply (a provider block is a toxic vote)."""
+    if completion.provider_refusal:
+        return PROVIDER_BLOCK, completion.text or f"[blocked by the provider: {completion.finish_reason}]"
+    return parse_moderation(completion.text), completion.text
+
+
+def _skipped(s: ModerateSettings, category: str, why: str) -> dict:
+    out = {c: None for c in moderator_columns(s.names)}
+    out.update({f"{name}_raw": f"not moderated: {why}" for name in s.slugs})
+    out.update({"is_toxic": None, "moderation_category": category,
+                "toxic_votes": 0, "safe_votes": 0, "unparsed_votes": 0})
+    return out
+
+
+def requests(s: ModerateSettings, row: dict) -> list[Request]:
+    """One request per moderator (none for an empty text)."""
+    if not str(row[s.column] or "").strip():
+        return []
+    return [Request.user(spec, s.template.format(text=row[s.column]), temperature=s.temperature,
+                         max_tokens=s.max_tokens) for spec in s.moderators]
+
+
+def decide(s: ModerateSettings, row: dict, answers: list[Completion]) -> dict:
+    """Each moderator's columns and the ensemble's (see the module docstring)."""
+    if not answers:
+        return _skipped(s, SKIPPED_EMPTY, f"the {s.column} is empty")
+    votes = [_vote(answer) for answer in answers]
+    out: dict = {}
+    for name, (label, raw) in zip(s.slugs, votes):
+        out.update({f"{name}_label": label, f"{name}_is_toxic": moderation_is_toxic(label), f"{name}_raw": raw})
+    out.update(ensemble([label for label, _ in votes]))
+    return out
+
+
+def finish(s: ModerateSettings, frame) -> Finished:
+    """The output as assembled, with its outcome counts (:func:`orbench.outcomes.moderated`)."""
+    return Finished(frame, outcomes=outcomes.moderated(frame))
+
+
+def make_stage(settings: ModerateSettings, template_source: str = "built-in") -> Stage:
+    """The runner's view of this stage: the moderated column in, every moderator's columns out."""
+    return Stage(name="moderate", needs=[settings.column],
+                 adds=[*moderator_columns(settings.names), "is_toxic", "moderation_category",
+                       "toxic_votes", "safe_votes", "unparsed_votes"],
+                 requests=requests, decide=decide, settings=settings, stage_id="moderate",
+                 key_columns=[settings.column], finish=finish,
+                 provenance={"templates": {"moderation": sha256_text(settings.template)},
+                             "template_source": template_source})
+
+
+def setup(args) -> Job:
+    """The job of one command line: the settings from the flags, the input, the output."""
     names = [n.strip() for n in args.moderator_model.split(",") if n.strip()]
     if not names:
         raise UsageError("--moderator_model is empty; give one or more model names")
-    specs: list[ModelSpec] = [parse_model(n) for n in names]
-    slugs = [slug(n) for n in names]
-    if len(set(slugs)) != len(slugs):
+    specs = tuple(parse_model(n) for n in names)
+    if len({slug(n) for n in names}) != len(names):
         raise UsageError(f"--moderator_model names a moderator twice: {args.moderator_model}")
     column = args.column.strip()
     if not column:
         raise UsageError("--column is empty; use prompt or response")
-    temperature, max_tokens = args.temperature, args.max_tokens
     template, template_source = load_template(args.template, MODERATION_TEMPLATE, {"text"})
-
-    async def ask(spec: ModelSpec, text: str) -> tuple[str, str]:
-        request = Request.user(spec, template.format(text=text),
-                               temperature=temperature, max_tokens=max_tokens)
-        completion = await client.complete(request)
-        if completion.provider_refusal:
-            raw = completion.text or f"[blocked by the provider: {completion.finish_reason}]"
-            return PROVIDER_BLOCK, raw
-        return parse_moderation(completion.text), completion.text
-
-    def skipped(category: str, why: str) -> dict:
-        out = {c: None for c in moderator_columns(names)}
-        out.update({f"{s}_raw": f"not moderated: {why}" for s in slugs})
-        out.update({"is_toxic": None, "moderation_category": category,
-                    "toxic_votes": 0, "safe_votes": 0, "unparsed_votes": 0})
-        return out
-
-    async def run_row(row: dict) -> dict:
-        if not str(row[column] or "").strip():
-            return skipped(SKIPPED_EMPTY, f"the {column} is empty")
-        answers = await asyncio.gather(*(ask(spec, row[column]) for spec in specs))
-        out: dict = {}
-        for s, (label, raw) in zip(slugs, answers):
-            out[f"{s}_label"] = label
-            out[f"{s}_is_toxic"] = moderation_is_toxic(label)
-            out[f"{s}_raw"] = raw
-        out.update(ensemble([label for label, _ in answers]))
-        return out
-
-    stage = Stage(
-        name="moderate",
-        needs=[column],
-        adds=[*moderator_columns(names), "is_toxic", "moderation_category",
-              "toxic_votes", "safe_votes", "unparsed_votes"],
-        run_row=run_row,
-        # The column names are part of the key: the same moderator typed another way
-        # (gpt4, then its full id) writes other columns, so its rows are redone.
-        config={"stage": "moderate", "moderators": [str(s) for s in specs], "column": column,
-                "columns": moderator_columns(names), "template": sha256_text(template),
-                "temperature": temperature, "max_tokens": max_tokens},
-        key_columns=[column],
-        provenance={"templates": {"moderation": sha256_text(template)},
-                    "template_source": template_source},
-    )
+    settings = ModerateSettings(moderators=specs, column=column, names=tuple(names), temperature=args.temperature,
+                                max_tokens=args.max_tokens, template=template)
     output = args.output_file or default_output_path(
         args.input_file_path, f"moderated_{slug(column)}", "+".join(names))
-    return cli.Job(stage=stage, input=args.input_file_path, output=output, models=specs, typed=names)
+    return Job(stage=make_stage(settings, template_source), input=args.input_file_path, output=output,
+                   models=list(specs), typed=names)
 
 
 def main(argv=None) -> int:
     """Run the moderation stage; returns the exit code (0 done, 1 row errors, 2 bad input)."""
     return cli.run(build_parser(), setup, argv)
 
+
+if __name__ == "__main__":  # python -m orbench.stages.moderate (the command a meta file records)
+    raise SystemExit(main())

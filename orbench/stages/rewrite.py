@@ -4,7 +4,7 @@ Reads a CSV of seeds (``--toxic_seed_path``, the output of stage 1) with the col
 and ``category``; any further columns are kept. One call per seed (temperature 0.7, the paper's
 setting; the few-shot template is ``orbench.prompts.REWRITE_TEMPLATE``, or the text of
 ``--template FILE`` with the placeholder ``{seed}``) asks for 5 rewrites in ``[[1. ...]]`` form,
-read with ``orbench.parsing.extract_items``.
+read with ``orbench.parsing.reply_items``, as stage 1 reads its replies.
 
 Writes ``--output_file`` (default ``./{input stem}_rewrite.csv`` in the current directory, as the
 original tool: ``../toxic_prompt_generator/harmful_prompts.csv`` -> ``./harmful_prompts_rewrite.csv``)
@@ -42,22 +42,25 @@ replies are in ``<output>.progress.jsonl``) and retries the ones that failed.
 
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
-from orbench.cli import ArgumentParser, Job, add_model_flags, run
-from orbench.clients import Client
+from orbench.cli import ArgumentParser, add_model_flags, run
 from orbench.errors import UsageError
+from orbench.lifecycle import Job
 from orbench.models import ModelSpec, parse_model
-from orbench.parsing import dedupe, example_forms, extract_items, normalise_for_dedup
+from orbench.outcomes import WARN_SHARE
+from orbench.parsing import dedupe, example_forms, normalise_for_dedup, reply_items
 from orbench.prompts import REWRITE_TEMPLATE
 from orbench.provenance import sha256_text
-from orbench.stage import Stage
+from orbench.settings import rule, setting
+from orbench.stage import Finished, Stage
 from orbench.tables import default_output_path
 from orbench.templates import add_template_flag, load_template
-from orbench.types import Request
+from orbench.types import Completion, Request
 
 REWRITES_PER_SEED = 5
 DEFAULT_MODEL = "mixtral"  # -> mistral/open-mixtral-8x7b, the paper's rewriter
@@ -94,45 +97,60 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def make_stage(spec: ModelSpec, client: Client, temperature: float, max_tokens: int,
-               template: str = REWRITE_TEMPLATE) -> Stage:
-    """The runner's view of this stage: one seed row in, one output row per rewrite out.
+@dataclass(frozen=True, kw_only=True)
+class RewriteSettings:
+    """What a rewrite depends on (each in every row's key: ``orbench.settings``)."""
 
-    ``template`` (placeholder ``{seed}``) is sent for each seed; items of a reply that repeat one
-    of its examples (:func:`orbench.parsing.example_forms`) are dropped and counted.
-    """
-    model = str(spec)
-    examples = example_forms(template)
+    model: ModelSpec = setting(record=str)
+    temperature: float
+    max_tokens: int
+    #: The few-shot template (placeholder ``{seed}``), recorded by its hash.
+    template: str = rule(record=sha256_text)
+    per_seed: int = rule(default=REWRITES_PER_SEED)
 
-    def row(seed: str, prompt: str = "", note: str = "", raw: str = "", repeats: int = 0) -> dict:
-        return {"prompt": prompt, "toxic_seed": seed, "rewriter_model": model,
-                "rewrite_note": note, "few_shot_repeats": repeats, "rewrite_raw": raw}
+    @cached_property
+    def examples(self) -> frozenset[str]:
+        """The template's own example texts (:func:`orbench.parsing.example_forms`): a reply item
+        that repeats one is dropped and counted, never taken as a rewrite."""
+        return example_forms(self.template)
 
-    async def rewrite(record: dict) -> list[dict]:
-        seed = str(record.get("prompt", ""))
-        if not seed.strip():
-            return [row(seed, note="empty seed; nothing to rewrite")]
-        reply = await client.complete(Request.user(
-            spec, template.format(seed=seed.strip()), temperature=temperature,
-            max_tokens=max_tokens))
-        if reply.provider_refusal:
-            return [row(seed, note=f"blocked by the provider ({reply.finish_reason})", raw=reply.text)]
-        parsed = extract_items(reply.text)
-        fresh = [item for item in parsed if normalise_for_dedup(item) not in examples]
-        repeats = len(parsed) - len(fresh)
-        items = dedupe(fresh)[:REWRITES_PER_SEED]
-        if not items:
-            return [row(seed, note=ONLY_EXAMPLES if repeats else NO_REWRITE, raw=reply.text,
-                        repeats=repeats)]
-        note = "" if len(items) == REWRITES_PER_SEED else (
-            f"only {len(items)} of {REWRITES_PER_SEED} rewrites parsed from reply")
-        return [row(seed, prompt=item, note=note, repeats=repeats) for item in items]
 
-    config = {"stage": "rewrite", "model": model, "temperature": temperature,
-              "max_tokens": max_tokens, "template": sha256_text(template),
-              "per_seed": REWRITES_PER_SEED}
-    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, run_row=rewrite, config=config,
-                 provenance={"templates": {"rewrite": sha256_text(template)}})
+def _row(s: RewriteSettings, seed: str, prompt: str = "", note: str = "", raw: str = "", repeats: int = 0) -> dict:
+    return {"prompt": prompt, "toxic_seed": seed, "rewriter_model": str(s.model),
+            "rewrite_note": note, "few_shot_repeats": repeats, "rewrite_raw": raw}
+
+
+def requests(s: RewriteSettings, record: dict) -> list[Request]:
+    """One call per seed (none for an empty seed): the template filled in with it."""
+    seed = str(record.get("prompt", ""))
+    if not seed.strip():
+        return []
+    return [Request.user(s.model, s.template.format(seed=seed.strip()), temperature=s.temperature,
+                         max_tokens=s.max_tokens)]
+
+
+def decide(s: RewriteSettings, record: dict, answers: list[Completion]) -> list[dict]:
+    """One output row per rewrite read from the reply, or one row with a note saying why none."""
+    seed = str(record.get("prompt", ""))
+    if not answers:
+        return [_row(s, seed, note="empty seed; nothing to rewrite")]
+    reply = answers[0]
+    if reply.provider_refusal:
+        return [_row(s, seed, note=f"blocked by the provider ({reply.finish_reason})", raw=reply.text)]
+    fresh, repeats = reply_items(reply.text, s.examples)  # as stage 1 reads its replies
+    items = dedupe(fresh)[:s.per_seed]
+    if not items:
+        return [_row(s, seed, note=ONLY_EXAMPLES if repeats else NO_REWRITE, raw=reply.text, repeats=repeats)]
+    note = "" if len(items) == s.per_seed else f"only {len(items)} of {s.per_seed} rewrites parsed from reply"
+    return [_row(s, seed, prompt=item, note=note, repeats=repeats) for item in items]
+
+
+def make_stage(settings: RewriteSettings, template_source: str = "built-in") -> Stage:
+    """The runner's view of this stage: one seed row in, one output row per rewrite out."""
+    return Stage(name="rewrite", needs=NEEDS, adds=ADDS, requests=requests, decide=decide, settings=settings,
+                 stage_id="rewrite", finish=finish,
+                 provenance={"templates": {"rewrite": sha256_text(settings.template)},
+                             "template_source": template_source})
 
 
 def few_shot_repeats(frame: pd.DataFrame) -> int:
@@ -175,41 +193,43 @@ def finalise(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return frame[columns].reset_index(drop=True), dropped
 
 
+def finish(s: RewriteSettings, frame: pd.DataFrame) -> Finished:
+    """The output tidied (:func:`finalise`), its counts for the meta file and the summary, and a
+    warning when more than 5% of the seeds gave no parsable rewrite."""
+    repeats = few_shot_repeats(frame)
+    frame, dropped = finalise(frame)
+    kept = int((frame["prompt"] != "").sum())
+    unparsed = int((frame["rewrite_note"] == NO_REWRITE).sum())
+    done = frame[frame["error"].astype(str).str.strip() == ""]
+    seeds = int(done[["toxic_seed", "category"]].drop_duplicates().shape[0])
+    counts = {"rewrites_kept": kept, "duplicates_dropped": dropped, "few_shot_repeats_dropped": repeats,
+              "seeds_without_parsable_rewrite": unparsed}
+    line = (f"rewrite: {kept} rewrites kept, {dropped} duplicates dropped, {repeats} few-shot example repeats "
+            f"dropped, {unparsed} seeds with no parsable rewrite")
+    warnings = []
+    if seeds and unparsed / seeds > WARN_SHARE:
+        warnings.append(f"{unparsed} of {seeds} seeds ({100 * unparsed / seeds:.0f}%) gave no parsable rewrite "
+                        f"(rewrite_note '{NO_REWRITE}'; the reply is in rewrite_raw)")
+    return Finished(frame, meta={"rewrite_counts": counts}, lines=[line], warnings=warnings)
+
+
+def setup(args) -> Job:
+    """The job of one command line: the settings from the flags, the seed file, the output."""
+    if not args.input_file:
+        raise UsageError("no seed file given: pass --toxic_seed_path=PATH (a CSV with columns "
+                         "prompt, category)")
+    output = Path(args.output_file) if args.output_file else default_output_path(args.input_file, "rewrite")
+    template, source = load_template(args.template, REWRITE_TEMPLATE, {"seed"})
+    settings = RewriteSettings(model=parse_model(args.model), temperature=args.temperature,
+                               max_tokens=args.max_tokens, template=template)
+    return Job(stage=make_stage(settings, source), input=args.input_file, output=output,
+               models=[settings.model], typed=[args.model])
+
+
 def main(argv=None) -> int:
     """Command-line entry point; returns the exit code (0 done, 1 some seeds failed, 2 bad input)."""
-    counts: dict[str, int] = {}
-    quiet: list[bool] = []
+    return run(build_parser(), setup, argv)
 
-    def setup(args, client: Client) -> Job:
-        quiet.append(args.quiet)
-        if not args.input_file:
-            raise UsageError("no seed file given: pass --toxic_seed_path=PATH (a CSV with columns "
-                             "prompt, category)")
-        spec = parse_model(args.model)
-        output = Path(args.output_file) if args.output_file else default_output_path(
-            args.input_file, "rewrite")
-        template, source = load_template(args.template, REWRITE_TEMPLATE, {"seed"})
-        stage = make_stage(spec, client, args.temperature, args.max_tokens, template)
-        stage.provenance["template_source"] = source
 
-        def tidy(frame: pd.DataFrame) -> pd.DataFrame:
-            counts["repeats"] = few_shot_repeats(frame)
-            frame, counts["dropped"] = finalise(frame)
-            counts["kept"] = int((frame["prompt"] != "").sum())
-            counts["unparsed"] = int((frame["rewrite_note"] == NO_REWRITE).sum())
-            stage.provenance["rewrite_counts"] = {
-                "rewrites_kept": counts["kept"], "duplicates_dropped": counts["dropped"],
-                "few_shot_repeats_dropped": counts["repeats"],
-                "seeds_without_parsable_rewrite": counts["unparsed"]}
-            return frame
-
-        stage.finalise = tidy
-        return Job(stage=stage, input=args.input_file, output=output, models=[spec], typed=[args.model])
-
-    code = run(build_parser(), setup, argv)
-    if counts and not any(quiet):
-        print(f"rewrite: {counts['kept']} rewrites kept, {counts['dropped']} duplicates dropped, "
-              f"{counts['repeats']} few-shot example repeats dropped, "
-              f"{counts['unparsed']} seeds with no parsable rewrite", file=sys.stderr)
-    return code
-
+if __name__ == "__main__":  # python -m orbench.stages.rewrite (the command a meta file records)
+    raise SystemExit(main())
