@@ -84,7 +84,7 @@ def _v1_hint(exc: BaseException, spec: ModelSpec, base_url: str | None) -> str:
 def _unreachable(provider, slot: _Slot) -> str:
     """The one line that stops a run whose address has never answered (or only "overloaded")."""
     where = f"{provider.name} at {slot.base_url or 'its default address'}"
-    check = f"the address (--base_url or {provider.name.upper()}_BASE_URL)"
+    check = f"the address (--base_url or {provider.base_url_var})"
     if slot.reach.kind == "overloaded":
         return (f"{where} has answered nothing but \"overloaded\" since the run started "
                 f"({slot.reach.reason}): check {check} and that the server has a model loaded, "
