@@ -1,7 +1,7 @@
 """Run the release builder (safe, hard and toxic subsets from moderated rewrites): ``python
 analysis/build_release.py --help``.
 
-A thin entry point: the code is ``orbench.analysis.build_release``.
+A thin entry point: the code is ``orbench.analysis.release.build``.
 """
 import sys
 from pathlib import Path
@@ -9,7 +9,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the project importable without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orbench.analysis.build_release import main  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.release.build import main  # noqa: E402 (needs the sys.path set-up above)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """Run the report over alignment-checker and response-checker outputs: ``python analysis/report.py --help``.
 
-A thin entry point: the code is ``orbench.analysis.report``.
+A thin entry point: the code is ``orbench.analysis.report.build``.
 """
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: make the project importable without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orbench.analysis.report import main  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.report.build import main  # noqa: E402 (needs the sys.path set-up above)
 
 if __name__ == "__main__":
     sys.exit(main())

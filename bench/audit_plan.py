@@ -3,7 +3,7 @@
 A synthetic run of 3 models x 2 categories whose strata (category x the keyword verdict) have
 very unequal sizes (40 to 1,500 rows), with humans disagreeing with the machine on exactly 5% of
 each "refusal" stratum and 10% of each "answer" stratum (the rates the plan assumes). The plan
-(:func:`orbench.analysis.audit_plan.expected_half_widths`, Neyman allocation of ``--size`` items)
+(:func:`orbench.analysis.audit.plan.expected_half_widths`, Neyman allocation of ``--size`` items)
 predicts every figure's 95% half-width; then ``--audits`` audits are drawn with that allocation
 (the real ``draw``, seeds 1..N), labelled with the truth and scored (the real ``score``), and each
 figure's mean achieved half-width is printed beside the prediction. Goal: every prediction within
@@ -31,7 +31,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import audit, audit_plan, audit_sample  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import plan as audit_plan  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import sample as audit_sample  # noqa: E402 (needs the sys.path set-up above)
 
 ERRORS = {"refusal": 0.05, "answer": 0.10}
 # rows per (model, category, keyword verdict)

@@ -38,8 +38,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import audit, audit_stats  # noqa: E402 (needs the sys.path set-up above)
-from orbench.analysis.report import build_report  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import agreement as audit_stats  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.report.build import build_report  # noqa: E402 (needs the sys.path set-up above)
 
 
 def stage4(path: Path, model: str, prompts: list[str], cats: list[str], refused: list[bool], samples=None) -> Path:

@@ -30,8 +30,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import audit  # noqa: E402 (needs the sys.path set-up above)
-from orbench.refusal import family_for_model, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.refusal import family_for_model, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
 
 MODELS = {"gpt4": "openai/gpt-4", "llama2new": "meta-llama/Llama-2-70b-chat-hf",
           "llama2orig": "meta-llama/Llama-2-70b-chat-hf-orig-sysprompt",
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
 def coverage(xstest: Path, specs: list[str], annotations: pd.DataFrame, work: Path, models: list[str],
              size: int, repeat: int) -> None:
     """Draw ``repeat`` small audits (seeds 1..repeat): how often the corrected rate's interval holds the humans' rate."""
-    from orbench.analysis.report import build_report
+    from orbench.analysis.report.build import build_report
 
     truth = {}
     for short in models:
@@ -187,7 +187,7 @@ def coverage(xstest: Path, specs: list[str], annotations: pd.DataFrame, work: Pa
 def corrected_rates(xstest: Path, specs: list[str], annotations: pd.DataFrame, work: Path, models: list[str],
                     size: int) -> None:
     """A small audit (``size`` per stratum) carried into the report: measured vs corrected vs the humans' rate."""
-    from orbench.analysis.report import build_report
+    from orbench.analysis.report.build import build_report
 
     folder = work / f"audit_small_{size}"
     audit.main(["sample", "--kind", "verdict", *specs, "--output_dir", str(folder), "--per_stratum", str(size)])

@@ -5,7 +5,7 @@ Usage:
 
 For each scenario (a judge against humans given as the four cell probabilities of refusal
 verdicts: both refuse, judge only, humans only, neither; and a number of labelled responses n),
-draws ``--sims`` labelled sets, computes the card's intervals (:mod:`orbench.analysis.card_stats`:
+draws ``--sims`` labelled sets, computes the card's intervals (:mod:`orbench.analysis.calibration.card_stats`:
 Wilson for accuracy and the rates, Newcombe's paired interval for the rate bias, the floored
 bootstrap for Cohen's kappa) and prints how often each holds the true value, and the mean width.
 The edges are in the list: a perfect judge, a judge one error in 200 from perfect, skewed refusal
@@ -23,7 +23,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis.card_stats import kappa_ci, proportion_ci, rate_bias_ci  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.calibration.card_stats import kappa_ci, proportion_ci, rate_bias_ci  # noqa: E402 (needs the sys.path set-up above)
 
 #: (name, n, (p both refuse, p judge only, p humans only, p neither))
 SCENARIOS = (

@@ -36,7 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import audit_stats, stats  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis import stats  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import agreement as audit_stats  # noqa: E402 (needs the sys.path set-up above)
 
 NS = (10, 20, 40)
 RATES = (0.02, 0.05, 0.1, 0.2, 0.35, 0.5, 0.65, 0.8, 0.9, 0.95, 0.98)

@@ -34,7 +34,7 @@ run writes its own files (``..._limitN.csv``), so it never disturbs a full run's
 response, label`` with ``model`` (the responding model: the groups) and ``prompt_kind`` where
 known, as ``orbench-calibrate --labels`` reads it; every table is the same, grouped by model.
 
-Cascade (stage 5 ``--cascade``, :mod:`orbench.cascade`): ``--perfect_judge`` asks no model and
+Cascade (stage 5 ``--cascade``, :mod:`orbench.scoring.cascade`): ``--perfect_judge`` asks no model and
 runs no stage: each response gets its confidence class, the keyword matcher decides the confident
 ones and the human label stands in for a perfect judge on the rest. It prints, per model and
 pooled, the share of responses that would reach the judge, the accuracy of the confident rows
@@ -68,15 +68,15 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from refusal_accuracy import DEV_MODELS, scores  # noqa: E402 (needs the sys.path set-up above)
 
-from orbench import cli  # noqa: E402 (needs the sys.path set-up above)
-from orbench.analysis.calibrate import join_stage_values  # noqa: E402 (needs the sys.path set-up above)
-from orbench.cascade import CLASSES, UNSURE, confidence  # noqa: E402 (needs the sys.path set-up above)
-from orbench.errors import UsageError  # noqa: E402 (needs the sys.path set-up above)
-from orbench.models import slug  # noqa: E402 (needs the sys.path set-up above)
-from orbench.provenance import meta_path_for  # noqa: E402 (needs the sys.path set-up above)
-from orbench.refusal import family_for_model  # noqa: E402 (needs the sys.path set-up above)
-from orbench.stages import judge_responses  # noqa: E402 (needs the sys.path set-up above)
-from orbench.vocab import DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSAL  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.calibration.calibrate import join_stage_values  # noqa: E402 (needs the sys.path set-up above)
+from orbench.llm.errors import UsageError  # noqa: E402 (needs the sys.path set-up above)
+from orbench.llm.models import slug  # noqa: E402 (needs the sys.path set-up above)
+from orbench.run import cli  # noqa: E402 (needs the sys.path set-up above)
+from orbench.run.provenance import meta_path_for  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.cascade import CLASSES, UNSURE, confidence  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.refusal import family_for_model  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.vocab import DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSAL  # noqa: E402 (needs the sys.path set-up above)
+from orbench.stages import check_response as judge_responses  # noqa: E402 (needs the sys.path set-up above)
 
 #: XSTest v2 completion files (``xstest_v2_completions_<key>.csv``) -> the model that wrote them,
 #: as a provider/model id so the keyword matcher applies that model's family rules.
@@ -148,7 +148,7 @@ def read_labels_csv(path: Path, limit: int | None = None) -> pd.DataFrame:
     """A CSV of labelled responses (``prompt, response, label`` and optionally ``model``,
     ``prompt_kind``: what ``orbench-calibrate --labels`` reads) in the shape :func:`read_xstest`
     gives; the group is the ``model`` column, the human label mapped onto XSTest's three."""
-    from orbench.analysis.label_sources import read_lab_csv
+    from orbench.analysis.calibration.label_sources import read_lab_csv
 
     try:
         labels = read_lab_csv(str(path))
@@ -271,7 +271,7 @@ def print_class_table(rows: list) -> None:
 # --------------------------------------------------------------------------- cascade
 def cascade_rows(frame: pd.DataFrame) -> list:
     """One dict per response: group, gold, its confidence class and the matcher's verdict (None
-    when unsure), computed here with :func:`orbench.cascade.confidence`."""
+    when unsure), computed here with :func:`orbench.scoring.cascade.confidence`."""
     rows = []
     for rec in frame.to_dict("records"):
         kind = rec.get("prompt_kind") or ""

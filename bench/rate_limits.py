@@ -189,9 +189,9 @@ def run_rows(s: Scenario, rows: int):
     """Run ``rows`` through the stage runner; ``(result, wall seconds, client)``."""
     import pandas as pd
 
-    from orbench.clients import Client, Request
-    from orbench.models import parse_model
-    from orbench.stage import Stage, run_stage
+    from orbench.llm.clients import Client, Request
+    from orbench.llm.models import parse_model
+    from orbench.run.stage import Stage, run_stage
 
     spec = parse_model(MODELS[s.sdk])
     client = Client(cache=None, concurrency=s.concurrency)
@@ -230,7 +230,7 @@ def run_one(s: Scenario, rows: int) -> dict:
 
 def stop_time(url: str, sdk: str = "openai") -> tuple[float, str]:
     """Seconds until a run against ``url`` stops, and its one line."""
-    from orbench.errors import FatalProviderError
+    from orbench.llm.errors import FatalProviderError
 
     point_sdks_at(url)
     s = Scenario("stop", Shape(), sdk=sdk, concurrency=32)

@@ -1,4 +1,4 @@
-"""Print the accuracy of the keyword refusal matchers (orbench.refusal) on labelled responses.
+"""Print the accuracy of the keyword refusal matchers (orbench.scoring.refusal) on labelled responses.
 
 Usage:
     python bench/refusal_accuracy.py [XSTEST_DIR] [--cases PATH] [--family NAME] [--errors]
@@ -15,7 +15,7 @@ one ``xstest_v2_completions_<model>.csv`` per model (columns ``completion`` and
 rules apply.  Refusal = ``2_full_refusal`` or ``3_partial_refusal``.  For each model and
 pooled, three matchers are scored side by side:
 
-* ``orbench``: this project's rules (orbench.refusal);
+* ``orbench``: this project's rules (orbench.scoring.refusal);
 * ``xstest``: XSTest's own string matcher, a response-prefix list (reference);
 * ``original``: the original OR-Bench tool's per-family rules (reference), as described in
   docs/refusal_rules.md.
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.refusal import explain, family_for_model, is_refusal, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.refusal import explain, family_for_model, is_refusal, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
 
 DEFAULT_CASES = ROOT / "tests" / "data" / "refusal_cases.csv"
 

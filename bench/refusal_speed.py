@@ -1,4 +1,4 @@
-"""Print the per-row cost of the keyword refusal matchers (orbench.refusal).
+"""Print the per-row cost of the keyword refusal matchers (orbench.scoring.refusal).
 
 Usage:
     python bench/refusal_speed.py [XSTEST_DIR] [--repeat N]
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.refusal import FAMILIES, is_refusal, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.refusal import FAMILIES, is_refusal, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
 
 CASES = ROOT / "tests" / "data" / "refusal_cases.csv"
 

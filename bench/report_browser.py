@@ -198,9 +198,9 @@ def sample_report(folder: Path) -> Path:
     import numpy as np
     import pandas as pd
 
-    from orbench.analysis import report
-    from orbench.datasets import data_path
-    from orbench.vocab import SOURCE_KEYWORD
+    from orbench.analysis.report import build as report
+    from orbench.benchmark.datasets import data_path
+    from orbench.scoring.vocab import SOURCE_KEYWORD
 
     rng = np.random.default_rng(1)
     for set_file, rate in (("or-bench-hard-1k", (0.15, 0.55)), ("or-bench-toxic", (0.8, 0.97))):

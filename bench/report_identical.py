@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from orbench.sets import HARD_1K, TOXIC, XSTEST_SAFE, XSTEST_UNSAFE, resolve_set  # noqa: E402 (needs the sys.path set-up above)
+from orbench.benchmark.sets import HARD_1K, TOXIC, XSTEST_SAFE, XSTEST_UNSAFE, resolve_set  # noqa: E402 (needs the sys.path set-up above)
 
 JUDGE_CLASSES = ("direct_answer", "direct_refusal", "indirect_refusal")
 WORDING = ("notes", "warnings")  # report.json keys whose text is prose, not figures

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from orbench.vocab import FULL, PARTIAL, SOURCE_KEYWORD  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.vocab import FULL, PARTIAL, SOURCE_KEYWORD  # noqa: E402 (needs the sys.path set-up above)
 
 CATEGORIES = ["deception", "harassment", "harmful", "hate", "illegal", "privacy", "self-harm", "sexual",
               "unethical", "violence"]

@@ -1,7 +1,7 @@
 """Scale of the release builder with near-duplicate removal, on generated template-like prompts.
 
 Writes N generated moderated rows (prompt, category, is_toxic, error) to a temporary CSV, runs
-``orbench.analysis.build_release.build`` on it with ``--near_dup_threshold`` in a fresh child process and
+``orbench.analysis.release.build.build`` on it with ``--near_dup_threshold`` in a fresh child process and
 prints the wall time of the build, the time of the near-duplicate step alone, and the child's peak
 resident memory (``resource.getrusage``; with ``--trace`` also the peak traced by ``tracemalloc``
 in a second build). Then it measures the recall and precision of the fast near-duplicate search
@@ -148,9 +148,9 @@ def _child(n_rows: int, threshold: float, seed: int, trace: bool, kind: str) -> 
     """Runs inside the fresh child process: build once (timed), optionally once more under tracemalloc."""
     import tracemalloc
 
-    from orbench.analysis import build_release
-    from orbench.analysis.near_dup import near_duplicates
-    from orbench.parsing import normalise_for_dedup
+    from orbench.analysis.release import build as build_release
+    from orbench.analysis.release.near_dup import near_duplicates
+    from orbench.scoring.parsing import normalise_for_dedup
 
     prompts = template_prompts(n_rows, seed, kind)
     with tempfile.TemporaryDirectory() as tmp:
@@ -215,7 +215,7 @@ def measure_recall(n_rows: int = 3000, thresholds: tuple[float, ...] = (0.5, 0.7
     Recall = reference pairs the fast path found / reference pairs; precision = its pairs the
     reference has / its pairs.
     """
-    from orbench.analysis.near_dup import near_duplicate_of, near_duplicate_of_reference
+    from orbench.analysis.release.near_dup import near_duplicate_of, near_duplicate_of_reference
 
     sets = {"mixed": template_prompts(n_rows, seed), "numbered": template_prompts(n_rows, seed, "numbered"),
             "published": published_prompts(seed)}

@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402 (needs the sys.path set-up above)
 
-from orbench.clients import Client, Request  # noqa: E402 (needs the sys.path set-up above)
-from orbench.models import parse_model  # noqa: E402 (needs the sys.path set-up above)
-from orbench.stage import Stage, run_stage  # noqa: E402 (needs the sys.path set-up above)
+from orbench.llm.clients import Client, Request  # noqa: E402 (needs the sys.path set-up above)
+from orbench.llm.models import parse_model  # noqa: E402 (needs the sys.path set-up above)
+from orbench.run.stage import Stage, run_stage  # noqa: E402 (needs the sys.path set-up above)
 
 
 def start_fake(latency: float) -> tuple[subprocess.Popen, str]:

@@ -52,7 +52,7 @@ slug="$(printf '%s' "$MODEL" | tr -c 'A-Za-z0-9._-' '_')"
 if [[ "$MAX_TOKENS" != 64 ]]; then slug="${slug}_max${MAX_TOKENS}"; fi
 SETS=(or-bench-hard-1k or-bench-toxic)
 for set in "${SETS[@]}"; do
-    step "sample: $set ($PER_CATEGORY per category, seed $SEED)" "$PY" -m orbench.datasets "$set" \
+    step "sample: $set ($PER_CATEGORY per category, seed $SEED)" "$PY" -m orbench.benchmark.datasets "$set" \
         --per_category "$PER_CATEGORY" --seed "$SEED" --output "$OUT/${set}_sample.csv"
     step "check alignment: $set" "$PY" "$ROOT/alignment_checker/check_alignment.py" \
         --model "$MODEL" --input_file "$OUT/${set}_sample.csv" --quiet \

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orbench.providers.local import _plain_weights, bundled_model_path
+from orbench.llm.providers.local import _plain_weights, bundled_model_path
 
 
 def main() -> None:

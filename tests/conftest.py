@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_gemini import FakeGemini  # noqa: E402 (tests/ is put on sys.path just above)
 from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path just above)
 
-from orbench.providers import mock as mock_provider  # noqa: E402 (tests/ is put on sys.path just above)
+from orbench.llm.providers import mock as mock_provider  # noqa: E402 (tests/ is put on sys.path just above)
 
 mock_provider.install()  # ``mock/<name>`` models resolve in every test (and in-process script runs)
 
@@ -52,7 +52,7 @@ def fake(fake_server):
 
 @pytest.fixture
 def mock():
-    """The mock provider's rules (``orbench.providers.mock.RULES``), empty, with an empty request
+    """The mock provider's rules (``orbench.llm.providers.mock.RULES``), empty, with an empty request
     log: ``mock.add(match=..., text=...)``; models are named ``mock/<anything>``."""
     mock_provider.RULES.reset()
     yield mock_provider.RULES
@@ -120,7 +120,7 @@ def run_in_process(script: str | Path, *args: str, env: dict, cwd: Path | None =
     the ``SystemExit`` code. Everything is restored afterwards. ``timeout`` is accepted for the
     same call shape as :func:`run_script`; in-process runs have no timer.
     """
-    from orbench import models
+    from orbench.llm import models
 
     path = ROOT / script
     saved_env, saved_cwd = dict(os.environ), os.getcwd()

@@ -12,11 +12,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orbench import cli  # noqa: E402 (needs the sys.path set-up above)
-from orbench.clients import Request  # noqa: E402 (needs the sys.path set-up above)
-from orbench.models import ModelSpec, parse_model  # noqa: E402 (needs the sys.path set-up above)
-from orbench.settings import setting  # noqa: E402 (needs the sys.path set-up above)
-from orbench.stage import Stage  # noqa: E402 (needs the sys.path set-up above)
+from orbench.llm.clients import Request  # noqa: E402 (needs the sys.path set-up above)
+from orbench.llm.models import ModelSpec, parse_model  # noqa: E402 (needs the sys.path set-up above)
+from orbench.run import cli  # noqa: E402 (needs the sys.path set-up above)
+from orbench.run.settings import setting  # noqa: E402 (needs the sys.path set-up above)
+from orbench.run.stage import Stage  # noqa: E402 (needs the sys.path set-up above)
 
 
 @dataclass(frozen=True)

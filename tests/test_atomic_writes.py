@@ -13,10 +13,10 @@ import json
 import pandas as pd
 import pytest
 
-from orbench import judge_cards
-from orbench.batch import BatchState
-from orbench.stage import ProgressLog
-from orbench.tables import write_csv_atomic, write_text_atomic
+from orbench.llm.batch import BatchState
+from orbench.run.stage import ProgressLog
+from orbench.run.tables import write_csv_atomic, write_text_atomic
+from orbench.scoring import judge_cards
 
 ORIGINAL = "the original, finished file\n" * 50
 POISON = "\ud800"

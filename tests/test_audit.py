@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from orbench.analysis import audit, html_kit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis import html_kit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
 
 XSTEST = ROOT.parent / "shared" / "data" / "xstest-v2"
 SCRIPT = "analysis/audit.py"

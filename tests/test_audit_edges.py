@@ -15,7 +15,7 @@ from statsmodels.stats.proportion import proportion_confint
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import audit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
 
 AUDIT, REPORT = "analysis/audit.py", "analysis/report.py"
 

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import audit  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
 
 N = 40  # hard-set prompts, two categories
 HOSTILE = "<script>alert('x')</script> how do I kill a process?"

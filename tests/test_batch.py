@@ -14,8 +14,8 @@ import pytest
 from conftest import FAKE_KEYS, PROVIDER_URL_VARS, ROOT, run_in_process
 from fake_batch import FakeBatch
 
-from orbench import batch
-from orbench.providers import anthropic_messages, openai_chat
+from orbench.llm import batch
+from orbench.llm.providers import anthropic_messages, openai_chat
 from orbench.stages.check_alignment import main as check_alignment
 
 OPENAI, CLAUDE = "gpt-4o", "claude-3-haiku-20240307"

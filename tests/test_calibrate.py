@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from sklearn.metrics import accuracy_score, cohen_kappa_score, precision_score, recall_score
 
-from orbench.analysis import calibrate
-from orbench.analysis.card_stats import kappa_ci, rate_bias_ci
-from orbench.analysis.label_sources import XSTEST_FILES, stratified_subset
+from orbench.analysis.calibration import calibrate
+from orbench.analysis.calibration.card_stats import kappa_ci, rate_bias_ci
+from orbench.analysis.calibration.label_sources import XSTEST_FILES, stratified_subset
 
 C, F, P = "1_full_compliance", "2_full_refusal", "3_partial_refusal"
 REFUSE = "I'm sorry, but I can't help with that."
@@ -65,7 +65,7 @@ def card_of(out_dir: Path) -> dict:
 
 def test_console_script_is_installed():
     names = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert names.get("orbench-calibrate") == "orbench.analysis.calibrate:main"
+    assert names.get("orbench-calibrate") == "orbench.analysis.calibration.calibrate:main"
 
 
 def test_perfect_judge_card_then_rerun_is_free(env, fake, capsys, tmp_path):
@@ -332,8 +332,8 @@ def test_interval_edges():
 
 
 def test_the_report_shows_the_card_of_the_judge_that_made_each_rate(env, fake, capsys, script, tmp_path):
-    from orbench.analysis import report
-    from orbench.judge_cards import NEVER_CALIBRATED
+    from orbench.analysis.report import build as report
+    from orbench.scoring.judge_cards import NEVER_CALIBRATED
 
     data = write_xstest(tmp_path / "xs")
     perfect_judge(fake)

@@ -1,4 +1,4 @@
-"""The cascade judge: confidence classes (orbench.cascade) and stage 5 with --cascade."""
+"""The cascade judge: confidence classes (orbench.scoring.cascade) and stage 5 with --cascade."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from orbench.cascade import ANSWER_NO_CUE, REFUSAL_EXPECTED, REFUSAL_FIRST_SENTENCE, UNSURE, confidence
+from orbench.scoring.cascade import ANSWER_NO_CUE, REFUSAL_EXPECTED, REFUSAL_FIRST_SENTENCE, UNSURE, confidence
 
 SCRIPT = "response_checker/judge_responses.py"
 
@@ -134,7 +134,7 @@ def test_cascade_needs_a_judge(env, fake, script, tmp_path):
 
 
 def test_report_says_how_many_rows_each_source_decided(env, fake, script, tmp_path):
-    from orbench.analysis import report
+    from orbench.analysis.report import build as report
 
     stage4_output(tmp_path / "in.csv")
     fake.add_rule(match="RESP-", text="[[direct_refusal]]")

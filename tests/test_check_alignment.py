@@ -184,7 +184,7 @@ def test_empty_prompt_is_skipped_without_a_call(tmp_path, env, fake, script):
 
 def test_a_rule_table_edit_recomputes_the_keyword_verdicts_on_rerun(env, fake, script, tmp_path,
                                                                     monkeypatch):
-    from orbench import refusal
+    from orbench.scoring import refusal
 
     def clear():
         for cached in (refusal.rules_fingerprint, refusal.rules_for, refusal._compiled):

@@ -6,11 +6,11 @@ import json
 import pytest
 from conftest import FAKE_KEYS
 
-from orbench.cache import Cache
-from orbench.clients import Client, Request
-from orbench.errors import FatalProviderError, RowError
-from orbench.models import parse_model
-from orbench.providers.openai_chat import is_reasoning_model, openai_params
+from orbench.llm.cache import Cache
+from orbench.llm.clients import Client, Request
+from orbench.llm.errors import FatalProviderError, RowError
+from orbench.llm.models import parse_model
+from orbench.llm.providers.openai_chat import is_reasoning_model, openai_params
 
 GPT = parse_model("openai/gpt-test")
 CLAUDE = parse_model("anthropic/claude-test")
@@ -254,7 +254,8 @@ def test_reported_model_and_reasoning_tokens_are_recorded(env, fake):
 def test_one_default_concurrency_everywhere():
     import inspect
 
-    from orbench import cli, clients, stage
+    from orbench.llm import clients
+    from orbench.run import cli, stage
 
     assert clients.DEFAULT_CONCURRENCY == 16
     assert Client().concurrency == 16
@@ -265,7 +266,7 @@ def test_one_default_concurrency_everywhere():
 
 
 def test_one_spelling_for_a_provider_block():
-    from orbench import vocab
+    from orbench.scoring import vocab
 
     assert vocab.PROVIDER_BLOCK == "provider_block"
     assert not hasattr(vocab, "PROVIDER_REFUSAL") and not hasattr(vocab, "SOURCE_PROVIDER")

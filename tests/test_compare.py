@@ -14,7 +14,8 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
 from orbench.analysis import compare as cmp
-from orbench.analysis import report, stats
+from orbench.analysis import stats
+from orbench.analysis.report import build as report
 
 REPORT = "analysis/report.py"
 

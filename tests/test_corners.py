@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 
-from orbench import datasets
-from orbench.analysis import audit
-from orbench.models import PROVIDERS
+from orbench.analysis.audit import commands as audit
+from orbench.benchmark import datasets
+from orbench.llm.models import PROVIDERS
 
 ALIGN = "alignment_checker/check_alignment.py"
 SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -87,7 +87,7 @@ def test_a_release_with_no_decided_prompt_stops_and_writes_nothing(env, script, 
     assert proc.stderr.count("\n") == 1 and not (tmp_path / "rel").exists()
 
 
-# -- python -m orbench.datasets: the report can tell the sample's set --------------------------------
+# -- python -m orbench.benchmark.datasets: the report can tell the sample's set --------------------------------
 
 def test_a_datasets_sample_is_recognised_by_the_report(env, fake, script, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -95,7 +95,7 @@ def test_a_datasets_sample_is_recognised_by_the_report(env, fake, script, tmp_pa
     meta = json.loads((tmp_path / "sample.csv.meta.json").read_text())
     assert meta["set"] == "or-bench-hard-1k" and meta["settings"] == {
         "source": "or-bench-hard-1k", "per_category": 1, "seed": 0}
-    assert meta["command"] == ["python", "-m", "orbench.datasets", "or-bench-hard-1k", "--per_category", "1",
+    assert meta["command"] == ["python", "-m", "orbench.benchmark.datasets", "or-bench-hard-1k", "--per_category", "1",
                                "--output", "sample.csv"]
     assert datasets.main(["or-bench-toxic", "--per_category", "1"]) == 0  # default name: after the set
     assert capsys.readouterr().out.splitlines()[-1] == "or-bench-toxic_sample.csv"

@@ -5,7 +5,7 @@ import sys
 import pandas as pd
 import pytest
 
-from orbench.tables import read_csv_text
+from orbench.run.tables import read_csv_text
 
 TRICKY = ('prompt,response, is_rejected ,error\n"a, b","multi\nline",True,\nNA,null,False,"x"\n'
           '"",  spaced ,,\nN/A,#N/A,nan,None\n"say ""hi""",é ü 漢字,True,\n')

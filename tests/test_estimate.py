@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from orbench import pricing
-from orbench.clients import Request
-from orbench.errors import UsageError
-from orbench.models import parse_model
+from orbench.llm import pricing
+from orbench.llm.clients import Request
+from orbench.llm.errors import UsageError
+from orbench.llm.models import parse_model
 from orbench.stages.check_alignment import main as check_alignment
 
 # 4 characters -> 1 token; 9 -> 3 (rounded up); the empty prompt makes no request.

@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from orbench import providers
+from orbench.llm import providers
 
 MODERATE = "moderator/moderate.py"
 CHECK = "alignment_checker/check_alignment.py"
@@ -246,4 +246,4 @@ def test_without_the_sdk_one_line_names_the_extra(gem, env, script, tmp_path, mo
 
 
 def test_gemini_is_a_registered_protocol():
-    assert providers.API_MODULES["gemini"] == "orbench.providers.gemini"
+    assert providers.API_MODULES["gemini"] == "orbench.llm.providers.gemini"

@@ -6,8 +6,8 @@ import shutil
 
 import pandas as pd
 
-from orbench.parsing import extract_items, normalise_for_dedup
-from orbench.prompts import SEED_TEMPLATE
+from orbench.benchmark.prompts import SEED_TEMPLATE
+from orbench.scoring.parsing import extract_items, normalise_for_dedup
 
 GEN = "toxic_prompt_generator/generate_seeds.py"
 ALIAS = "toxic_prompt_generator/generate_toxic_promt_from_category.py"

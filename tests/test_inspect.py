@@ -26,8 +26,8 @@ from conftest import ROOT  # noqa: E402 (after pytest.importorskip above)
 from inspect_ai import eval as inspect_eval  # noqa: E402 (after pytest.importorskip above)
 from inspect_ai.model import ChatMessageAssistant, ContentText, ModelOutput, ModelUsage, get_model  # noqa: E402 (after pytest.importorskip above)
 
-from orbench.inspect_tasks import or_bench_80k, or_bench_dataset, or_bench_hard_1k, or_bench_toxic  # noqa: E402 (after pytest.importorskip above)
-from orbench.sets import HUB_80K, data_path  # noqa: E402 (after pytest.importorskip above)
+from orbench.benchmark.sets import HUB_80K, data_path  # noqa: E402 (after pytest.importorskip above)
+from orbench.integrations.inspect_tasks import or_bench_80k, or_bench_dataset, or_bench_hard_1k, or_bench_toxic  # noqa: E402 (after pytest.importorskip above)
 
 N = 8
 TARGET = "openai/gpt-4o"
@@ -219,7 +219,7 @@ def test_keyword_only_log_converts_to_stage_4_columns(tmp_path):
     assert [(s.scorer, s.name) for s in log.results.scores] == [
         ("keyword_refusal", "rejected"), ("keyword_refusal", "full_rejected"),
         ("keyword_refusal", "unscored")]
-    from orbench.analysis.inspect_log import main
+    from orbench.integrations.inspect_log import main
 
     out = tmp_path / "toxic.csv"
     assert main([log.location, "--output", str(out)]) == 0
@@ -263,7 +263,7 @@ def test_grader_role_a_blocked_judge_and_a_failed_sample(tmp_path):
     log = logs[0]
     rates, unscored = metrics(log, "judge_refusal", "rejected")
     assert rates["rejection_rate"] == 1.0 and unscored == 1
-    from orbench.analysis.inspect_log import main
+    from orbench.integrations.inspect_log import main
 
     out = tmp_path / "judged.csv"
     assert main([log.location, "--output", str(out)]) == 0
@@ -278,7 +278,7 @@ def test_grader_role_a_blocked_judge_and_a_failed_sample(tmp_path):
 
 
 def test_converter_bad_input_exits_2(tmp_path, capsys):
-    from orbench.analysis.inspect_log import main
+    from orbench.integrations.inspect_log import main
 
     assert main([str(tmp_path / "missing.eval")]) == 2
     assert capsys.readouterr().err.strip() == f"error: log file not found: {tmp_path / 'missing.eval'}"
@@ -295,7 +295,7 @@ def test_task_parameters(tmp_path):
     assert len(full) == 1319 and full[0].id == 1 and full[0].metadata["category"]
     sample = or_bench_dataset("or-bench-hard-1k", per_category=2, seed=7)
     assert len(sample) == 20
-    from orbench.datasets import stratified_sample
+    from orbench.benchmark.datasets import stratified_sample
 
     expected = stratified_sample(read(data_path("or-bench-hard-1k.csv")), 2, 7)
     assert [s.id for s in sample] == [i + 1 for i in expected.index]
@@ -341,7 +341,7 @@ def test_system_prompt_and_judge_template_are_sent(tmp_path):
 
 
 def test_80k_reads_the_hub_path(monkeypatch):
-    import orbench.inspect_tasks as tasks
+    import orbench.integrations.inspect_tasks as tasks
 
     asked = []
 
@@ -356,7 +356,7 @@ def test_80k_reads_the_hub_path(monkeypatch):
 
 def test_core_does_not_import_inspect_ai():
     code = ("import sys, importlib, pkgutil, orbench\n"
-            "skip = {'orbench.inspect_tasks', 'orbench.inspect_scorers'}\n"
+            "skip = {'orbench.integrations.inspect_tasks', 'orbench.integrations.inspect_scorers'}\n"
             "for m in pkgutil.walk_packages(orbench.__path__, 'orbench.'):\n"
             "    if m.name not in skip and 'local' not in m.name:\n"
             "        importlib.import_module(m.name)\n"
@@ -381,11 +381,11 @@ def test_inspect_finds_the_task_by_its_name_through_the_entry_point(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["orbench.inspect_tasks", "orbench/or_bench_hard_1k"]
+    assert result.stdout.split() == ["orbench.integrations.inspect_tasks", "orbench/or_bench_hard_1k"]
 
 
 def test_ensemble_cascade_and_a_refusing_judge_reach_inspect(tmp_path):
-    from orbench.inspect_tasks import xstest_unsafe
+    from orbench.integrations.inspect_tasks import xstest_unsafe
 
     prompts = list(read(data_path("xstest-unsafe.csv")).prompt.head(3))
     plain = "The process has three steps: gather the parts, assemble them, and test the result."
@@ -411,7 +411,7 @@ def test_ensemble_cascade_and_a_refusing_judge_reach_inspect(tmp_path):
     assert log.status == "success", log.error
     rates, unscored = metrics(log, "judge_refusal", "rejected")
     assert rates["rejection_rate"] == 1.0 and unscored == 1  # the undecided sample has no verdict
-    from orbench.analysis.inspect_log import main
+    from orbench.integrations.inspect_log import main
 
     out = tmp_path / "xs.csv"
     assert main([log.location, "--output", str(out)]) == 0

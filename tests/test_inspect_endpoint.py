@@ -16,7 +16,7 @@ pytest.importorskip("inspect_ai", reason='inspect_ai is not installed: pip insta
 
 from inspect_ai import eval as inspect_eval  # noqa: E402 (after pytest.importorskip above)
 
-from orbench.inspect_tasks import or_bench_hard_1k  # noqa: E402 (after pytest.importorskip above)
+from orbench.integrations.inspect_tasks import or_bench_hard_1k  # noqa: E402 (after pytest.importorskip above)
 
 CONVERT = "analysis/inspect_to_csv.py"
 

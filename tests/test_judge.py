@@ -127,8 +127,8 @@ def test_bad_input_exits_2(env, fake, script, tmp_path):
 
 def test_keyword_rescore_after_a_rule_change_redoes_the_rows(tmp_path, monkeypatch):
     """The reason --check_model keyword exists: re-scoring old runs when the rules improve."""
-    from orbench import refusal
-    from orbench.stages.judge_responses import main
+    from orbench.scoring import refusal
+    from orbench.stages.check_response import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ORBENCH_CACHE_DIR", str(tmp_path / "cache"))

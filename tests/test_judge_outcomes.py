@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from orbench.verdicts import Reply, ensemble, read_reply
+from orbench.scoring.verdicts import Reply, ensemble, read_reply
 
 SCRIPT = "response_checker/judge_responses.py"
 STAGE4 = "alignment_checker/check_alignment.py"
@@ -85,7 +85,7 @@ def test_judge_refusing_to_judge_is_counted_apart(env, fake, script, tmp_path):
     assert "1 direct_answer, 0 direct_refusal, 0 indirect_refusal, 1 unparsed, 2 judge_refused" in result.stderr
     assert "warning: 2 of 4 (50%) judge replies were the judge refusing to judge" in result.stderr
     # the report counts them as no verdict, the judge's refusals apart: 1 scored, 1 unparsed, 2 refused
-    from orbench.analysis import report
+    from orbench.analysis.report import build as report
 
     rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False)
     row = rep.summary.iloc[0]
@@ -145,7 +145,7 @@ def test_ensemble_bad_lists_exit_2(env, fake, script, tmp_path):
 
 
 def test_prompt_kinds_from_stage_4_to_the_cascade(env, fake, script, tmp_path):
-    from orbench.sets import data_path
+    from orbench.benchmark.sets import data_path
 
     toxic = read(data_path("or-bench-toxic.csv")).prompt[0]
     safe = read(data_path("xstest-safe.csv")).prompt[0]

@@ -2,7 +2,7 @@
 
 A cache key that changes makes every cached answer a miss (the next run pays again); a row key
 that changes makes a rerun redo finished rows. Both are computed here from their written-out
-definitions (``orbench.cache``: SHA-256 of the request's fields as canonical JSON; the runner:
+definitions (``orbench.llm.cache``: SHA-256 of the request's fields as canonical JSON; the runner:
 SHA-256 of ``[config, key values]``) with literal fields, never with the code under test.
 ``tests/data/legacy`` covers the settings of its seven fixtures; these cover the rest (the
 cascade, an ensemble, a system prompt, a forced matcher, one moderator).
@@ -16,8 +16,8 @@ import json
 import pandas as pd
 import pytest
 
-from orbench.models import parse_model
-from orbench.types import Request
+from orbench.llm.models import parse_model
+from orbench.llm.types import Request
 
 ADDRESS = "http://127.0.0.1:9/v1"  # never contacted: a cache key is computed without sending
 
@@ -36,7 +36,7 @@ ADDRESS = "http://127.0.0.1:9/v1"  # never contacted: a cache key is computed wi
       "messages": [["user", "Hi"]], "temperature": 0.0, "max_tokens": 1000, "sample": 0}, None),
 ], ids=["plain", "sampling call", "system prompt, sample index ignored at temperature 0"])
 def test_a_requests_cache_key_is_the_one_earlier_versions_stored(env, request_, fields, expected):
-    from orbench.clients import Client
+    from orbench.llm.clients import Client
 
     blob = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     written_out = hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -56,10 +56,10 @@ def _progress(path) -> tuple[dict, list[str]]:
 
 
 def _rules():
-    from orbench.cascade import cascade_fingerprint
-    from orbench.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE
-    from orbench.provenance import sha256_text
-    from orbench.refusal import rules_fingerprint
+    from orbench.benchmark.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE
+    from orbench.run.provenance import sha256_text
+    from orbench.scoring.cascade import cascade_fingerprint
+    from orbench.scoring.refusal import rules_fingerprint
 
     return {"rules": rules_fingerprint(), "cascade": cascade_fingerprint(),
             "judge": sha256_text(JUDGE_TEMPLATE), "moderation": sha256_text(MODERATION_TEMPLATE)}
@@ -120,7 +120,7 @@ def test_row_keys_are_the_ones_earlier_versions_wrote(case, env, fake, script, t
 def test_every_settings_field_is_in_the_key_unless_it_says_why_not():
     from dataclasses import dataclass
 
-    from orbench.settings import recorded, rule, setting
+    from orbench.run.settings import recorded, rule, setting
 
     @dataclass(frozen=True, kw_only=True)
     class Settings:

@@ -4,8 +4,9 @@ import re
 
 import pytest
 
-from orbench.categories import CATEGORIES
-from orbench.labels import (
+from orbench.benchmark.categories import CATEGORIES
+from orbench.benchmark.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE
+from orbench.scoring.labels import (
     JUDGE_CLASSES,
     MODERATION_LABELS,
     MODERATION_ORDER,
@@ -17,7 +18,6 @@ from orbench.labels import (
     parse_judge,
     parse_moderation,
 )
-from orbench.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE
 
 MODERATION_CASES = [
     # the paper's numbering: 1 hate, 2 self-harm, 3 sexual, 4 violence, 5 harassment, 6 harmful,

@@ -20,12 +20,12 @@ pytest.importorskip("llama_cpp")
 
 from conftest import run_in_process  # noqa: E402 (after pytest.importorskip above)
 
-from orbench.cache import Cache  # noqa: E402 (after pytest.importorskip above)
-from orbench.clients import Client, Request  # noqa: E402 (after pytest.importorskip above)
-from orbench.errors import UsageError  # noqa: E402 (after pytest.importorskip above)
-from orbench.models import parse_model  # noqa: E402 (after pytest.importorskip above)
-from orbench.providers import local  # noqa: E402 (after pytest.importorskip above)
-from orbench.providers.local import LocalModel  # noqa: E402 (after pytest.importorskip above)
+from orbench.llm.cache import Cache  # noqa: E402 (after pytest.importorskip above)
+from orbench.llm.clients import Client, Request  # noqa: E402 (after pytest.importorskip above)
+from orbench.llm.errors import UsageError  # noqa: E402 (after pytest.importorskip above)
+from orbench.llm.models import parse_model  # noqa: E402 (after pytest.importorskip above)
+from orbench.llm.providers import local  # noqa: E402 (after pytest.importorskip above)
+from orbench.llm.providers.local import LocalModel  # noqa: E402 (after pytest.importorskip above)
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = parse_model("local/smollm2")
@@ -296,7 +296,7 @@ def test_demo_script_on_a_sample_of_the_real_sets(tmp_path, local_env):
 
 
 def test_a_prompt_longer_than_the_context_fails_only_its_row():
-    from orbench.errors import RowError
+    from orbench.llm.errors import RowError
 
     client = Client(cache=None)
     with pytest.raises(RowError) as info:

@@ -2,9 +2,9 @@
 
 import pytest
 
-from orbench import models
-from orbench.errors import UsageError
-from orbench.models import PROVIDERS, api_key_for, base_url_for, parse_model, redact, slug
+from orbench.llm import models
+from orbench.llm.errors import UsageError
+from orbench.llm.models import PROVIDERS, api_key_for, base_url_for, parse_model, redact, slug
 
 
 @pytest.mark.parametrize("spec, provider, model", [

@@ -18,7 +18,7 @@ import sys
 import pandas as pd
 from conftest import ROOT, run_in_process, run_script
 
-from orbench.prompts import REWRITE_TEMPLATE, SEED_TEMPLATE
+from orbench.benchmark.prompts import REWRITE_TEMPLATE, SEED_TEMPLATE
 
 FOLDERS = ("toxic_prompt_generator", "rewritter", "moderator", "alignment_checker",
            "response_checker")

@@ -1,12 +1,12 @@
-"""Unit tests for orbench.parsing: list extraction from many reply shapes, cleaning, dedup forms."""
+"""Unit tests for orbench.scoring.parsing: list extraction from many reply shapes, cleaning, dedup forms."""
 
 from __future__ import annotations
 
 import pytest
 
-from orbench.categories import CATEGORIES, check_category
-from orbench.errors import UsageError
-from orbench.parsing import clean_item, dedupe, example_forms, extract_items, normalise_for_dedup
+from orbench.benchmark.categories import CATEGORIES, check_category
+from orbench.llm.errors import UsageError
+from orbench.scoring.parsing import clean_item, dedupe, example_forms, extract_items, normalise_for_dedup
 
 
 @pytest.mark.parametrize("reply, expected", [

@@ -4,8 +4,8 @@ import re
 
 import pandas as pd
 
-from orbench import stage
-from orbench.stage import progress_line
+from orbench.run import stage
+from orbench.run.stage import progress_line
 
 ALIGN = "alignment_checker/check_alignment.py"
 LINE = re.compile(r"^check alignment openai/gpt-test: [\d,]+/40 rows, [\d.]+ rows/s, 0 errors, "

@@ -1,14 +1,14 @@
-"""The provider contract (``orbench.types.ProviderAPI``): a provider defined here, registered with
-``orbench.providers.register``, runs stage 4 with no edit anywhere else; its own ``classify``
+"""The provider contract (``orbench.llm.types.ProviderAPI``): a provider defined here, registered with
+``orbench.llm.providers.register``, runs stage 4 with no edit anywhere else; its own ``classify``
 decides what its exceptions mean (a block is a provider refusal, a stop ends the run with one
 line, exit 2); every shipped provider implements the whole contract."""
 
 import pandas as pd
 import pytest
 
-from orbench import providers
-from orbench.models import PROVIDERS, Provider, parse_model
-from orbench.types import Completion, ErrorClass, Outcome, ProviderAPI, Request
+from orbench.llm import providers
+from orbench.llm.models import PROVIDERS, Provider, parse_model
+from orbench.llm.types import Completion, ErrorClass, Outcome, ProviderAPI, Request
 
 SCRIPT = "alignment_checker/check_alignment.py"
 SENT: list[Request] = []
@@ -142,8 +142,8 @@ def _http_request(http):
                                    "gemini/gemini-2.5-flash"])
 def test_each_provider_sorts_its_own_exceptions(env, model):
     """The outcomes the client and the pacer act on, from each SDK's own exception types."""
-    from orbench.clients import Client
-    from orbench.providers.transport import http_module
+    from orbench.llm.clients import Client
+    from orbench.llm.providers.transport import http_module
 
     client = Client(cache=None)
     spec = parse_model(model)
@@ -151,7 +151,7 @@ def test_each_provider_sorts_its_own_exceptions(env, model):
     if spec.provider.api == "gemini":
         from google.genai import errors
 
-        from orbench.providers.gemini import _async_client_class
+        from orbench.llm.providers.gemini import _async_client_class
 
         http = http_module(_async_client_class())
         unauthorised = errors.ClientError(401, {"error": {"code": 401, "message": "bad key",
@@ -205,7 +205,7 @@ def test_the_mock_provider_answers_by_rules_and_sorts_its_errors(mock, env, scri
 def test_the_mock_provider_errors_reach_the_client_as_their_class(mock, error, outcome):
     import asyncio
 
-    from orbench.clients import Client
+    from orbench.llm.clients import Client
 
     mock.add(error=error)
     client = Client(cache=None, max_retries=1)

@@ -1,6 +1,6 @@
 """Pacing to a provider's limits, and stopping when nothing answers.
 
-The arithmetic of ``orbench.ratelimit`` (header reading, the headers' budget model, the cut of
+The arithmetic of ``orbench.llm.ratelimit`` (header reading, the headers' budget model, the cut of
 the rate by what was admitted and refused, the concurrency cap found from the 429s, the waits)
 is tested directly, each expected value worked out by hand; the behaviour through the real
 openai, anthropic and google-genai SDKs talking HTTP to ``tests/fake_ratelimit.py``, a loopback
@@ -20,11 +20,11 @@ import pandas as pd
 import pytest
 from fake_ratelimit import FakeRateLimited, Shape
 
-from orbench import ratelimit
-from orbench.clients import Client, Request
-from orbench.errors import FatalProviderError
-from orbench.models import parse_model
-from orbench.ratelimit import (
+from orbench.llm import ratelimit
+from orbench.llm.clients import Client, Request
+from orbench.llm.errors import FatalProviderError
+from orbench.llm.models import parse_model
+from orbench.llm.ratelimit import (
     Bucket,
     Pacer,
     Reachability,

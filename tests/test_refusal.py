@@ -1,4 +1,4 @@
-"""Tests for orbench.refusal, the per-family keyword refusal matchers.
+"""Tests for orbench.scoring.refusal, the per-family keyword refusal matchers.
 
 Two measures (``python bench/refusal_accuracy.py ../shared/data/xstest-v2``):
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orbench import refusal
-from orbench.refusal import (
+from orbench.scoring import refusal
+from orbench.scoring.refusal import (
     FAMILIES,
     FAMILY_RULES,
     OPENING_CHARS,

@@ -1,13 +1,13 @@
 """One written-out example per refusal rule, each a refusal that its rule alone finds.
 
-For every pattern of the cue tables (:data:`orbench.refusal.SHARED_REFUSALS`, the families' extras,
-:data:`~orbench.refusal.SHARED_EARLY_REFUSALS`) and of the two-part cues (a lecture: an opener and
-a :data:`~orbench.refusal.VERDICTS` entry; a topic and a redirect; a premise denial and a values
+For every pattern of the cue tables (:data:`orbench.scoring.refusal.SHARED_REFUSALS`, the families' extras,
+:data:`~orbench.scoring.refusal.SHARED_EARLY_REFUSALS`) and of the two-part cues (a lecture: an opener and
+a :data:`~orbench.scoring.refusal.VERDICTS` entry; a topic and a redirect; a premise denial and a values
 lecture) the example below is a refusal, its pattern matches it, and no other pattern of those
 tables does (the part tables: no other pattern of the same part). So without that pattern the
 example would not be a refusal: a rule removed or broken fails here by name, and a new rule needs
 an example (the tables and the lists must be as long). Early cues are looked for in the first
-:data:`~orbench.refusal.EARLY_SENTENCES` sentences only, as the matcher does.
+:data:`~orbench.scoring.refusal.EARLY_SENTENCES` sentences only, as the matcher does.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from orbench import refusal as R
+from orbench.scoring import refusal as R
 
 SHARED = [
     "I can't answer that.",

@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import orbench  # noqa: E402 (needs the sys.path set-up above)
-from orbench.analysis import build_release  # noqa: E402 (needs the sys.path set-up above)
-from orbench.parsing import normalise_for_dedup as normalise_prompt  # noqa: E402 (needs the sys.path set-up above)
-from orbench.tables import read_table  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.release import build as build_release  # noqa: E402 (needs the sys.path set-up above)
+from orbench.run.tables import read_table  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.parsing import normalise_for_dedup as normalise_prompt  # noqa: E402 (needs the sys.path set-up above)
 
 S = {
     1: "How can I pick a lock on my own front door?",
@@ -264,7 +264,7 @@ def test_hf_urls_go_through_fsspec_and_huggingface_hub(tmp_path):
     pytest.importorskip("huggingface_hub")
     from huggingface_hub import HfFileSystem
 
-    from orbench.tables import read_table
+    from orbench.run.tables import read_table
 
     assert fsspec.get_filesystem_class("hf") is HfFileSystem
     with fsspec.open("memory://or-bench/or-bench-hard-1k.csv", "w") as handle:
@@ -312,7 +312,7 @@ def generated_prompts(seed: int, n: int = 500) -> list[str]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_fast_near_duplicates_equal_the_reference_on_generated_prompts(seed):
-    from orbench.analysis.near_dup import near_duplicate_of, near_duplicate_of_reference
+    from orbench.analysis.release.near_dup import near_duplicate_of, near_duplicate_of_reference
 
     texts = generated_prompts(seed)
     for threshold in (0.3, 0.5, 0.7, 0.8, 0.9, 1.0):
@@ -325,7 +325,7 @@ def test_fast_near_duplicates_equal_the_reference_on_generated_prompts(seed):
 
 
 def test_near_duplicate_edge_cases():
-    from orbench.analysis.near_dup import near_duplicate_of, near_duplicate_of_reference
+    from orbench.analysis.release.near_dup import near_duplicate_of, near_duplicate_of_reference
 
     texts = ["", "?!", "\U0001F642", "\U0001F600 !", "Hi", "hi!", "Hi there",  # 0-6: empty, token-less, short
              "a b c d", "a b c d e", "A B C D", "d c b a", "a b c x",            # 7-11
@@ -353,7 +353,7 @@ def test_near_duplicate_edge_cases():
 
 def test_release_with_near_dup_keeps_the_rows_the_reference_keeps(tmp_path):
     """The whole builder: exact, normalised, then near duplicates against the all-pairs reference."""
-    from orbench.analysis.near_dup import near_duplicate_of_reference
+    from orbench.analysis.release.near_dup import near_duplicate_of_reference
 
     texts = [t for t in generated_prompts(7, 400) if t.strip()]
     rng = random.Random(7)

@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.analysis import report  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.report import build as report  # noqa: E402 (needs the sys.path set-up above)
 from orbench.analysis.stats import spearman, wilson_interval  # noqa: E402 (needs the sys.path set-up above)
 
 Z = statistics.NormalDist().inv_cdf(0.975)

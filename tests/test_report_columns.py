@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orbench.analysis import columns, report
-from orbench.analysis.report_inputs import first_per_cell, group_ids
+from orbench.analysis.report import build as report
+from orbench.analysis.report import columns
+from orbench.analysis.report.inputs import first_per_cell, group_ids
 
 pa = pytest.importorskip("pyarrow")
 

@@ -12,7 +12,8 @@ import json
 import pandas as pd
 import pytest
 
-from orbench.analysis import lineage, report
+from orbench.analysis.report import build as report
+from orbench.analysis.report import lineage
 from orbench.analysis.stats import balanced_accuracy_interval
 
 
@@ -136,7 +137,7 @@ def test_balanced_accuracy_interval_matches_statsmodels():
 
 
 def test_a_complete_run_is_ranked_among_the_published_models(tmp_path):
-    from orbench.sets import data_path
+    from orbench.benchmark.sets import data_path
 
     files = []
     for label, name, refuse in (("hard", "or-bench-hard-1k", 0.1), ("toxic", "or-bench-toxic", 0.9)):
@@ -169,7 +170,7 @@ def test_heatmap_greys_cells_with_few_prompts(tmp_path):
     cats = rep.categories.set_index("category")["scored"].to_dict()
     assert cats == {"hate": 2, "privacy": 12}
     assert "cells with n &lt; 10 are grey" in rep.outputs["html"].read_text()
-    from orbench.analysis.plots import heatmap_grid
+    from orbench.analysis.report.plots import heatmap_grid
 
     cells = rep.categories.assign(_m=rep.categories["model"])
     grid, counts, few = heatmap_grid(cells, ["hard"])
@@ -202,7 +203,7 @@ def test_an_llm_judges_verdicts_name_the_judge_and_the_stage_4_run(env, fake, sc
 
 
 def test_repeated_samples_count_each_prompt_of_the_set_once(tmp_path):
-    from orbench.sets import data_path
+    from orbench.benchmark.sets import data_path
 
     files = []
     for label, name in (("hard", "or-bench-hard-1k"), ("toxic", "or-bench-toxic")):

@@ -81,7 +81,7 @@ def test_the_fit_note_names_the_models_without_a_point(tmp_path, script, env):
     assert note.endswith("over your models' OR-Bench points (3: prov/m1, prov/m2, prov/m3); no point (not in the "
                          "fit): prov/m5 (no toxic results), 1 more with neither hard nor toxic results")
     # too few points: the note says whose are missing (the same function, in process)
-    from orbench.analysis.report import correlation_notes
+    from orbench.analysis.report.build import correlation_notes
 
     _, coeffs, notes = correlation_notes([{"model": "prov/m1", "x": 10.0, "y": 60.0}], ["prov/m5 (no toxic results)"])
     assert coeffs is None and notes[1] == (
@@ -90,7 +90,7 @@ def test_the_fit_note_names_the_models_without_a_point(tmp_path, script, env):
 
 
 def test_each_source_is_cited_once(tmp_path, script, env):
-    from orbench.sets import CITATION, XSTEST_CITATION
+    from orbench.benchmark.sets import CITATION, XSTEST_CITATION
 
     specs = [f"hard:={_file(tmp_path / 'h.csv', 'prov/m1', {'h': 0.1})}",
              f"toxic:={_file(tmp_path / 't.csv', 'prov/m1', {'t': 0.7})}",
@@ -138,7 +138,7 @@ def test_the_audit_page_says_a_reply_was_cut_off(cut_audit):
 
 
 def test_a_judge_comparison_names_the_judges_own_settings_that_differ():
-    from orbench.analysis.lineage import differences_text, setting_differences
+    from orbench.analysis.report.lineage import differences_text, setting_differences
 
     run = {"model_resolved": "openai/gpt-4o", "temperature": 0.0, "max_tokens": 512, "system_prompt": None,
            "templates": {}, "source": "orbench"}

@@ -7,8 +7,8 @@ import shutil
 
 import pandas as pd
 
-from orbench.parsing import example_forms, extract_items, normalise_for_dedup
-from orbench.prompts import REWRITE_EXAMPLES, REWRITE_TEMPLATE
+from orbench.benchmark.prompts import REWRITE_EXAMPLES, REWRITE_TEMPLATE
+from orbench.scoring.parsing import example_forms, extract_items, normalise_for_dedup
 
 REW = "rewritter/rewrite.py"
 ALIAS = "rewritter/mixtral_rewrite_only.py"
@@ -207,7 +207,7 @@ def test_few_shot_examples_are_of_the_original_kind():
 def test_few_shot_examples_read_like_the_published_hard_set():
     """The published Hard-1K prompts carry the original examples' markers of a request made
     acceptable; the examples carry them about as often (within 15 points)."""
-    from orbench.datasets import resolve_set
+    from orbench.benchmark.datasets import resolve_set
 
     hard = pd.read_csv(resolve_set("or-bench-hard-1k"))["prompt"].str.lower()
     rewrites = pd.Series([r for _, five in REWRITE_EXAMPLES for r in five]).str.lower()

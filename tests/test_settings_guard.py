@@ -33,9 +33,9 @@ def _copy_legacy(tmp_path: Path) -> None:
 
 def _rules_now(stage: str, judge: str | None) -> dict:
     """The project's rules as this checkout has them, under the names the fixtures' meta files use."""
-    from orbench.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE, REWRITE_TEMPLATE, SEED_TEMPLATE
-    from orbench.provenance import sha256_text
-    from orbench.refusal import rules_fingerprint
+    from orbench.benchmark.prompts import JUDGE_TEMPLATE, MODERATION_TEMPLATE, REWRITE_TEMPLATE, SEED_TEMPLATE
+    from orbench.run.provenance import sha256_text
+    from orbench.scoring.refusal import rules_fingerprint
 
     return {"check_alignment": {"rules": rules_fingerprint()},
             "check_response": {"rules": rules_fingerprint(),

@@ -325,8 +325,8 @@ def test_changing_the_model_stops_and_overwrite_redoes_the_rows(tmp_path, env, f
 def test_undeclared_result_keys_as_the_docstring_says(tmp_path):
     """A result key that names an input column overrides it; any other undeclared key becomes a
     column after the declared ones; only the declared columns are blanked on a failed row."""
-    import orbench.stage as stage_module
-    from orbench.stage import Stage, run_stage
+    import orbench.run.stage as stage_module
+    from orbench.run.stage import Stage, run_stage
 
     def decide(settings, row, answers):
         if row["prompt"] == "bad":

@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from orbench.errors import UsageError
-from orbench.templates import check_template, placeholders
+from orbench.llm.errors import UsageError
+from orbench.run.templates import check_template, placeholders
 
 JUDGE = "response_checker/judge_responses.py"
 MODERATE = "moderator/moderate.py"
@@ -24,7 +24,7 @@ def responses(path, n=3):
 
 
 def judge(tmp_path, *extra):
-    from orbench.stages.judge_responses import main
+    from orbench.stages.check_response import main
 
     return main(["--check_model", "openai/judge-x", "--input_file", str(tmp_path / "in.csv"),
                  "--output_file", str(tmp_path / "out.csv"), *extra])

@@ -22,10 +22,11 @@ import pytest
 from conftest import FAKE_KEYS, ROOT, run_in_process
 from echo_stage import main as echo_main
 
-from orbench import refusal
-from orbench.errors import UsageError
-from orbench.prompts import JUDGE_TEMPLATE
-from orbench.stages import check_alignment, judge_responses, moderate
+from orbench.benchmark.prompts import JUDGE_TEMPLATE
+from orbench.llm.errors import UsageError
+from orbench.scoring import refusal
+from orbench.stages import check_alignment, moderate
+from orbench.stages import check_response as judge_responses
 
 ALIGN_ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 JUDGE_ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
@@ -431,7 +432,7 @@ def test_second_writer_exits_2_naming_the_lock(env, fake, capsys, tmp_path):
 def test_the_lock_file_is_removed_without_a_race(tmp_path):
     """A writer that opened the lock file before the holder removed it must not think it holds
     the lock: after the holder's exit it finds the path no longer names its file, and locks anew."""
-    from orbench.stage import OutputLock, _same_file
+    from orbench.run.stage import OutputLock, _same_file
 
     output = tmp_path / "out.csv"
     first = OutputLock(output)

@@ -4,7 +4,7 @@ import json
 
 import pandas as pd
 
-from orbench.sets import SET_KINDS, bundled_prompt_kinds, data_path, resolve_set
+from orbench.benchmark.sets import SET_KINDS, bundled_prompt_kinds, data_path, resolve_set
 
 STAGE4 = "alignment_checker/check_alignment.py"
 STAGE5 = "response_checker/judge_responses.py"

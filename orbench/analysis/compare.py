@@ -44,11 +44,12 @@ from itertools import product
 import numpy as np
 import pandas as pd
 
-from orbench.analysis import columns, stats
-from orbench.analysis.columns import names, per_value, prompt_hash, read_results
-from orbench.analysis.report_inputs import SCORED, Inputs
-from orbench.errors import UsageError
-from orbench.vocab import JUDGE, KEYWORD
+from orbench.analysis import stats
+from orbench.analysis.report import columns
+from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results
+from orbench.analysis.report.inputs import SCORED, Inputs
+from orbench.llm.errors import UsageError
+from orbench.scoring.vocab import JUDGE, KEYWORD
 
 COLUMNS = ["set", "category", "model_a", "model_b", "judge", "n", "rate_a", "rate_b", "diff",
            "ci_low", "ci_high", "ci_flag", "a_only", "b_only", "odds_ratio", "or_ci_low", "or_ci_high",

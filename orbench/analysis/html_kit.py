@@ -1,8 +1,8 @@
 """The HTML pieces every page of the analysis builds from: escaping, numbers, cells, tables, images,
 an interval's flag marks and JSON safe inside a ``<script>`` element.
 
-report.html (:mod:`orbench.analysis.html_report`, with the comparison's and the audit's sections)
-and the audit's labelling page (:mod:`orbench.analysis.audit_page`) use these, so text from the
+report.html (:mod:`orbench.analysis.report.html`, with the comparison's and the audit's sections)
+and the audit's labelling page (:mod:`orbench.analysis.audit.page`) use these, so text from the
 inputs is escaped one way everywhere. Cells passed to :func:`table` are HTML already: escape text
 with :func:`esc` (or wrap it with :func:`cell` / :func:`num` after escaping).
 """

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from orbench.parsing import normalise_for_dedup
+from orbench.scoring.parsing import normalise_for_dedup
 
 #: Fewer scored prompts than this in a cell: its rate is shown greyed, with its n (heatmap).
 MIN_CELL_N = 10

@@ -10,7 +10,7 @@ prompt as a single user message (temperature 0, at most 1000 tokens, no system p
 - ``refusal_kind``: for a keyword refusal, ``full`` (a refusal and no help) or ``partial`` (a
   refusal followed by help, or help followed by a refusal); ``full`` for a provider block;
   empty otherwise. Counting only ``full`` gives the strict rate, both the lenient one;
-- ``refusal_source``: ``keyword`` (the keyword matcher of ``orbench.refusal`` found a refusal),
+- ``refusal_source``: ``keyword`` (the keyword matcher of ``orbench.scoring.refusal`` found a refusal),
   ``provider_block`` (the provider blocked the reply: OpenAI ``content_filter``, Anthropic ``refusal``
   stop reason, a blocked prompt; counted as rejected), ``empty_response`` (no text, no block:
   neither a refusal nor an answer), ``skipped_empty`` (the prompt is empty, e.g. a rewrite row
@@ -29,13 +29,13 @@ and saved together in the progress file, so a rerun after a kill resumes with no
 or repeated (samples already answered come from the cache). The report then gives prompt-level
 intervals, the share of prompts whose samples disagree, and per-prompt refusal shares.
 
-The matcher family comes from the model id (``orbench.refusal.family_for_model``) unless
+The matcher family comes from the model id (``orbench.scoring.refusal.family_for_model``) unless
 ``--matcher`` forces one. A row that fails after retries keeps its place with an ``error`` text
 (exit 1; rerun the same command to retry it). An input row whose ``error`` is set (an earlier
 stage failed on it) is not sent: it is written back with this stage's columns empty and its error
 kept (``--retry_upstream_errors`` sends it anyway).
 
-Default output (the one rule of every stage, ``orbench.tables.default_output_path``; the model as
+Default output (the one rule of every stage, ``orbench.run.tables.default_output_path``; the model as
 typed, made file-name-safe): ``./{input stem}_{model}_alignment.csv``.
 
 The original per-provider scripts are aliases of this one (``gpt3_4_``, ``claude_``, ``gemini_``,
@@ -54,17 +54,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from orbench import cli, outcomes
-from orbench.errors import UsageError
-from orbench.lifecycle import Job
-from orbench.models import ModelSpec, parse_model
-from orbench.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
-from orbench.sets import check_kind_column, with_prompt_kinds
-from orbench.settings import rule, setting
-from orbench.stage import Finished, Stage
-from orbench.tables import default_output_path
-from orbench.types import Completion, Request
-from orbench.vocab import PROMPT_KINDS, SKIPPED_EMPTY
+from orbench.benchmark.sets import check_kind_column, with_prompt_kinds
+from orbench.llm.errors import UsageError
+from orbench.llm.models import ModelSpec, parse_model
+from orbench.llm.types import Completion, Request
+from orbench.run import cli, outcomes
+from orbench.run.lifecycle import Job
+from orbench.run.settings import rule, setting
+from orbench.run.stage import Finished, Stage
+from orbench.run.tables import default_output_path
+from orbench.scoring.refusal import FAMILIES, family_for_model, reply_verdict, rules_fingerprint
+from orbench.scoring.vocab import PROMPT_KINDS, SKIPPED_EMPTY
 
 ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 SAMPLE = "sample"
@@ -90,7 +90,7 @@ def resolve_model(name: str, default_provider: str | None = None) -> ModelSpec:
 
 
 def default_output(model: str, input_file: str) -> Path:
-    """``./{input stem}_{model}_alignment.csv`` (``orbench.tables.default_output_path``)."""
+    """``./{input stem}_{model}_alignment.csv`` (``orbench.run.tables.default_output_path``)."""
     return default_output_path(input_file, "alignment", model)
 
 
@@ -127,7 +127,7 @@ def build_parser(default_provider: str | None = None) -> cli.ArgumentParser:
 
 @dataclass(frozen=True, kw_only=True)
 class AlignmentSettings:
-    """What a stage-4 verdict depends on (each in every row's key: ``orbench.settings``)."""
+    """What a stage-4 verdict depends on (each in every row's key: ``orbench.run.settings``)."""
 
     model: ModelSpec = setting(record=str)
     system: str | None
@@ -171,7 +171,7 @@ def decide(s: AlignmentSettings, row: dict, answers: list[Completion]) -> dict |
 
 def finish(s: AlignmentSettings, frame) -> Finished:
     """The output with each prompt's kind (the prompt's, filled on the finished output, not part
-    of a row's key) and its outcome counts (:func:`orbench.outcomes.alignment`)."""
+    of a row's key) and its outcome counts (:func:`orbench.run.outcomes.alignment`)."""
     frame = with_prompt_kinds(frame, s.prompt_kind)
     return Finished(frame, outcomes=outcomes.alignment(frame, samples=s.samples, max_tokens=s.max_tokens))
 

@@ -9,21 +9,21 @@ Example (the original command, from inside this folder)::
 
     MISTRAL_API_KEY=... python generate_toxic_promt_from_category.py --category=harmful
 
-How it works. Stage 1 goes through the run lifecycle every stage shares (``orbench.lifecycle``:
+How it works. Stage 1 goes through the run lifecycle every stage shares (``orbench.run.lifecycle``:
 set-up, estimate, batch, run, meta file, summary, exit code) as a :class:`SeedJob`. Each model
 call asks for 20 prompts of the category at temperature 1.0 (the paper's settings) and is one row
 of a synthetic table of call numbers, ``call_index`` 0, 1, 2, ... run by the stage runner
-(``orbench.stage.run_stage``) in rounds (``SeedJob.rounds``); the call number is also the request's ``sample_index``,
+(``orbench.run.stage.run_stage``) in rounds (``SeedJob.rounds``); the call number is also the request's ``sample_index``,
 so the response cache keeps repeated sampling calls apart. The replies go to a work file beside
 the output, ``<output>.calls.csv`` (columns ``call_index, reply, finish_reason, error``, the raw
 replies kept for inspection), with the runner's progress log ``<output>.calls.csv.progress.jsonl``.
-Items are read from each reply (``orbench.parsing.reply_items``, as stage 2 reads its replies:
+Items are read from each reply (``orbench.scoring.parsing.reply_items``, as stage 2 reads its replies:
 ``[[...]]`` first, then the fallbacks) and
 near-exact duplicates dropped, walking the calls in call order, so the result does not depend on
 which reply came back first. The run adds calls in rounds until the target is met; the prompts
 are then written to the output and the lifecycle writes its meta file.
 
-Cost flags, as in every stage (``orbench.lifecycle``): ``--estimate`` sends nothing and writes
+Cost flags, as in every stage (``orbench.run.lifecycle``): ``--estimate`` sends nothing and writes
 nothing; it prices the recorded calls that failed plus the new calls the target still needs (one
 per 20 missing prompts, within ``--limit``), with ``--prices``. ``--batch`` sends each round's
 calls through the provider's batch API (``--poll_interval`` between checks) and then reads them
@@ -44,7 +44,7 @@ request is sent again) and only adds calls if more prompts are needed; a rerun w
 (from an earlier run with these settings, or the original tool's file, which records none) come
 first and count towards the target; novelty for the no-progress rule is judged among this run's
 calls only. A run with another model, temperature or max tokens than the output was made with
-stops before any call (exit 2, ``orbench.existing_output``); ``--overwrite`` removes the old
+stops before any call (exit 2, ``orbench.run.existing_output``); ``--overwrite`` removes the old
 prompts, calls and meta file and starts afresh.
 """
 
@@ -59,17 +59,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from orbench.categories import CATEGORIES, check_category
-from orbench.cli import ArgumentParser, add_model_flags, positive_int, run
-from orbench.clients import Client
-from orbench.errors import UsageError
-from orbench.lifecycle import Delivery, Job, RunOptions
-from orbench.models import ModelSpec, parse_model
-from orbench.parsing import example_forms, normalise_for_dedup, reply_items
-from orbench.prompts import SEED_TEMPLATE
-from orbench.provenance import meta_path_for, sha256_text
-from orbench.settings import rule, setting
-from orbench.stage import (
+from orbench.benchmark.categories import CATEGORIES, check_category
+from orbench.benchmark.prompts import SEED_TEMPLATE
+from orbench.llm.clients import Client
+from orbench.llm.errors import UsageError
+from orbench.llm.models import ModelSpec, parse_model
+from orbench.llm.types import Completion, Request
+from orbench.run.cli import ArgumentParser, add_model_flags, positive_int, run
+from orbench.run.lifecycle import Delivery, Job, RunOptions
+from orbench.run.provenance import meta_path_for, sha256_text
+from orbench.run.settings import rule, setting
+from orbench.run.stage import (
     ProgressLog,
     RunResult,
     Stage,
@@ -78,9 +78,9 @@ from orbench.stage import (
     progress_path_for,
     row_key,
 )
-from orbench.tables import write_csv_atomic
-from orbench.templates import add_template_flag, load_template
-from orbench.types import Completion, Request
+from orbench.run.tables import write_csv_atomic
+from orbench.run.templates import add_template_flag, load_template
+from orbench.scoring.parsing import example_forms, normalise_for_dedup, reply_items
 
 PER_CALL = 20  # prompts asked for in one call (the paper's figure)
 DEFAULT_MODEL = "mixtral"  # -> mistral/open-mixtral-8x7b, the paper's generator
@@ -215,7 +215,7 @@ def recorded_calls(stage: Stage, calls_path: Path) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class GenerateSettings:
-    """What a generator call depends on (each in every call's key: ``orbench.settings``)."""
+    """What a generator call depends on (each in every call's key: ``orbench.run.settings``)."""
 
     model: ModelSpec = setting(record=str)
     temperature: float
@@ -282,7 +282,7 @@ def read_calls(calls_path: Path) -> list[dict]:
 
 @dataclass
 class SeedJob(Job):
-    """Stage 1 in the run lifecycle (``orbench.lifecycle``): rounds of calls, then the prompts.
+    """Stage 1 in the run lifecycle (``orbench.run.lifecycle``): rounds of calls, then the prompts.
 
     The runner's rows are calls (``<output>.calls.csv``, its work file); each round asks for
     enough calls to reach the target, and the prompts read from all the calls in call order are
@@ -401,7 +401,7 @@ class SeedJob(Job):
 
 
 def setup(args) -> SeedJob:
-    """The job of one command line (``orbench.cli.run`` runs it through the lifecycle)."""
+    """The job of one command line (``orbench.run.cli.run`` runs it through the lifecycle)."""
     category = args.category
     template, template_source = load_template(args.template, SEED_TEMPLATE, {"count", "category"})
     spec = parse_model(args.model)

@@ -2,8 +2,8 @@
 
 Reads a CSV with the column to moderate (``--column``, ``prompt`` by default; ``response`` to
 moderate model answers; the other columns, such as ``prompt`` and ``category``, are kept). Each
-moderator gets ``orbench.prompts.MODERATION_TEMPLATE`` (11 choices: the ten categories and
-"None of the above"), explains, and answers ``[[N. category]]``; ``orbench.labels`` reads the
+moderator gets ``orbench.benchmark.prompts.MODERATION_TEMPLATE`` (11 choices: the ten categories and
+"None of the above"), explains, and answers ``[[N. category]]``; ``orbench.scoring.labels`` reads the
 label strictly (no label -> ``unparsed``).
 
 Writes every input column plus, per moderator (``<m>`` = the file-name-safe moderator name as
@@ -26,7 +26,7 @@ is empty is not sent to any moderator: its ``moderation_category`` is ``skipped_
 ``is_toxic`` is empty. A row whose input ``error`` is set (an earlier stage failed on it) passes
 through with this stage's columns empty and its error kept.
 
-Default output (the one rule of every stage, ``orbench.tables.default_output_path``; ``<ms>`` =
+Default output (the one rule of every stage, ``orbench.run.tables.default_output_path``; ``<ms>`` =
 the moderator names joined by ``+``, made file-name-safe): ``./{input stem}_{ms}_moderated_{column}.csv``.
 
 Example (from inside ``moderator/``)::
@@ -41,19 +41,19 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from orbench import cli, outcomes
-from orbench.errors import UsageError
-from orbench.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
-from orbench.lifecycle import Job
-from orbench.models import ModelSpec, parse_model, slug
-from orbench.prompts import MODERATION_TEMPLATE
-from orbench.provenance import sha256_text
-from orbench.settings import rule, setting
-from orbench.stage import Finished, Stage
-from orbench.tables import default_output_path
-from orbench.templates import add_template_flag, load_template
-from orbench.types import Completion, Request
-from orbench.vocab import SKIPPED_EMPTY, UNDECIDED
+from orbench.benchmark.prompts import MODERATION_TEMPLATE
+from orbench.llm.errors import UsageError
+from orbench.llm.models import ModelSpec, parse_model, slug
+from orbench.llm.types import Completion, Request
+from orbench.run import cli, outcomes
+from orbench.run.lifecycle import Job
+from orbench.run.provenance import sha256_text
+from orbench.run.settings import rule, setting
+from orbench.run.stage import Finished, Stage
+from orbench.run.tables import default_output_path
+from orbench.run.templates import add_template_flag, load_template
+from orbench.scoring.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
+from orbench.scoring.vocab import SKIPPED_EMPTY, UNDECIDED
 
 EPILOG = """ensemble rule:
   safe (is_toxic False, moderation_category none) when a strict majority of ALL moderators
@@ -117,7 +117,7 @@ def build_parser() -> cli.ArgumentParser:
 
 @dataclass(frozen=True, kw_only=True)
 class ModerateSettings:
-    """What a moderation depends on (each in every row's key: ``orbench.settings``)."""
+    """What a moderation depends on (each in every row's key: ``orbench.run.settings``)."""
 
     moderators: tuple[ModelSpec, ...] = setting(record=lambda specs: [str(s) for s in specs])
     #: The column moderated (``prompt`` or ``response``).
@@ -171,7 +171,7 @@ def decide(s: ModerateSettings, row: dict, answers: list[Completion]) -> dict:
 
 
 def finish(s: ModerateSettings, frame) -> Finished:
-    """The output as assembled, with its outcome counts (:func:`orbench.outcomes.moderated`)."""
+    """The output as assembled, with its outcome counts (:func:`orbench.run.outcomes.moderated`)."""
     return Finished(frame, outcomes=outcomes.moderated(frame))
 
 

@@ -2,9 +2,9 @@
 
 Reads a CSV of seeds (``--toxic_seed_path``, the output of stage 1) with the columns ``prompt``
 and ``category``; any further columns are kept. One call per seed (temperature 0.7, the paper's
-setting; the few-shot template is ``orbench.prompts.REWRITE_TEMPLATE``, or the text of
+setting; the few-shot template is ``orbench.benchmark.prompts.REWRITE_TEMPLATE``, or the text of
 ``--template FILE`` with the placeholder ``{seed}``) asks for 5 rewrites in ``[[1. ...]]`` form,
-read with ``orbench.parsing.reply_items``, as stage 1 reads its replies.
+read with ``orbench.scoring.parsing.reply_items``, as stage 1 reads its replies.
 
 Writes ``--output_file`` (default ``./{input stem}_rewrite.csv`` in the current directory, as the
 original tool: ``../toxic_prompt_generator/harmful_prompts.csv`` -> ``./harmful_prompts_rewrite.csv``)
@@ -27,7 +27,7 @@ A model that copies the few-shot block back would otherwise have the template's 
 rewrites accepted as new prompts: such items are dropped before the 5 are taken, and counted
 (``few_shot_repeats`` and the summary line). A seed whose reply yields no rewrite stays as one
 row with an empty ``prompt`` and a note, so nothing is lost silently. Rewrites are deduplicated
-across the whole file (near-exact match, ``orbench.parsing.normalise_for_dedup``; the first
+across the whole file (near-exact match, ``orbench.scoring.parsing.normalise_for_dedup``; the first
 occurrence in input order wins) after the runner has assembled the output, which is then
 rewritten atomically.
 
@@ -36,7 +36,7 @@ Example (the original command, from inside this folder)::
     MISTRAL_API_KEY=... python mixtral_rewrite_only.py \\
         --toxic_seed_path=../toxic_prompt_generator/harmful_prompts.csv
 
-Resume: built on ``orbench.stage.run_stage``; a rerun skips seeds already rewritten (their
+Resume: built on ``orbench.run.stage.run_stage``; a rerun skips seeds already rewritten (their
 replies are in ``<output>.progress.jsonl``) and retries the ones that failed.
 """
 
@@ -48,19 +48,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from orbench.cli import ArgumentParser, add_model_flags, run
-from orbench.errors import UsageError
-from orbench.lifecycle import Job
-from orbench.models import ModelSpec, parse_model
-from orbench.outcomes import WARN_SHARE
-from orbench.parsing import dedupe, example_forms, normalise_for_dedup, reply_items
-from orbench.prompts import REWRITE_TEMPLATE
-from orbench.provenance import sha256_text
-from orbench.settings import rule, setting
-from orbench.stage import Finished, Stage
-from orbench.tables import default_output_path
-from orbench.templates import add_template_flag, load_template
-from orbench.types import Completion, Request
+from orbench.benchmark.prompts import REWRITE_TEMPLATE
+from orbench.llm.errors import UsageError
+from orbench.llm.models import ModelSpec, parse_model
+from orbench.llm.types import Completion, Request
+from orbench.run.cli import ArgumentParser, add_model_flags, run
+from orbench.run.lifecycle import Job
+from orbench.run.outcomes import WARN_SHARE
+from orbench.run.provenance import sha256_text
+from orbench.run.settings import rule, setting
+from orbench.run.stage import Finished, Stage
+from orbench.run.tables import default_output_path
+from orbench.run.templates import add_template_flag, load_template
+from orbench.scoring.parsing import dedupe, example_forms, normalise_for_dedup, reply_items
 
 REWRITES_PER_SEED = 5
 DEFAULT_MODEL = "mixtral"  # -> mistral/open-mixtral-8x7b, the paper's rewriter
@@ -99,7 +99,7 @@ def build_parser() -> ArgumentParser:
 
 @dataclass(frozen=True, kw_only=True)
 class RewriteSettings:
-    """What a rewrite depends on (each in every row's key: ``orbench.settings``)."""
+    """What a rewrite depends on (each in every row's key: ``orbench.run.settings``)."""
 
     model: ModelSpec = setting(record=str)
     temperature: float
@@ -110,7 +110,7 @@ class RewriteSettings:
 
     @cached_property
     def examples(self) -> frozenset[str]:
-        """The template's own example texts (:func:`orbench.parsing.example_forms`): a reply item
+        """The template's own example texts (:func:`orbench.scoring.parsing.example_forms`): a reply item
         that repeats one is dropped and counted, never taken as a rewrite."""
         return example_forms(self.template)
 

@@ -1,0 +1,1 @@
+"""The human audit: plan, draw, label and score a blind stratified sample."""

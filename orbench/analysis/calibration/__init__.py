@@ -1,0 +1,1 @@
+"""Judge cards: measure a judge against human labels (``orbench-calibrate``)."""

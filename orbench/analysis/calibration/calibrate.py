@@ -1,0 +1,268 @@
+"""``orbench-calibrate``: measure a judge against human labels and keep its judge card.
+
+Runs stage 5 (``orbench-check-response``, in this process: its cache, resume, ``--estimate`` and
+meta file included) with any judge it takes (the keyword matcher ``keyword``, an LLM judge, the
+cascade with ``--cascade``, an ensemble ``A,B,C``, ``--template FILE``) on human-labelled
+responses, then writes the judge's card (orbench.scoring.judge_cards): per source model and pooled, the
+accuracy, Cohen's kappa, refusal precision and recall, the judge's and the humans' refusal rates
+and the rate bias (judge minus humans), each with a 95% interval (orbench.analysis.calibration.card_stats);
+how many replies were unparsed, were the judge refusing to
+judge, or failed; the same per prompt kind and per source model and prompt kind (where a rate's
+bias is checked); for the cascade, the rows each tier decided, each tier's accuracy and the share
+judged per source model. Responses without a verdict are counted, never scored.
+
+Labels (``--labels``, :mod:`orbench.analysis.calibration.label_sources`): ``xstest`` (default; XSTest v2's
+2,250 responses, read from ``--xstest_dir`` / ``$ORBENCH_XSTEST_DIR`` or downloaded into the cache
+folder at first use), a CSV of ``prompt, response, label`` (``model`` and ``prompt_kind``
+optional), or the folder of an ``orbench-audit`` verdict audit after ``orbench-audit score``.
+
+The card is keyed by the judge's fingerprint (the meta file's ``judge_fingerprint``: the judge as
+resolved, its template's hash, the rules' and cascade's fingerprints, its settings) and written
+into the card store in the cache folder, where ``orbench-report`` finds it without a flag, and
+as ``judge_card.json`` beside the calibration's output (``--output_dir``, default
+``./calibration_<judge>/``, which also holds the stage-5 input, output, progress and meta files).
+A card on fewer labelled rows never replaces one on more in the store. A rerun into the same
+folder with other stage-5 settings (``--temperature``, ``--max_tokens``, ...) stops as stage 5
+does: give it another ``--output_dir``, or add ``--overwrite``.
+
+Examples::
+
+    orbench-calibrate --check_model keyword
+    orbench-calibrate --check_model openai/gpt-4o --cascade --limit 40 --estimate
+    orbench-calibrate --check_model openai/gpt-4o,anthropic/claude-3-5-sonnet-latest --labels my_labels.csv
+
+Exit status: 0 card written; 1 card written but some rows still have errors (rerun to retry
+them); 2 bad input (an unknown judge, a missing or empty label file, a bad flag), nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from orbench.analysis.calibration import card_stats
+from orbench.analysis.calibration.label_sources import COLUMNS, load_labels, stratified_subset
+from orbench.llm.errors import UsageError
+from orbench.llm.models import parse_model, slug
+from orbench.run.cli import ArgumentParser, positive_int
+from orbench.run.provenance import meta_path_for
+from orbench.run.tables import write_text_atomic
+from orbench.scoring.judge_cards import CARD_VERSION, card_text, judge_fingerprint, judge_identity, save_card
+from orbench.scoring.vocab import JUDGE_REFUSED, UNDECIDED, UNPARSED
+from orbench.stages import check_response as judge_responses
+
+#: Flags this command sets for stage 5 itself.
+OWN_STAGE_FLAGS = ("--input_file", "--output_file", "--limit")
+
+
+def build_parser() -> ArgumentParser:
+    """The command's own flags; every other flag goes to stage 5 unchanged."""
+    parser = ArgumentParser(
+        prog="orbench-calibrate", allow_abbrev=False,
+        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        epilog="Any other flag is a stage-5 flag (orbench-check-response --help), passed on as is: "
+               "--cascade, --template FILE, --estimate, --matcher, --concurrency, --base_url, --batch, "
+               "--max_retries, --temperature, --max_tokens, ...\n\nexit status: " + __doc__.split("Exit status: ")[1])
+    parser.add_argument("--check_model", required=True,
+                        help="the judge, as stage 5 takes it: keyword, gpt4, provider/model, or A,B,C (an ensemble)")
+    parser.add_argument("--labels", default="xstest",
+                        help="the human labels: xstest (default: XSTest v2), a CSV with prompt, response and "
+                             "label (model, prompt_kind optional), or an orbench-audit verdict audit folder")
+    parser.add_argument("--xstest_dir", default=None, metavar="DIR",
+                        help="a folder with XSTest v2's five xstest_v2_completions_*.csv files (default: "
+                             "$ORBENCH_XSTEST_DIR, else downloaded into the cache folder at first use)")
+    parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                        help="a cheap first look: at most N responses per source model, a seeded sample "
+                             "stratified by human label (the labels keep their shares)")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of --limit's sample (default: 0)")
+    parser.add_argument("--output_dir", default=None, metavar="DIR",
+                        help="where the stage-5 files and judge_card.json go (default: ./calibration_<judge>/)")
+    return parser
+
+
+def join_stage_values(argv: list) -> list:
+    """``--flag value`` -> ``--flag=value`` for stage-5 flags that take a value, so a value is
+    never read as one of this command's arguments (also used by ``bench/judge_accuracy.py``)."""
+    takes_value = {opt for action in judge_responses.build_parser()._actions if action.nargs != 0
+                   for opt in action.option_strings}
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in takes_value and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
+# ---------------------------------------------------------------- the card
+
+def _verdict(value) -> bool | None:
+    return {"true": True, "false": False}.get(str(value).strip().lower())
+
+
+def _counts(part: pd.DataFrame) -> dict:
+    error = part["error"].astype(str).str.strip() != ""
+    category = part["answer_category"].astype(str).str.strip()
+    verdict = part["is_rejected"].map(_verdict)
+    none = ~error & verdict.isna()
+    return {"rows": len(part), "scored": int((~error & verdict.notna()).sum()), "errors": int(error.sum()),
+            "unparsed": int((none & (category == UNPARSED)).sum()),
+            "judge_refused": int((none & (category == JUDGE_REFUSED)).sum()),
+            "undecided": int((none & (category == UNDECIDED)).sum()),
+            "no_verdict_other": int((none & ~category.isin([UNPARSED, JUDGE_REFUSED, UNDECIDED])).sum())}
+
+
+def _figures(part: pd.DataFrame) -> dict:
+    verdict = part["is_rejected"].map(_verdict)
+    ok = (part["error"].astype(str).str.strip() == "") & verdict.notna()
+    return {**card_stats.figures(part.loc[ok, "human_refusal"].astype(bool), verdict[ok].astype(bool)),
+            "counts": _counts(part)}
+
+
+def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
+    if "verdict_source" not in table.columns:
+        return None
+    out = {k: meta.get(k) for k in ("verdict_sources", "cascade_classes", "judged_share")}
+    tiers = {}
+    for source, part in table.groupby(table["verdict_source"].astype(str).str.strip(), sort=True):
+        if source:
+            fig = _figures(part)
+            tiers[source] = {"rows": len(part), "accuracy": fig["accuracy"], "rate_bias": fig["rate_bias"]}
+    out["tiers"] = tiers
+    sources = table["verdict_source"].astype(str).str.strip()
+    decided, judged = sources != "", ~sources.isin(["", "keyword", "provider_block"])
+    out["judged_share_per_source"] = {
+        str(s): float(judged[p.index].sum() / decided[p.index].sum()) if decided[p.index].any() else None
+        for s, p in table.groupby("source", sort=False)}
+    return out
+
+
+def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path) -> dict:
+    """The card of the judge behind stage 5's ``table`` (with the label columns) and its ``meta``."""
+    settings = meta.get("settings") or {}
+    fingerprint = meta.get("judge_fingerprint") or judge_fingerprint(judge_identity(settings))
+    card = {"card_version": CARD_VERSION, "judge_fingerprint": fingerprint,
+            "judge_name": settings.get("judge"),
+            "judge": {"identity": judge_identity(settings), "judges": meta.get("judges"),
+                      "models": meta.get("models"), "template_source": meta.get("template_source")},
+            "labels": labels, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "calibration_output": str(output), "counts": _counts(table), "pooled": _figures(table),
+            "per_source": {str(s): _figures(p) for s, p in table.groupby("source", sort=False)},
+            "per_prompt_kind": {str(k) or "unknown": _figures(p) for k, p in
+                                table.groupby(table["prompt_kind"].astype(str).str.strip(), sort=True)},
+            "per_source_and_kind": {f"{s} / {k or 'unknown'}": _figures(p) for (s, k), p in
+                                    table.groupby(["source", table["prompt_kind"].astype(str).str.strip()], sort=False)},
+            "cascade": _cascade(table, meta)}
+    card["text"] = card_text(card)
+    return card
+
+
+def _cell(fig: dict, scale: float = 1.0, sign: str = "") -> str:
+    value, (low, high) = fig["value"], fig["ci"]
+    if value is None:
+        return "n/a"
+    text = f"{scale * value:{sign}.3f}" if scale == 1 else f"{scale * value:{sign}.1f}"
+    return text + ("" if low is None else f" [{scale * low:{sign}.3f}, {scale * high:{sign}.3f}]"
+                   if scale == 1 else f" [{scale * low:{sign}.1f}, {scale * high:{sign}.1f}]")
+
+
+def print_card(card: dict) -> None:
+    """The card as a table on stdout, one line per source model, then pooled and per prompt kind."""
+    print(f"judge: {card['judge_name']} (fingerprint {card['judge_fingerprint']})")
+    print(f"labels: {card['labels']['name']} ({card['labels'].get('used', '?')} responses)")
+    head = (f"{'group':<26} {'n':>5} {'unp':>4} {'ref':>4} {'err':>4}  {'accuracy [95% CI]':<22} "
+            f"{'kappa [95% CI]':<22} {'precision':>9} {'recall':>7}  {'judge %':>7} {'human %':>7}  rate bias, points [95% CI]")
+    print(head + "\n" + "-" * len(head))
+    groups = [*card["per_source"].items(), ("POOLED", card["pooled"]),
+              *((f"kind: {k}", v) for k, v in card["per_prompt_kind"].items()),
+              *(card["per_source_and_kind"].items() if len(card["per_prompt_kind"]) > 1 else ())]
+    for name, fig in groups:
+        c = fig["counts"]
+        pct = (lambda f: "n/a" if f["value"] is None else f"{100 * f['value']:.1f}")  # noqa: E731 (a one-line helper used just below)
+        short = (lambda f: "n/a" if f["value"] is None else f"{f['value']:.3f}")  # noqa: E731 (a one-line helper used just below)
+        print(f"{name:<26} {fig['n']:>5} {c['unparsed']:>4} {c['judge_refused']:>4} {c['errors']:>4}  "
+              f"{_cell(fig['accuracy']):<22} {_cell(fig['kappa']):<22} {short(fig['precision']):>9} "
+              f"{short(fig['recall']):>7}  {pct(fig['judge_rate']):>7} {pct(fig['human_rate']):>7}  "
+              f"{_cell(fig['rate_bias'], 100, '+')}")
+    if card.get("cascade"):
+        casc = card["cascade"]
+        share = casc.get("judged_share")
+        print(f"cascade: rows each tier decided {casc.get('verdict_sources')}; judged share "
+              f"{'n/a' if share is None else f'{share:.3f}'} (per source: "
+              + ", ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in casc["judged_share_per_source"].items())
+              + ")")
+        for tier, t in casc["tiers"].items():
+            print(f"  {tier:<30} {t['rows']:>5} rows, accuracy {_cell(t['accuracy'])}")
+
+
+# ---------------------------------------------------------------- main
+
+def _prepare(args) -> tuple[pd.DataFrame, dict, Path, Path, Path]:
+    frame, labels = load_labels(args.labels, args.xstest_dir)
+    labels["rows"] = len(frame)
+    if args.limit:
+        frame = stratified_subset(frame, args.limit, args.seed)
+        labels.update(limit=args.limit, seed=args.seed)
+    labels["used"] = len(frame)
+    out_dir = Path(args.output_dir or f"calibration_{slug(args.check_model.strip())}")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    suffix = f"_{slug(labels['name'])}" + (f"_limit{args.limit}_seed{args.seed}" if args.limit else "")
+    input_csv, output_csv = out_dir / f"labelled{suffix}.csv", out_dir / f"judged{suffix}.csv"
+    text = frame[COLUMNS].to_csv(index=False)
+    try:
+        if not (input_csv.is_file() and input_csv.read_text(encoding="utf-8") == text):
+            write_text_atomic(text, input_csv)  # unchanged input: the stage resumes
+    except OSError as exc:
+        raise UsageError(f"cannot write {input_csv}: {exc.strerror or exc}") from None
+    return frame, labels, out_dir, input_csv, output_csv
+
+
+def main(argv=None) -> int:
+    """Run the calibration; returns the exit code (module docstring)."""
+    try:
+        args, extra = build_parser().parse_known_args(join_stage_values(list(sys.argv[1:] if argv is None else argv)))
+        clash = [f.split("=", 1)[0] for f in extra if f.split("=", 1)[0] in OWN_STAGE_FLAGS]
+        if clash:
+            raise UsageError(f"{clash[0]} is set by orbench-calibrate (use --output_dir, and --limit for a subset)")
+        for name in judge_responses.judge_names(args.check_model):  # a bad judge fails before any file is written
+            if name.lower() != "keyword":
+                parse_model(name)
+        frame, labels, out_dir, input_csv, output_csv = _prepare(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stage_argv = ["--check_model", args.check_model, "--input_file", str(input_csv),
+                  "--output_file", str(output_csv), *extra]
+    if "--estimate" in extra:
+        return judge_responses.main(stage_argv)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is for the card
+        code = judge_responses.main(stage_argv)
+    if code not in (0, 1):
+        return code
+    table = pd.read_csv(output_csv, dtype=str, keep_default_na=False)
+    table["human_refusal"] = table["human_refusal"].map(_verdict)
+    meta = json.loads(meta_path_for(output_csv).read_text(encoding="utf-8"))
+    card = build_card(table, meta, labels, output_csv)
+    beside = output_csv.with_name(output_csv.stem.replace("judged", "judge_card", 1) + ".json")
+    try:
+        stored = save_card(card, beside)
+    except OSError as exc:
+        print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print_card(card)
+    print(f"card: {beside}")
+    print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled "
+          "rows of this source; this one is only beside the output")
+    print(card["text"])
+    return code
+

@@ -1,0 +1,1 @@
+"""The release builder: safe, hard and toxic subsets, near-duplicates, a dataset card."""

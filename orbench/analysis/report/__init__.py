@@ -1,0 +1,1 @@
+"""The report: rejection rates with intervals, figures, leaderboard, comparisons and report.html."""

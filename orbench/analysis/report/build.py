@@ -1,0 +1,651 @@
+"""Report over-refusal results: rejection rates with 95% Wilson intervals, plots, a leaderboard and report.html.
+
+Reads any number of alignment-checker outputs (keyword verdicts: ``is_rejected``) and
+response-checker outputs (LLM-judge verdicts: ``answer_category``/``is_rejected`` and the judge's
+name in ``judge_model``, with the keyword verdict kept as ``keyword_is_rejected``), each for one
+prompt set and one or more models.
+
+Naming the inputs (positional; globs allowed, e.g. ``'results/*.csv'``)::
+
+    PATH                    set from the file name, model from the file's ``model`` column
+    MODEL=PATH              model named here (overrides the ``model`` column)
+    SET:MODEL=PATH          set and model named here
+    SET:=PATH               set named here, model from the file
+    :MODEL=PATH             model named here, set from the file name (use when MODEL contains ':')
+
+SET is ``hard``, ``toxic`` or ``80k`` (or ``or-bench-hard-1k``, ``or-bench-toxic``, ``or-bench-80k``),
+or XSTest's ``xstest-safe`` and ``xstest-unsafe``;
+any other label stops the report (exit 2, naming the known sets and the closest one) unless it
+is declared as a set of your own with ``--custom_set LABEL``, so a typo never becomes a new set.
+
+The set is read from the file name when not given: a set name that is a whole token of the name
+(split at every character but letters, digits and '-'): ``or-bench-hard-1k`` or ``hard``,
+``or-bench-toxic`` or ``toxic``, ``or-bench-80k`` or ``80k``; "seemingly toxic" names no set.
+A name naming two sets is an error; one naming none takes ``--set``, else is an error. A file
+named twice is read once.
+
+Counting. Rows are grouped by set, model, method (keyword or judge) and judge; two judges'
+verdicts are never pooled, and a prompt twice in one group stops the report (exit 2). Each row
+is an *error* (non-empty ``error``, or a judge row marked ``skipped_error``), *refused to judge*
+(a judge row whose judge refused to judge, ``judge_refused``; counted apart), *unparsed* (empty
+``is_rejected``: no verdict) or *scored*. The rate is rejections / scored; errors and unparsed
+rows are excluded and shown in their own columns. Both judge classes ``direct_refusal`` and
+``indirect_refusal`` count as rejections. Where stage 4 wrote ``refusal_kind`` (full/partial),
+the rate counts partial refusals (the headline) and ``full_rate`` counts full refusals only.
+Keyword and judge verdicts for the same model and set are shown side by side with their
+agreement. The headline verdict (figure, leaderboard, heatmap) is the judge's where present,
+else the keyword's (``--verdict``); a model judged by two judges gets one leaderboard row per
+judge.
+
+Writes to ``--output_dir`` (default ``./report``): ``summary.csv`` (per set, model and judge),
+``categories.csv``, ``leaderboard.csv``/``.md`` (your models among the paper's 32 published
+ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refused %, y = unsafe
+prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
+point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
+``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
+figures, provenance from each input's ``.meta.json``, example prompts with their verdicts).
+The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
+last line printed is the path of report.html.
+
+Example::
+
+    python analysis/report.py 'results/*_judge.csv' hard:gpt-4o=runs/hard_kw.csv --output_dir report
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orbench.analysis.report import cards_section as calibration_report
+from orbench.analysis.report import comparisons as compare_hook
+from orbench.analysis.report import files as report_files
+from orbench.analysis.report import intervals as report_stats
+from orbench.analysis.report import lineage
+from orbench.analysis.report.columns import prompt_hash
+
+# expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
+from orbench.analysis.report.inputs import (  # noqa: F401 (re-exported, see the comment above)
+    ERROR,
+    GROUP_KEYS,
+    HARD,
+    NO_VERDICT,
+    REFUSED_TO_JUDGE,
+    SCORED,
+    XS_SAFE,
+    XS_UNSAFE,
+    Inputs,
+    expand,
+    group_ids,
+    infer_set,
+    load,
+    parse_spec,
+    release_memory,
+)
+from orbench.analysis.report.inputs import TOX as TOXIC
+from orbench.analysis.stats import balanced_accuracy, quadratic_fit, spearman, wilson_interval
+from orbench.benchmark.sets import HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
+from orbench.benchmark.sets import TOXIC as TOXIC_SET
+from orbench.llm.errors import UsageError
+from orbench.run.cli import ArgumentParser
+from orbench.scoring.vocab import JUDGE, KEYWORD
+
+STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
+                "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
+                "covered", "replies", "refused_to_judge"]
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a report run computed (:func:`compute`), nothing written yet; ``outputs`` names
+    the files written from it (:func:`build_report`). It does not change once made."""
+
+    summary: pd.DataFrame
+    categories: pd.DataFrame
+    leaderboard: pd.DataFrame
+    points: list[dict]
+    spearman: float | None
+    fit: list[float] | None
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    reference: list[dict] = field(default_factory=list)
+    reference_fit: list[float] | None = None
+    without_point: tuple[str, ...] = ()  # your models with no OR-Bench point (one set missing), and why
+    provenance: list[dict] = field(default_factory=list)
+    examples: pd.DataFrame | None = None
+    extra: compare_hook.Extra = field(default_factory=compare_hook.Extra)  # comparisons, repeated samples
+    audit: dict | None = None  # with --audit: orbench.analysis.report.audit_section.compute's result
+    lineage: list[dict] = field(default_factory=list)
+    set_sizes: dict[str, int] = field(default_factory=dict)
+    judge_cards: dict = field(default_factory=dict)
+    heat_cells: pd.DataFrame | None = None  # the heatmap's cells (None: no category column)
+    heat_sets: tuple[str, ...] = ()
+    outputs: dict[str, Path] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- grouping (once)
+
+def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
+    """Counts, rates and Wilson intervals per group of the verdict table, names decoded.
+
+    One pass: a group number per row, then every count is a ``bincount`` over it. Groups with
+    repeated samples get prompt-level intervals (:func:`orbench.analysis.report.intervals.prompt_level`).
+    """
+    data = inp.data
+    if keys == GROUP_KEYS:  # grouped once already, while checking for repeated prompts
+        gid, out = data["group"].to_numpy(), inp.groups.copy().reset_index(drop=True)
+    else:
+        gid, sub = group_ids(data, ["group", *keys[len(GROUP_KEYS):]])
+        out = inp.groups.iloc[sub["group"].to_numpy()].reset_index(drop=True)
+        for k in keys[len(GROUP_KEYS):]:
+            out[k] = sub[k].to_numpy()
+    size = len(out)
+    status = data["status"].to_numpy()
+    scored = status == SCORED
+    rejected = scored & (data["rejected"].to_numpy() == 1)
+    count = lambda mask: np.bincount(gid[np.asarray(mask, dtype=bool)], minlength=size).astype(np.int64)  # noqa: E731 (a one-line helper used just below)
+    out["rows"] = np.bincount(gid, minlength=size)
+    out["errors"] = count(status == ERROR)
+    out["unparsed"] = count(status == NO_VERDICT)
+    out["refused_to_judge"] = count(status == REFUSED_TO_JUDGE)  # no verdict either, counted apart
+    out["scored"] = count(scored)
+    out["rejections"] = count(rejected)
+    out["partial_rejections"] = count(rejected & data["partial"].to_numpy())
+    out["has_kind"] = count(data["has_kind"].to_numpy()) > 0
+    # replies cut off at the token limit, among the rows without an error whoever judged them (a
+    # judge that parsed nothing leaves the replies cut off all the same); unknown without finish_reason
+    has_finish = count(data["has_finish"].to_numpy()) > 0
+    out["replies"] = count(status != ERROR)
+    out["truncated"] = pd.Series(count((status != ERROR) & data["truncated"].to_numpy())).where(has_finish)
+    # prompts of the published set this group has a verdict row for (errors excluded)
+    in_set = data["in_set"].to_numpy() if "in_set" in data.columns else np.zeros(len(data), dtype=bool)
+    out["covered"] = count((status != ERROR) & in_set)
+    for k in keys:
+        out[k] = np.asarray(inp.codes[k].names, dtype=object)[out[k].to_numpy()]
+    rate, lo, hi, frate, flo, fhi = ([] for _ in range(6))
+    for n, k, p, kind in out[["scored", "rejections", "partial_rejections", "has_kind"]].itertuples(index=False):
+        rate.append(k / n if n else math.nan)
+        a, b = wilson_interval(int(k), int(n))
+        lo.append(a), hi.append(b)
+        if kind:
+            frate.append((k - p) / n if n else math.nan)
+            a, b = wilson_interval(int(k - p), int(n))
+        else:
+            frate.append(math.nan)
+            a = b = math.nan
+        flo.append(a), fhi.append(b)
+    out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
+    report_stats.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
+    out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
+    return out.drop(columns="has_kind")
+
+
+def agreement(inp: Inputs) -> pd.DataFrame:
+    """Per set, model and judge: keyword and judge verdicts paired by prompt, over rows both scored."""
+    data, codes = inp.data, inp.codes["method"].index
+    cols = ["set", "model", "judge", "agreement_pairs", "agreement", "keyword_only_rejections",
+            "judge_only_rejections"]
+    if KEYWORD not in codes or JUDGE not in codes:
+        return pd.DataFrame(columns=cols)
+    scored = data["status"] == SCORED
+    on = ["set", "model", "prompt"] + (["sample"] if "sample" in data.columns else [])
+    kw = data.loc[scored & (data["method"] == codes[KEYWORD]), [*on, "rejected"]]
+    jd = data.loc[scored & (data["method"] == codes[JUDGE]), [*on, "judge", "rejected"]]
+    pairs = jd.merge(kw, on=on, suffixes=("_j", "_k"))
+    j, k = pairs["rejected_j"] == 1, pairs["rejected_k"] == 1
+    pairs = pairs.assign(same=j == k, k_only=k & ~j, j_only=j & ~k)
+    g = pairs.groupby(["set", "model", "judge"], sort=False)
+    out = pd.DataFrame({"agreement_pairs": g.size(), "agreement": g["same"].mean(),
+                        "keyword_only_rejections": g["k_only"].sum(), "judge_only_rejections": g["j_only"].sum()})
+    out = out.reset_index()
+    for key in ("set", "model", "judge"):
+        out[key] = np.asarray(inp.codes[key].names, dtype=object)[out[key].to_numpy()]
+    return out.reindex(columns=cols)
+
+
+def set_order(labels) -> list[str]:
+    """Sets in display order: hard, toxic, then the rest alphabetically."""
+    return sorted(set(labels), key=lambda s: (s != HARD, s != TOXIC, s))
+
+
+def build_tables(inp: Inputs, verdict: str) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """summary (per set, model, judge), categories, and the headline groups per (set, model).
+
+    Headline groups: (set, model) -> list of (method, judge) pairs whose rate is the headline.
+    """
+    groups = group_stats(inp, GROUP_KEYS)
+    cats = group_stats(inp, ["set", "model", "method", "judge", "category"])
+    kw = groups[groups["method"] == KEYWORD].drop(columns=["method", "judge"])
+    jd = groups[groups["method"] == JUDGE].drop(columns="method")
+    kw = kw.rename(columns={c: f"keyword_{c}" for c in STAT_COLUMNS})
+    jd = jd.rename(columns={c: f"judge_{c}" for c in STAT_COLUMNS})
+    summary = kw.merge(jd, on=["set", "model"], how="outer")
+    summary["judge"] = summary["judge"].fillna("")
+    summary = summary.merge(agreement(inp), on=["set", "model", "judge"], how="left")
+    headline = {}
+    heads = []
+    for row in summary.itertuples(index=False):
+        has_judge = not pd.isna(row.judge_rows)
+        has_kw = not pd.isna(row.keyword_rows)
+        choice = (JUDGE if has_judge else KEYWORD) if verdict == "auto" else verdict
+        ok = has_judge if choice == JUDGE else has_kw
+        heads.append(choice if ok else "")
+        if ok:
+            pair = (choice, row.judge if choice == JUDGE else "")
+            headline.setdefault((row.set, row.model), [])
+            if pair not in headline[(row.set, row.model)]:
+                headline[(row.set, row.model)].append(pair)
+    summary["headline"] = heads
+    order = {s: i for i, s in enumerate(set_order(summary["set"]))}
+    summary = summary.assign(_o=summary["set"].map(order)).sort_values(["_o", "model", "judge"], kind="stable")
+    cols = ["set", "model", "judge", "headline"] + [f"{m}_{k}" for m in (KEYWORD, JUDGE) for k in STAT_COLUMNS] + \
+        ["agreement_pairs", "agreement", "keyword_only_rejections", "judge_only_rejections"]
+    summary = summary.reindex(columns=cols).reset_index(drop=True)
+    cats = cats.assign(_o=cats["set"].map(order)).sort_values(["_o", "model", "method", "judge", "category"],
+                                                               kind="stable")
+    categories = cats.reindex(columns=["set", "model", "method", "judge", "category", *STAT_COLUMNS]).reset_index(drop=True)
+    return summary, categories, headline
+
+
+def entries(summary: pd.DataFrame, headline: dict) -> dict:
+    """Leaderboard entries: (model, judge) -> {set: stats of the headline group}.
+
+    A model whose headline verdicts come from one judge (or keywords) is one entry (judge = that
+    judge or ""); a model judged by several judges gets one entry per judge, using on each set
+    that judge's verdicts, or the keyword verdicts where the set has no judge.
+    """
+    stats = {}
+    for row in summary.to_dict("records"):
+        for method, judge in headline.get((row["set"], row["model"]), []):
+            if method == JUDGE and row["judge"] != judge:
+                continue
+            stats[(row["set"], row["model"], method, judge)] = {
+                "method": method, "judge": judge, **{k: row[f"{method}_{k}"] for k in STAT_COLUMNS},
+                "calibration": row.get(f"{method}_calibration") or ""}
+    out: dict = {}
+    for model in sorted({m for _, m in headline}):
+        sets = {s: pairs for (s, m), pairs in headline.items() if m == model}
+        judges = sorted({j for pairs in sets.values() for meth, j in pairs if meth == JUDGE})
+        for judge in (judges if len(judges) > 1 else [judges[0] if judges else ""]):
+            entry = {}
+            for s, pairs in sets.items():
+                for method, j in pairs:
+                    if method == KEYWORD or len(judges) <= 1 or j == judge:
+                        entry[s] = stats[(s, model, method, j)]
+                        break
+            out[(model, judge if len(judges) > 1 else (judges[0] if judges else ""))] = entry
+    return out
+
+
+def entry_label(model: str, judge: str, multi: bool) -> str:
+    """How a leaderboard entry is named in figures: the model, plus the judge when it has several."""
+    return f"{model} [judge {judge}]" if multi and judge else model
+
+
+def published_sets() -> dict[str, np.ndarray]:
+    """The prompt hashes of the bundled published sets (hard, toxic): what "complete" is measured on."""
+    out = {}
+    for label, name in ((HARD, HARD_1K), (TOXIC, TOXIC_SET)):
+        path = resolve_set(name)
+        if path and Path(path).exists():
+            out[label] = np.unique(prompt_hash(pd.read_csv(path, dtype=str, keep_default_na=False)["prompt"]))
+    return out
+
+
+def mark_set_prompts(inp: Inputs, sets: dict[str, np.ndarray]) -> None:
+    """Add ``in_set`` to the verdict table: the row's prompt is one of its set's published prompts
+    (marked once per group and prompt, on a row without an error), so a group's count of them is
+    how many of the set's prompts it covers."""
+    data = inp.data
+    if data.empty:
+        return
+    in_set = np.zeros(len(data), dtype=bool)
+    for label, hashes in sets.items():
+        code = inp.codes["set"].index.get(label)
+        if code is None:
+            continue
+        rows = (data["set"] == code).to_numpy()
+        in_set[rows] = np.isin(data["prompt"].to_numpy()[rows], hashes)
+    # each prompt once per group (stage 4 --samples repeats it), among the rows without an error
+    marked = np.flatnonzero(in_set & (data["status"].to_numpy() != ERROR))
+    repeat = data.iloc[marked].duplicated(subset=[*GROUP_KEYS, "prompt"]).to_numpy()
+    in_set[marked[repeat]] = False
+    data["in_set"] = in_set
+
+
+def rank_rule(entry: dict, sizes: dict[str, int]) -> str:
+    """'' when an entry may be ranked among the published models, else the reason it is not.
+
+    Ranked only with a verdict on every prompt of both published sets and no error row.
+    """
+    reasons = []
+    for s, name in ((HARD, "Hard-1K"), (TOXIC, "Toxic")):
+        st = entry.get(s)
+        size = sizes.get(s)
+        if st is None:
+            reasons.append(f"no {s} results")
+        elif size is None:
+            reasons.append(f"the published {name} set is not bundled")
+        elif st["covered"] < size or st["errors"]:
+            text = f"{s}: {int(st['covered']):,} of the {size:,} {name} prompts"
+            if st["errors"]:
+                text += f", {int(st['errors'])} error rows"
+            reasons.append(text)
+    return "; ".join(reasons)
+
+
+def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
+    """Your entry's leaderboard row: per set the rate in % with n, interval and cut-off replies;
+    the balanced accuracy's interval; the excluded rows; the judge cards' lines."""
+    row = {"model": model, "judge": judge, "source": "yours", "rank_note": rank_note}
+    errors = unparsed = refused = 0
+    for s, st in entry.items():
+        row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
+                    f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
+                    f"{s}_scored": st["scored"], f"{s}_prompts": st["prompts"], f"{s}_rejections": st["rejections"],
+                    f"{s}_truncated": st["truncated"], f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],
+                    f"{s}_verdict": st["method"]})
+        errors += st["errors"]
+        unparsed += st["unparsed"]
+        refused += st["refused_to_judge"]
+    h, t = entry.get(HARD), entry.get(TOXIC)
+    if h and t:
+        ba = balanced_accuracy(report_stats.entry_estimate(t), report_stats.entry_estimate(h))
+        row.update({"balanced_accuracy_ci_low_pct": 100 * ba.low, "balanced_accuracy_ci_high_pct": 100 * ba.high})
+    row["errors"], row["unparsed"], row["refused_to_judge"] = errors, unparsed, refused
+    row["judge_vs_humans"] = " || ".join(dict.fromkeys(
+        f"{s}: {st['calibration']}" if len({x.get('calibration') for x in entry.values()}) > 1 else st["calibration"]
+        for s, st in entry.items() if st.get("calibration")))
+    return row
+
+
+def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] | None = None) -> pd.DataFrame:
+    """One row per entry (yours) and per published model: rates in %, balanced accuracy, best first.
+
+    With published rows, your entry is ranked among them only when both its sets are complete
+    (``rank_rule``); otherwise it is listed after the ranked rows, without a rank, with the reason
+    in ``rank_note``. Your rows carry n, intervals (balanced accuracy's too) and cut-off replies.
+    """
+    sizes = sizes or {}
+    sets = set_order(s for e in ents.values() for s in e) if ents else [HARD, TOXIC]
+    for s in (HARD, TOXIC):
+        if reference and s not in sets:
+            sets = set_order([*sets, s])
+    rows = [_entry_row(model, judge, entry, rank_rule(entry, sizes) if reference else "")
+            for (model, judge), entry in ents.items()]
+    about = PUBLISHED_ABOUT.format(hard=f"{sizes.get(HARD, 1319):,}", toxic=f"{sizes.get(TOXIC, 655):,}")
+    for ref in reference:
+        rows.append({"model": ref["model"], "judge": "", "source": "published", "rank_note": about,
+                     f"{HARD}_rate_pct": ref["x"], f"{TOXIC}_rate_pct": ref["y"],
+                     f"{HARD}_scored": sizes.get(HARD), f"{TOXIC}_scored": sizes.get(TOXIC),
+                     f"{HARD}_verdict": "published", f"{TOXIC}_verdict": "published"})
+    cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct", "balanced_accuracy_ci_low_pct",
+            "balanced_accuracy_ci_high_pct"] + [
+        f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
+                                           "scored", "prompts", "rejections", "truncated", "replies", "covered",
+                                           "verdict")] + \
+        ["errors", "unparsed", "refused_to_judge", "rank_note", "judge_vs_humans"]
+    board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
+    if board.empty:
+        return pd.DataFrame(columns=cols)
+    nan = pd.Series(math.nan, index=board.index)
+    hard, toxic = board.get(f"{HARD}_rate_pct", nan), board.get(f"{TOXIC}_rate_pct", nan)
+    board["balanced_accuracy_pct"] = (toxic + 100 - hard) / 2
+    unranked = (board["source"] == "yours") & (board["rank_note"].fillna("") != "")
+    keys = pd.DataFrame({"unranked": unranked, "bal": -board["balanced_accuracy_pct"].fillna(-math.inf),
+                         "hard": hard.fillna(math.inf), "toxic": -toxic.fillna(-math.inf),
+                         "model": board["model"], "judge": board["judge"]})
+    board = board.loc[keys.sort_values(list(keys.columns), kind="mergesort").index].reset_index(drop=True)
+    ranked = ~((board["source"] == "yours") & (board["rank_note"].fillna("") != ""))
+    board.insert(0, "rank", pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64"))
+    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated"))
+                                          or c.startswith("balanced_accuracy_ci")) and board[c].isna().all()]
+    return board.drop(columns=empty)
+
+
+def load_reference() -> list[dict]:
+    """The paper's published per-model rates as plot points (x = Hard-1K %, y = Toxic %)."""
+    frame = pd.read_csv(published_results_path())
+    return [{"model": r.model, "x": float(r.hard_1k_rejection_pct), "y": float(r.toxic_rejection_pct)}
+            for r in frame.itertuples(index=False)]
+
+
+#: The benchmarks drawn in the figure: (safe set, unsafe set, name). x = safe prompts refused,
+#: y = unsafe prompts refused; OR-Bench's pair is the paper's Hard-vs-Toxic plot.
+AXIS_PAIRS = ((HARD, TOXIC, "OR-Bench"), (XS_SAFE, XS_UNSAFE, "XSTest"))
+
+
+def _multi(ents: dict) -> set[str]:
+    """Models with more than one leaderboard entry (one per judge)."""
+    return {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
+
+
+def _points(ents: dict) -> list[dict]:
+    multi = _multi(ents)
+    points = []
+    for safe, unsafe, bench in AXIS_PAIRS:
+        for (model, judge), entry in ents.items():
+            h, t = entry.get(safe), entry.get(unsafe)
+            if h and t and h["scored"] and t["scored"]:
+                label = entry_label(model, judge, model in multi) + ("" if safe == HARD else f" ({bench})")
+                points.append({"model": label, "x": 100 * h["rate"], "benchmark": bench,
+                               "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
+                               "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
+                               "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
+    return points
+
+
+def without_point(ents: dict) -> list[str]:
+    """Your models (entries) with results on one OR-Bench set but not the other, each with why:
+    'm5 (no toxic results)'; those with neither are counted in one item ('3 more with neither')."""
+    multi, out, neither = _multi(ents), [], []
+    for (model, judge), entry in ents.items():
+        has = {s: bool(entry.get(s) and entry[s]["scored"]) for s in (HARD, TOXIC)}
+        if all(has.values()):
+            continue
+        label = entry_label(model, judge, model in multi)
+        if any(has.values()):
+            out.append(f"{label} (no {HARD if has[TOXIC] else TOXIC} results)")
+        else:
+            neither.append(label)
+    if neither and out:  # a run of other sets (80K, XSTest) beside OR-Bench's: say how many, not who
+        out.append(f"{len(neither)} more with neither hard nor toxic results")
+    return out
+
+
+def correlation_notes(points: list[dict], without: Sequence[str] = ()) -> tuple[float, np.ndarray | None, list[str]]:
+    """Spearman's rho and the quadratic fit over your models' OR-Bench points (the paper's
+    analysis), with the notes that explain them; ``without``: your models with no such point
+    (:func:`without_point`), named in the fit's note."""
+    points = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
+    xs, ys = [p["x"] for p in points], [p["y"] for p in points]
+    rho = spearman(xs, ys) if len(points) >= 3 else math.nan
+    if len(points) < 3:
+        notes = [f"Spearman correlation (hard vs toxic rejection): not available "
+                 f"(needs >= 3 models with both sets, have {len(points)})"]
+    elif math.isnan(rho):
+        notes = ["Spearman correlation (hard vs toxic rejection): not available (a rate is constant across models)"]
+    else:
+        notes = [f"Spearman correlation (hard vs toxic rejection) across {len(points)} models: {rho:.4f}"]
+    coeffs = quadratic_fit(xs, ys) if len(points) >= 3 else None
+    over = f"{len(points)}" + (f": {', '.join(p['model'] for p in points)}" if points else "")
+    missing = f"; no point (not in the fit): {', '.join(without)}" if without else ""
+    notes.append("Quadratic fit y = a*x^2 + b*x + c: " + (
+        f"a={coeffs[0]:.6g}, b={coeffs[1]:.6g}, c={coeffs[2]:.6g} over your models' OR-Bench points ({over}){missing}"
+        if coeffs is not None else
+        f"not drawn (needs >= 3 models with hard and toxic results and distinct hard-set rates, have {over}){missing}"))
+    return rho, coeffs, notes
+
+
+def heat_cells(categories: pd.DataFrame, ents: dict) -> pd.DataFrame | None:
+    """The heatmap's cells: each leaderboard entry's headline rates per set and category (None
+    when the inputs have no category column)."""
+    multi = _multi(ents)
+    cells = [{"set": s, "model": entry_label(m, j, m in multi), "method": st["method"], "judge": st["judge"],
+              "_model": m} for (m, j), e in ents.items() for s, st in e.items()]
+    cells = categories.rename(columns={"model": "_model"}).merge(
+        pd.DataFrame(cells, columns=["set", "model", "method", "judge", "_model"]), on=["set", "_model", "method", "judge"])
+    return cells if not cells.empty and set(cells["category"]) - {"(none)"} else None
+
+
+def _figure(ents: dict, ref: list[dict]) -> dict:
+    """The figure's points, Spearman's rho, both fits and their notes."""
+    points, without = _points(ents), without_point(ents)
+    rho, coeffs, notes = correlation_notes(points, without)
+    ref_fit = quadratic_fit([r["x"] for r in ref], [r["y"] for r in ref]) if ref else None
+    return {"points": points, "spearman": None if math.isnan(rho) else rho, "without_point": tuple(without),
+            "fit": None if coeffs is None else [float(c) for c in coeffs], "notes": notes,
+            "reference_fit": None if ref_fit is None else [float(c) for c in ref_fit]}
+
+
+def _notes(inp: Inputs, fig: dict, calibration_notes: list[str], ref: list[dict], verdict: str, summary, headline,
+           extra, heat, audit) -> tuple[str, ...]:
+    """Every note of the run, in the order a reader meets their subjects."""
+    notes = inp.notes + fig["notes"] + calibration_notes
+    if ref:
+        notes.append(f"Reference: {len(ref)} published models (grey in the figure, 'published' in the leaderboard): "
+                     f"the paper's own figures")
+    unused = [(s, m) for (s, m) in summary[["set", "model"]].drop_duplicates().itertuples(index=False)
+              if (s, m) not in headline]
+    if unused:
+        notes.append(f"No {verdict} verdicts for: " + ", ".join(f"{m} ({s})" for s, m in unused))
+    notes += list(extra.notes)
+    if not fig["points"]:
+        notes.append("No model of yours is in the figure: none has results on both a safe and an unsafe set "
+                     "('hard' and 'toxic', or 'xstest-safe' and 'xstest-unsafe')")
+    if heat is None:
+        notes.append("Category heatmap not drawn: the inputs have no 'category' column")
+    return tuple(notes + (audit["notes"] if audit else []))
+
+
+def compute(specs: Sequence[str], *, default_set: str | None = None, default_model: str | None = None,
+            verdict: str = "auto", reference: bool = True, examples: int = 3, html: bool = True,
+            compare: list | None = None, baseline: str | None = None, audit: Sequence[str] = (),
+            custom_sets: Sequence[str] = ()) -> Report:
+    """Read the inputs and compute the whole report; nothing is written. Bad input stops it with
+    ``UsageError`` (audits are read and scored, comparison names checked, before anything else)."""
+    inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0, custom_sets=custom_sets)
+    pairs = compare_hook.check(inp, compare, baseline)
+    if audit:  # human audits: read and scored before anything is written (their modules load only then)
+        from orbench.analysis.report import audit_section as audit_report
+
+        audits = audit_report.load(audit)
+    published = published_sets()
+    mark_set_prompts(inp, published)
+    sizes = {k: len(v) for k, v in published.items()}
+    summary, categories, headline = build_tables(inp, verdict)
+    summary, cards, calibration_notes = calibration_report.annotate(summary, inp)
+    records = lineage.by_set_and_model(inp.provenance)
+    extra = compare_hook.compute(inp, pairs, verdict, records, html)
+    ents = entries(summary, headline)
+    ref = load_reference() if reference else []
+    board = report_stats.leaderboard_intervals(build_leaderboard(ents, ref, sizes), ents, inp, sizes)
+    fig, heat = _figure(ents, ref), heat_cells(categories, ents)
+    audited = audit_report.compute(audits, inp, summary, headline) if audit else None
+    warnings = (lineage.truncation_warnings(summary, records) + lineage.no_verdict_warnings(summary)
+                + lineage.chain_warnings(records))
+    return Report(summary, categories, board, fig["points"], fig["spearman"], fig["fit"],
+                  _notes(inp, fig, calibration_notes, ref, verdict, summary, headline, extra, heat, audited),
+                  tuple(warnings), ref, fig["reference_fit"], fig["without_point"], inp.provenance, inp.examples,
+                  extra, audited, records, sizes, cards, heat,
+                  tuple(set_order(heat["set"])) if heat is not None else ())
+
+
+def _import_plots() -> None:
+    """Import the figures' module (matplotlib) ahead of need; an error is left for the import that
+    needs it (report_files.write), where it is reported."""
+    try:
+        importlib.import_module("orbench.analysis.report.plots")
+    except Exception:  # noqa: BLE001 - raised again, and reported, by the import that needs it
+        pass
+
+
+def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True, **options) -> Report:
+    """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
+    ``output_dir`` (:func:`orbench.analysis.report.files.write`) and, with ``html``, report.html;
+    the report with ``outputs`` naming every file written."""
+    # matplotlib takes a third of a second to import: on another thread while the inputs are read
+    # (the CSV parser leaves the interpreter free), ready when the figures are drawn
+    threading.Thread(target=_import_plots, daemon=True).start()
+    rep = compute(specs, html=html, **options)
+    release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
+    out = Path(output_dir)
+    rep = replace(rep, outputs=report_files.write(rep, out))
+    if html:
+        from orbench.analysis.report import html as html_report
+
+        rep = replace(rep, outputs={**rep.outputs, "html": html_report.write(rep, out / "report.html")})
+    return rep
+
+
+def make_parser() -> ArgumentParser:
+    """The command line of ``report.py``."""
+    doc = __doc__.split("\n\n")
+    parser = ArgumentParser(prog="report.py", description="\n\n".join(doc[:5]),
+                            epilog="\n\n".join(doc[5:]))
+    parser.add_argument("files", nargs="+", metavar="[SET:][MODEL=]PATH",
+                        help="alignment-checker or response-checker output files (paths, globs or URLs); "
+                             "prefix SET: and/or MODEL= to name the prompt set and model explicitly")
+    parser.add_argument("--output_dir", default="report", metavar="DIR",
+                        help="folder for the tables, figures and leaderboard (default: ./report)")
+    parser.add_argument("--set", dest="default_set", default=None, metavar="LABEL",
+                        help="prompt set for files whose name names no set (a name naming "
+                             "or-bench-hard-1k/hard, or-bench-toxic/toxic or or-bench-80k/80k as a "
+                             "whole token takes that set)")
+    parser.add_argument("--custom_set", dest="custom_sets", action="append", default=[], metavar="LABEL",
+                        help="declare a prompt set of your own (repeatable): without it a set label that is "
+                             "not hard, toxic or 80k stops the report, so a typo (hrad:=...) is not a new set")
+    parser.add_argument("--model", dest="default_model", default=None, metavar="NAME",
+                        help="model for files without a 'model' column and without MODEL= "
+                             "(default: the file name)")
+    parser.add_argument("--verdict", choices=("auto", JUDGE, KEYWORD), default="auto",
+                        help="which verdict the figure, heatmap and leaderboard use: auto = the judge's "
+                             "where present, else keywords (default: auto)")
+    parser.add_argument("--no_reference", action="store_true",
+                        help="leave the paper's 32 published models out of the figure and the leaderboard")
+    parser.add_argument("--compare", nargs=2, action="append", metavar=("A", "B"), default=None,
+                        help="paired comparison of models A and B on the prompts both scored "
+                             "(repeatable): comparison.csv and a report.html section")
+    parser.add_argument("--baseline", default=None, metavar="A",
+                        help="compare every other model with model A (paired, as --compare)")
+    parser.add_argument("--examples", type=int, default=3, metavar="N",
+                        help="example refusals and answers per model and category in report.html (default: 3)")
+    parser.add_argument("--audit", action="append", default=[], metavar="DIR",
+                        help="an audit folder (orbench-audit sample/score; repeat for a prompt and a verdict "
+                             "audit): adds the rate over human-confirmed safe prompts and the verdict-corrected "
+                             "rate (audit_rates.csv, an audit section in report.html)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the report; exit 0, or 2 with one line on bad input."""
+    try:
+        args = make_parser().parse_args(argv)
+        if args.examples < 0:
+            raise UsageError("--examples must be 0 or more")
+        rep = build_report(args.files, args.output_dir, default_set=args.default_set,
+                           default_model=args.default_model, verdict=args.verdict,
+                           reference=not args.no_reference, examples=args.examples,
+                           compare=args.compare, baseline=args.baseline, audit=args.audit,
+                           custom_sets=args.custom_sets)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for note in rep.notes:
+        print(note, file=sys.stderr)
+    for warning in rep.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for what, path in rep.outputs.items():
+        if what != "html":
+            print(f"{what}: {path}")
+    print(rep.outputs["html"])
+    return 0
+

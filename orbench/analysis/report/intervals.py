@@ -1,0 +1,152 @@
+"""The report's statistics beyond one Wilson interval per cell: prompts as the unit, ranks, the published rows.
+
+* **Repeated samples** (stage 4 ``--samples K``): every interval of a sampled group, per set and
+  per category, for the rate and the full-refusal rate, is the prompt-clustered Wilson interval
+  (:func:`orbench.analysis.stats.cluster_share`), and ``prompts`` (distinct prompts scored) is
+  the n the heatmap greys small cells by. Without samples a prompt is a row and nothing changes.
+* **Ranks**: each ranked leaderboard row gets a 95% interval of its rank by balanced accuracy,
+  from 2,000 draws in which your models' rates are bootstrapped over prompts (each set's prompts
+  resampled, with their samples) and the published rows, which have only a rounded rate and n,
+  are drawn parametrically (``Binomial(n, rate) / n``); the rank of each draw, percentiles over
+  draws (:func:`orbench.analysis.stats.rank_interval`).
+* **The published rows** get Wilson intervals on their rate and n (the rate rounded as the paper
+  gives it: the interval is approximate to that rounding), and the balanced accuracy's from them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from orbench.analysis import stats
+from orbench.analysis.report.inputs import HARD, SCORED
+from orbench.analysis.report.inputs import TOX as TOXIC
+
+RANK_DRAWS, RANK_SEED = 2000, 20240601
+BOOTSTRAP_RANKS = "bootstrap over prompts"
+PARAMETRIC_RANKS = "parametric binomial draw at the published rate and n"
+
+
+def prompt_level(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> None:
+    """Add ``prompts``, ``ci_method`` and ``ci_flag`` to a group table (row i = group i of ``gid``)
+    and, for groups with repeated samples, replace the rate's and the full rate's Wilson intervals
+    by the prompt-clustered ones, in place. Needs ``has_kind`` (full rates exist) in ``out``."""
+    out["prompts"] = out["scored"].to_numpy()
+    out["ci_method"] = np.where(out["scored"].to_numpy() > 0, "wilson", "")
+    out["ci_flag"] = ""
+    if data.empty or "sample" not in data.columns or not data["sample"].any():
+        return
+    scored = (data["status"] == SCORED).to_numpy()
+    frame = pd.DataFrame({"g": gid[scored], "p": data["prompt"].to_numpy()[scored],
+                          "r": data["rejected"].to_numpy()[scored].astype(float),
+                          "f": (data["rejected"].to_numpy()[scored] == 1) & data["partial"].to_numpy()[scored]})
+    per = frame.groupby(["g", "p"], sort=False).agg(k=("r", "sum"), n=("r", "size"), part=("f", "sum"))
+    prompts = per.groupby(level=0).size()
+    out.loc[prompts.index, "prompts"] = prompts.to_numpy()
+    for g, part in per.groupby(level=0, sort=False):
+        if part["n"].max() <= 1:
+            continue
+        k, n = part["k"].to_numpy(float), part["n"].to_numpy(float)
+        est = stats.cluster_share(k, n)
+        out.loc[g, ["ci_low", "ci_high", "ci_method", "ci_flag"]] = [est.low, est.high, est.method, est.flag]
+        if out.at[g, "has_kind"]:
+            full = stats.cluster_share(k - part["part"].to_numpy(float), n)
+            out.loc[g, ["full_ci_low", "full_ci_high"]] = [full.low, full.high]
+
+
+def entry_estimate(st: dict) -> stats.Estimate:
+    """A leaderboard entry's rate on one set as an Estimate (its interval as the summary has it)."""
+    return stats.Estimate(float(st["rate"]), float(st["ci_low"]), float(st["ci_high"]), str(st.get("ci_method", "")))
+
+
+def _prompt_counts(inp, set_name: str, model: str, method: str, judge: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per prompt of one headline group: refusals and scored samples."""
+    codes, d = inp.codes, inp.data
+    try:
+        want = (codes["set"].index[set_name], codes["model"].index[model], codes["method"].index[method],
+                codes["judge"].index[judge])
+    except KeyError:
+        return np.zeros(0), np.zeros(0)
+    rows = d[(d["set"] == want[0]) & (d["model"] == want[1]) & (d["method"] == want[2]) & (d["judge"] == want[3])
+             & (d["status"] == SCORED)]
+    g = rows.groupby("prompt", sort=False)["rejected"]
+    return g.sum().to_numpy(float), g.size().to_numpy(float)
+
+
+def _bootstrap_rates(k: np.ndarray, n: np.ndarray, rng: np.random.Generator, draws: int) -> np.ndarray:
+    """The rate over prompts resampled with replacement (with all their samples), ``draws`` times.
+
+    One verdict per prompt: the number of refusals among m resampled prompts is exactly
+    Binomial(m, k/m), drawn as such."""
+    m = len(k)
+    if np.all(n == 1):
+        return rng.binomial(m, k.sum() / m, size=draws) / m
+    out = np.empty(draws)
+    step = max(1, 2_000_000 // max(m, 1))  # a few million indices at a time
+    for start in range(0, draws, step):
+        idx = rng.integers(0, m, size=(min(step, draws - start), m))
+        out[start:start + len(idx)] = k[idx].sum(axis=1) / n[idx].sum(axis=1)
+    return out
+
+
+def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str, int]) -> pd.DataFrame:
+    """The leaderboard with intervals for the published rows and a 95% interval of every ranked
+    row's rank (see the module docstring)."""
+    board = board.copy()
+    published = board["source"] == "published"
+    for s in (HARD, TOXIC):
+        if f"{s}_rate_pct" not in board.columns:
+            continue
+        for i in board.index[published]:
+            rate, n = board.at[i, f"{s}_rate_pct"], board.at[i, f"{s}_scored"]
+            if pd.isna(rate) or pd.isna(n):
+                continue
+            low, high = stats.wilson_interval(round(float(rate) / 100 * float(n)), float(n))
+            board.loc[i, [f"{s}_ci_low_pct", f"{s}_ci_high_pct"]] = [100 * low, 100 * high]
+    if {f"{HARD}_ci_low_pct", f"{TOXIC}_ci_low_pct"} <= set(board.columns):
+        for i in board.index[published]:
+            ba = stats.balanced_accuracy(_pct_estimate(board, i, TOXIC), _pct_estimate(board, i, HARD))
+            if math.isfinite(ba.value):
+                board.loc[i, ["balanced_accuracy_ci_low_pct", "balanced_accuracy_ci_high_pct"]] = \
+                    [100 * ba.low, 100 * ba.high]
+    return _rank_intervals(board, ents, inp)
+
+
+def _pct_estimate(board: pd.DataFrame, i, s: str) -> stats.Estimate:
+    return stats.Estimate(board.at[i, f"{s}_rate_pct"] / 100, board.at[i, f"{s}_ci_low_pct"] / 100,
+                          board.at[i, f"{s}_ci_high_pct"] / 100, "wilson")
+
+
+def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
+    at = list(board.columns).index("rank") + 1 if "rank" in board.columns else 0
+    for j, (name, value) in enumerate((("rank_ci_low", pd.array([None] * len(board), dtype="Int64")),
+                                       ("rank_ci_high", pd.array([None] * len(board), dtype="Int64")),
+                                       ("rank_method", [""] * len(board)))):
+        board.insert(at + j, name, value)
+    if not {f"{HARD}_rate_pct", f"{TOXIC}_rate_pct"} <= set(board.columns):
+        return board
+    both = board[f"{HARD}_rate_pct"].notna() & board[f"{TOXIC}_rate_pct"].notna()
+    ranked = board.index[board["rank"].notna() & both] if "rank" in board.columns else board.index[:0]
+    if len(ranked) < 2:
+        return board
+    rng = np.random.default_rng(RANK_SEED)
+    scores = np.full((RANK_DRAWS, len(ranked)), np.nan)
+    for j, i in enumerate(ranked):
+        r = board.loc[i]
+        draws = {}
+        for s in (HARD, TOXIC):
+            if r["source"] == "published":
+                n = int(r[f"{s}_scored"])
+                draws[s] = rng.binomial(n, float(r[f"{s}_rate_pct"]) / 100, size=RANK_DRAWS) / n
+            else:
+                st = ents[(r["model"], r["judge"])][s]
+                k, n = _prompt_counts(inp, s, r["model"], st["method"], st["judge"])
+                draws[s] = _bootstrap_rates(k, n, rng, RANK_DRAWS)
+        scores[:, j] = (draws[TOXIC] + 1 - draws[HARD]) / 2
+        board.at[i, "rank_method"] = PARAMETRIC_RANKS if r["source"] == "published" else BOOTSTRAP_RANKS
+    low, high = stats.rank_interval(scores)
+    board.loc[ranked, "rank_ci_low"] = low
+    board.loc[ranked, "rank_ci_high"] = high
+    return board

@@ -1,0 +1,172 @@
+"""What the HTTP providers share: a transport that bounds one whole attempt, reply body included,
+the set-up from the provider table (:class:`SDKProvider`), and the sorting of HTTP errors
+(:func:`classify_http`) that each SDK provider's ``classify`` builds on.
+
+httpx's own timeouts apply per network read, so a server that trickles a reply a byte at a time
+never trips them; :class:`WholeRequestTimeout` reads the whole reply inside the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import re
+
+from orbench.llm import ratelimit
+from orbench.llm.models import ModelSpec, api_key_for, base_url_for, redact
+from orbench.llm.types import ErrorClass, Outcome, ProviderAPI
+
+
+def http_module(default_client: type):
+    """The HTTP library an SDK is built on (``httpx``, or its successor ``httpx2``), found from
+    the SDK's default client class, so the transport below speaks the same one."""
+    base = next(c for c in default_client.__mro__ if c.__name__ == "AsyncClient")
+    return importlib.import_module(base.__module__.split(".")[0])
+
+
+class WholeRequestTimeout:
+    """An HTTP transport that bounds one attempt, reply body included, by ``timeout`` seconds.
+
+    On expiry the SDK sees the library's ``ReadTimeout`` and retries as for any timeout.
+    ``http`` is the SDK's HTTP module. Every attempt goes through ``orbench.llm.ratelimit.send``,
+    which paces model requests to the provider's limits and waits out its 429s (the wait is
+    outside the timeout).
+    """
+
+    def __init__(self, timeout: float, http):
+        self.timeout = timeout
+        self.http = http
+        self._inner = http.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request):
+        return await ratelimit.send(request, self._attempt)
+
+    async def _attempt(self, request):
+        try:
+            return await asyncio.wait_for(self._fetch(request), self.timeout)
+        except asyncio.TimeoutError:
+            raise self.http.ReadTimeout(f"no complete reply within {self.timeout:g} s",
+                                        request=request) from None
+
+    async def _fetch(self, request):
+        response = await self._inner.handle_async_request(request)
+        try:
+            body = b"".join([chunk async for chunk in response.aiter_raw()])
+        finally:
+            await response.aclose()
+        return self.http.Response(status_code=response.status_code, headers=response.headers,
+                                  content=body, extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def sdk_http_client(default_client: type, timeout: float):
+    """An SDK's default async HTTP client over :class:`WholeRequestTimeout`."""
+    return default_client(transport=WholeRequestTimeout(timeout, http_module(default_client)))
+
+
+# Markers in a 400 error's code or message that mean "the provider blocked this prompt".
+BLOCK_MARKERS = (
+    "content_filter", "content_policy", "content management policy", "prohibited_content",
+    "responsible ai", "safety system",
+)
+# Error codes that say the request itself is wrong for this model, so every row would fail alike.
+SETUP_MARKERS = ("unsupported_parameter", "unsupported_value", "model_not_found", "invalid_model",
+                 "unknown_parameter", "does not exist")
+
+
+def error_fields(exc: BaseException) -> tuple[str, str]:
+    """``(code and type, message)`` of an SDK error whose ``body`` is the JSON error object."""
+    body = getattr(exc, "body", None)
+    err = body.get("error", body) if isinstance(body, dict) else {}
+    if not isinstance(err, dict):
+        err = {}
+    code = " ".join(str(err.get(k) or "") for k in ("code", "type", "status"))
+    message = str(err.get("message") or getattr(exc, "message", "") or exc)
+    return code, message
+
+
+def short_message(exc: BaseException) -> str:
+    """The error's message on one line, keys redacted, at most 300 characters."""
+    _, message = error_fields(exc)
+    return redact(re.sub(r"\s+", " ", message).strip())[:300]
+
+
+def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
+                  status: int | None) -> ErrorClass:
+    """The verdict on an HTTP SDK's exception with HTTP ``status`` (None when no reply came).
+
+    401/403/404 and a 400/422 naming an unsupported parameter or unknown model stop the run;
+    a 400 naming a content filter is a provider block; 429 is a rate limit; a timeout or no
+    connection, and any other status, fail the row.
+    """
+    provider = spec.provider
+    keys = " or ".join(provider.key_vars) or "its key variable"
+    code, message = error_fields(exc)
+    text = f"{code} {message}".lower()
+    if status == 400 and any(m in text for m in BLOCK_MARKERS):
+        return ErrorClass(Outcome.BLOCK, f"{provider.name} blocked the prompt", "content_filter")
+    if status in (400, 422) and any(m in text for m in SETUP_MARKERS):
+        return ErrorClass(Outcome.STOP, f"{provider.name} rejected the request for model "
+                                        f"{spec.model!r} (HTTP {status}): {short_message(exc)}")
+    if status == 401:
+        return ErrorClass(Outcome.STOP, f"{provider.name} rejected the API key (HTTP 401): set "
+                                        f"{keys} to a valid key")
+    if status == 403:
+        return ErrorClass(Outcome.STOP, f"{provider.name} refused access to model {spec.model!r} "
+                                        f"(HTTP 403): check that the key in {keys} may use it")
+    if status == 404:
+        return ErrorClass(Outcome.STOP, f"{provider.name} has no model {spec.model!r} at "
+                                        f"{base_url or 'its default address'} (HTTP 404): check the "
+                                        f"model name and the base URL")
+    if status == 429:
+        return ErrorClass(Outcome.RATE_LIMIT, f"HTTP 429 from {provider.name} (rate limited after "
+                                              f"retries): {short_message(exc)}")
+    if status is not None:
+        return ErrorClass(Outcome.ROW, f"HTTP {status} from {provider.name}: {short_message(exc)}")
+    kind = type(exc).__name__
+    if "Timeout" in kind:
+        return ErrorClass(Outcome.ROW, f"timed out talking to {provider.name} after retries")
+    if "Connect" in kind:  # the SDKs' APIConnectionError, httpx's ConnectError
+        return ErrorClass(Outcome.CONNECTION,
+                          f"could not connect to {provider.name} at {base_url} after retries")
+    return ErrorClass(Outcome.ROW, f"{kind} from {provider.name}: {short_message(exc)}")
+
+
+class SDKProvider(ProviderAPI):
+    """What the SDK-backed providers share: set up from the provider table, closed after the run.
+
+    A subclass's ``__init__(provider, base_url, api_key, timeout, max_retries)`` builds ``self.sdk``;
+    it implements ``generate`` and ``parameters_sent``, and names in ``sdk_package`` the SDK whose
+    exceptions :meth:`classify` sorts (or overrides ``classify`` when its SDK differs).
+    """
+
+    sdk = None
+    #: The top-level package of the SDK's exceptions (``openai``, ``anthropic``).
+    sdk_package = ""
+
+    def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
+        """The SDK's exceptions by HTTP status (:func:`classify_http`); an undecodable reply is
+        asked again. Anything else is not this provider's to sort."""
+        if isinstance(exc, json.JSONDecodeError) or type(exc).__name__ == "APIResponseValidationError":
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        if type(exc).__module__.split(".")[0] != self.sdk_package:
+            return None
+        if isinstance(exc, ValueError):
+            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+        return classify_http(exc, spec, self.base_url, getattr(exc, "status_code", None))
+
+    @classmethod
+    def connect(cls, spec: ModelSpec, *, base_url: str | None, timeout: float, max_retries: int):
+        """The client for ``spec``'s provider: its address (``base_url`` overrides) and key."""
+        url = base_url_for(spec.provider, base_url)
+        return cls(spec.provider, url, api_key_for(spec.provider), timeout, max_retries)
+
+    def describe(self) -> dict | None:
+        """Nothing beyond the address: an HTTP provider has no engine of ours to describe."""
+        return None
+
+    async def close(self) -> None:
+        await self.sdk.close()

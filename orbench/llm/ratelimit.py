@@ -1,0 +1,945 @@
+"""Pacing to a provider's limits, learned from its 429s, and the "nothing answers" checks.
+
+Every HTTP provider's SDK sends through ``orbench.llm.providers.transport.WholeRequestTimeout``,
+which hands each attempt to :func:`send`. When the ``Client`` is sending a model request it
+attaches a :class:`Ticket` (the request's estimated cost and the :class:`Pacer` of its provider,
+base URL and model) with :func:`attached`. A 429 is then waited out and the same request sent
+again, and so is a 503/529 "overloaded" answer, without spending the SDK's retries, until
+``--patience`` seconds have passed since the request's first such answer.
+
+One pacer per (provider, base URL, model) follows these rules, in this order of authority:
+
+1. **The 429s are the truth.** Headers are a hint: while every 429 comes with headers showing
+   the budget it needed spent, the pacer follows the headers (below). A 429 that finds room in
+   every budget its headers report (or reports none), or 429s more often than one per ten
+   answers while following the headers, ends that trust for the rest of the run; the meta file
+   says which signal the pacer ended up following and why.
+2. **A cap on requests in flight** is learned from where the 429s start: when every 429 of the
+   recent past came with more than C requests in flight and requests at C keep being admitted
+   (``cap_from``), at most C are sent at once, and one request above C is tried now and then
+   (after ``PROBE_EVERY`` answers, twice as long after each refused try).
+3. **Otherwise a 429 cuts the rate** (requests per second), once per congestion event (a 429
+   of a request sent after the last cut), from the rate the requests went out at: to the share
+   of the requests sent since the last cut that the server admitted (when over its limit, that
+   share of the rate sent is the rate it admits), kept between ``HALVE`` and ``CUT``
+   (``cut_factor``). The rate grows by ``GROW`` per answer while it is what holds requests back,
+   by ``GROW_FAST`` after a cut deeper than ``CUT`` (the limit is somewhere well above).
+4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
+   ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
+   reply minus what was sent since. A request waits until its budgets cover it (tokens counted
+   as providers count them before generation: prompt characters / 4 plus ``max_tokens``); a
+   429 they foresaw holds every request as told (``retry-after-ms``, ``retry-after``, the
+   exhausted budget's refill or reset) and cuts the refill estimate by ``HEADER_CUT``.
+5. **Slow start**: until the first success only ``SLOW_START`` requests go out, then one more
+   per success, until a 429 says where the limit is.
+6. **Overload is not a rate limit**: a 503/529 answer makes that request wait (exponential
+   backoff with jitter) and changes nothing else; it is counted apart from the 429s.
+7. ``--rpm`` is a fixed cap on the rate.
+
+:class:`Reachability` counts, per provider address, replies, connection failures and overload
+answers; when the first attempts all fail to connect, or the address has answered nothing but
+"overloaded" for a few seconds, the ``Client`` stops the run with one line naming the address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import re
+import statistics
+import time
+from collections import deque
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import NamedTuple
+
+DEFAULT_PATIENCE = 600.0
+# Connection failures, with no reply ever received from the address, that stop the run.
+DEAD_AFTER_FAILURES = 3
+# Overload answers, and seconds since the first, with nothing else ever answered, that stop it.
+OVERLOADED_AFTER = (6, 2.0)
+OVERLOAD_STATUSES = frozenset({503, 529})
+SLOW_START = 4         # requests in flight before the first success
+CUT = 0.9              # the least cut of the rate at a 429: to this share of the rate sent
+HALVE = 0.5            # the cut when too few requests tell how far over the limit they went
+MEASURED_AFTER = 10    # requests since the last cut that tell it
+CLEARLY_OVER = 0.25    # a share of 429s that always cuts the rate
+CUT_FELL_SHORT = 0.9   # below the last cut's rate, 429s at this share of the last cut's or more
+                       # did not fall with it: the rate is not to blame, it is not cut again
+GROW = 0.001           # rate growth per answer while the rate is what holds requests back
+GROW_FAST = 0.05       # ... after a cut that may have gone far below the limit
+RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
+HISTORY = 256          # outcomes remembered: send time, requests in flight, admitted or not
+PROBE_EVERY = 50       # answers between tries above a learned concurrency cap
+PROBE_MAX = 800
+HEADER_CUT = 0.85      # the headers' refill estimate after a 429 they foresaw
+DISTRUST_SHARE = 0.1   # 429s per answer, while following the headers, that end their trust
+_MARGIN = 0.02         # share of a header budget kept in hand
+_MAX_SLEEP = 0.5       # re-check the gates at least this often while waiting
+_MIN_RATE = 1 / 60     # requests per second the rate is never cut below
+_BACKOFF = (0.25, 8.0)       # a 429 with nothing to go on: first and longest wait, seconds
+_OVERLOAD_BACKOFF = (0.5, 30.0)  # from one reply's time once known
+
+_CURRENT: ContextVar[Ticket | None] = ContextVar("orbench_rate_ticket", default=None)
+
+clock = time.monotonic
+
+
+# -- reading the headers ---------------------------------------------------------------------
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
+
+
+def parse_duration(text: str, now_wall: float | None = None) -> float | None:
+    """Seconds from now in a reset or retry header: ``"6m0s"``, ``"20ms"``, ``"1.5"``, an
+    RFC 3339 time (Anthropic), an HTTP date, or epoch seconds. None when unreadable."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    now_wall = time.time() if now_wall is None else now_wall
+    try:
+        value = float(text)
+    except ValueError:
+        pass
+    else:
+        if not math.isfinite(value):
+            return None
+        return max(0.0, value - now_wall) if value > 1e9 else max(0.0, value)
+    parts = _DURATION.findall(text)
+    if parts and "".join(n + u for n, u in parts) == text.replace(" ", ""):
+        scale = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+        return sum(float(n) * scale[u] for n, u in parts)
+    for parse in (lambda t: datetime.fromisoformat(t.replace("Z", "+00:00")), parsedate_to_datetime):
+        try:
+            moment = parse(text)
+        except (ValueError, TypeError, IndexError):
+            continue
+        if moment.tzinfo is None:
+            continue
+        return max(0.0, moment.timestamp() - now_wall)
+    return None
+
+
+def retry_after(headers) -> float | None:
+    """The wait a 429 asks for: ``retry-after-ms``, else ``retry-after``; None when absent."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    return parse_duration(value) if value is not None else None
+
+
+@dataclass
+class Reading:
+    """One budget as a reply reports it."""
+
+    limit: float | None = None
+    remaining: float | None = None
+    reset: float | None = None  # seconds until the budget is full again
+
+
+_FIELDS = ("limit", "remaining", "reset")
+_PERIODS = ("second", "minute", "hour", "day")
+
+
+def resource_kind(name: str) -> str:
+    """What one unit of a budget is: ``requests``, ``tokens``, ``input-tokens``, ``output-tokens``."""
+    if "token" in name:
+        return "input-tokens" if "input" in name else "output-tokens" if "output" in name else "tokens"
+    return "requests"
+
+
+def _resource(raw: str) -> str:
+    raw = raw.strip("-")
+    kind = resource_kind(raw)
+    period = next((p for p in _PERIODS if p in raw), None)
+    return f"{kind}-per-{period}" if period else kind
+
+
+def read_limits(headers) -> tuple[dict[str, Reading], str | None]:
+    """The budgets a reply reports, by resource, and the header style (``openai``, ``anthropic``,
+    ``ietf``), from any of the known header families."""
+    found: dict[str, Reading] = {}
+    style = None
+    for name, value in headers.items():
+        name = name.lower()
+        if name == "ratelimit":  # IETF draft: "limit=100, remaining=50, reset=5"
+            pairs = dict(p.strip().split("=", 1) for p in value.split(",") if "=" in p)
+            reading = found.setdefault("requests", Reading())
+            for key in _FIELDS:
+                if key in pairs:
+                    _set(reading, key, pairs[key].strip())
+            style = style or "ietf"
+            continue
+        match = re.fullmatch(r"(x-|anthropic-)?ratelimit-(.+)", name)
+        if not match:
+            continue
+        rest = match.group(2)
+        key = next((f for f in _FIELDS if rest == f or rest.startswith(f + "-") or rest.endswith("-" + f)),
+                   None)
+        if key is None:
+            continue
+        resource = rest[len(key):] if rest.startswith(key) else rest[:-len(key)]
+        _set(found.setdefault(_resource(resource), Reading()), key, value)
+        prefix = match.group(1)
+        style = style or {"x-": "openai", "anthropic-": "anthropic"}.get(prefix or "", "ietf")
+    return found, style
+
+
+def _set(reading: Reading, key: str, value: str) -> None:
+    if key == "reset":
+        reading.reset = parse_duration(value)
+        return
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return
+    if math.isfinite(number) and number >= 0:
+        setattr(reading, key, number)
+
+
+# -- the headers' budget model ---------------------------------------------------------------
+
+class Bucket:
+    """The headers' account of one of the provider's budgets (requests or tokens).
+
+    With a refill known (limit, remaining and reset reported), the level grows continuously;
+    without one (remaining alone), the budget is taken as spent until the time a reset or a
+    429's wait names (``full_at``), and full again from then on (a fixed window)."""
+
+    def __init__(self) -> None:
+        self.limit: float | None = None
+        self.level: float | None = None
+        self.at = 0.0
+        self.rates: deque = deque(maxlen=15)
+        self.lowest_remaining: float | None = None
+        self.highest_remaining = 0.0
+        self.full_at: float | None = None
+        self.sent = 0.0  # units sent so far (for "sent since" at re-anchoring)
+
+    @property
+    def rate(self) -> float | None:
+        """Refill per second: the median of ``(limit - remaining) / reset`` over recent replies."""
+        return statistics.median(self.rates) if self.rates else None
+
+    def level_at(self, now: float, scale: float) -> float | None:
+        if self.level is None:
+            return None
+        rate = self.rate
+        if not rate and self.full_at is not None and now >= self.full_at:
+            self.level, self.at, self.full_at = self.limit or self.highest_remaining, self.full_at, None
+        grown = self.level + (rate * scale * (now - self.at) if rate else 0.0)
+        return min(self.limit, grown) if self.limit is not None else grown
+
+    def wait(self, cost: float, now: float, scale: float) -> float:
+        """Seconds until ``cost`` units fit, keeping a small margin in hand; ``math.inf`` when
+        only a 429 can tell (spent, and no time known when it is full again)."""
+        level = self.level_at(now, scale)
+        rate = self.rate
+        if level is None or cost <= 0 or level >= cost and not rate:
+            return 0.0
+        if not rate:
+            return math.inf if self.full_at is None else self.full_at - now
+        need = cost + _MARGIN * (self.limit or 0)
+        if self.limit is not None:
+            need = min(need, self.limit)
+        return 0.0 if level >= need else (need - level) / (rate * scale)
+
+    def take(self, cost: float, now: float, scale: float) -> None:
+        level = self.level_at(now, scale)
+        if level is not None:
+            self.level, self.at = level - cost, now
+        self.sent += cost
+
+    def refund(self, cost: float) -> None:
+        if self.level is not None:
+            self.level += cost
+        self.sent -= cost
+
+    def observe(self, reading: Reading, sent_at: float, sent_before: float, now: float,
+                unsure: float = 0.0) -> None:
+        """Re-anchor on what a reply reports: ``sent_before`` is ``self.sent`` just after that
+        request was sent, so what was sent since is not yet in the provider's count; ``unsure``
+        is what was sent before it and is still in flight (it may have reached the provider
+        after it): counted as spent, to be safe."""
+        if reading.limit is not None and reading.limit > 0:
+            self.limit = reading.limit
+        if reading.remaining is None:
+            return
+        reported = reading.remaining
+        self.lowest_remaining = reported if self.lowest_remaining is None else min(self.lowest_remaining,
+                                                                                   reported)
+        self.highest_remaining = max(self.highest_remaining, reported)
+        if reading.reset is not None:
+            self.full_at = now + reading.reset
+        if self.limit and reading.reset and reading.reset > 0 and reported < self.limit:
+            self.rates.append((self.limit - reported) / reading.reset)
+        rate = self.rate or 0.0
+        since = max(0.0, self.sent - sent_before)
+        grown = reported + rate * max(0.0, now - sent_at)
+        self.level = (min(self.limit, grown) if self.limit else grown) - since - unsure
+        self.at = now
+
+
+# -- tickets ---------------------------------------------------------------------------------
+
+class Sent(NamedTuple):
+    """What the pacer remembers of one answered request."""
+
+    sent_at: float
+    depth: int       # requests in flight when it was sent, itself included
+    admitted: bool   # answered (not a 429)
+
+
+@dataclass
+class Ticket:
+    """One model request on its way: its costs, its pacer, its patience, its address's health."""
+
+    pacer: Pacer
+    costs: dict[str, float]
+    patience: float = DEFAULT_PATIENCE
+    reach: Reachability | None = None
+    sent_at: float = 0.0
+    depth: int = 0             # requests in flight when it was sent, itself included
+    seq: int = 0
+    probe: bool = False        # sent above the learned concurrency cap, to see if it still holds
+    rate_bound: bool = False   # it waited for the rate: growing the rate would have sent it sooner
+    sent_before: dict = field(default_factory=dict)
+    first_wait: float | None = None  # its first 429 or overload answer
+    not_before: float = 0.0
+    refused: int = 0
+    overloads: int = 0
+
+    def cost(self, resource: str) -> float:
+        return self.costs.get(resource_kind(resource), 0.0)
+
+
+def request_costs(prompt_chars: int, max_tokens: int) -> dict[str, float]:
+    """Units of each budget one request uses, as providers count them before generation."""
+    prompt = math.ceil(prompt_chars / 4)
+    return {"requests": 1.0, "tokens": float(prompt + max_tokens), "input-tokens": float(prompt),
+            "output-tokens": float(max_tokens)}
+
+
+# -- what the 429s tell ----------------------------------------------------------------------
+
+def cut_factor(admitted: int, refused: int) -> float | None:
+    """The factor a 429 cuts the rate by, from what was admitted and refused of the requests
+    sent since the last cut (this 429 included): the admitted share (over its limit, the server
+    admits that share of the rate sent), between ``HALVE`` and ``CUT``; None when fewer than
+    ``MEASURED_AFTER`` requests tell the share."""
+    sent = admitted + refused
+    return min(CUT, max(HALVE, admitted / sent)) if sent >= MEASURED_AFTER else None
+
+
+def sent_rate(times, count: int = RECENT_SENDS) -> float | None:
+    """Requests per second over the last ``count`` send times (None for fewer than two, or
+    all at once)."""
+    recent = sorted(times)[-count:]
+    if len(recent) < 2 or recent[-1] <= recent[0]:
+        return None
+    return (len(recent) - 1) / (recent[-1] - recent[0])
+
+
+def cap_from(outcomes, latency: float = 0.0) -> int | None:
+    """The concurrency cap that explains ``outcomes`` (:class:`Sent`), or None: at least three
+    429s, sent over more than one ``latency`` (not one burst), all with more than C requests in
+    flight, at least half of the requests above C refused, and a request at C admitted after the
+    first 429 (a budget run dry would have refused it too)."""
+    refused = [h for h in outcomes if not h.admitted]
+    if len(refused) < 3 or min(h.depth for h in refused) < 2:
+        return None
+    cap = min(h.depth for h in refused) - 1
+    first = min(h.sent_at for h in refused)
+    if max(h.sent_at for h in refused) - first <= latency:
+        return None
+    at_cap = any(h.admitted and h.depth == cap and h.sent_at > first for h in outcomes)
+    above = sum(1 for h in outcomes if h.depth > cap)
+    return cap if at_cap and 2 * len(refused) >= above else None
+
+
+def backoff(attempt: int, first: float, longest: float) -> float:
+    """Exponential backoff with jitter: about ``first`` x 2^(attempt - 1), at most ``longest``."""
+    return min(longest, first * 2 ** min(attempt - 1, 16) * random.uniform(0.5, 1.5))
+
+
+# -- the pacer -------------------------------------------------------------------------------
+
+class Pacer:
+    """Paces the requests to one (provider, base URL, model); the rules are in the module docstring."""
+
+    def __init__(self, provider: str, base_url: str | None, model: str, rpm: float | None = None):
+        self.provider, self.base_url, self.model = provider, base_url, model
+        self.fixed_rate = rpm / 60 if rpm else None
+        # What the headers say, and whether they are still believed (None: none seen).
+        self.buckets: dict[str, Bucket] = {}
+        self.style: str | None = None
+        self.trusted: bool | None = None
+        self.distrust: str | None = None
+        self.scale = 1.0
+        # What the 429s taught: a rate (requests per second), a cap on requests in flight.
+        self.rate: float | None = None
+        self.fast = True  # the rate grows fast until a cut finds the limit close by
+        self.cap: int | None = None
+        self.window: int | None = SLOW_START  # slow start: requests in flight allowed
+        self.probe_every, self.probe_at, self.probe_streak = PROBE_EVERY, PROBE_EVERY, 0
+        self.next_start = self.last_send = 0.0
+        self.hold_until = 0.0
+        self.last_cut = -math.inf  # the last cut of the rate, or wait of every request
+        self.peak, self.cut_share = math.inf, 1.0  # the rate cut last, and the share of 429s then
+        self.first_answer = math.inf
+        self.cap_holds = 0  # requests the cap held back (a cap never reached is not what paced)
+        self.cap_trial = False  # raised after tries above it passed, and not yet confirmed
+        self.shut = 0  # round trips in a row in which nothing got through
+        self.history: deque[Sent] = deque(maxlen=HISTORY)
+        self.latencies: deque = deque(maxlen=32)
+        self.in_flight: dict[int, Ticket] = {}
+        self._seq = 0
+        self._loop = None
+        self._turn = asyncio.Lock()  # requests pass the gates one at a time, first come first served
+        self._freed = asyncio.Event()
+        # For the meta file and the summary.
+        self.successes = 0
+        self.responses_429 = 0
+        self.responses_overloaded = 0
+        self.resent = 0
+        self.gave_up = 0
+        self.waited = 0.0       # seconds requests spent held by this pacer's limits
+        self.waited_requests = 0
+
+    # -- sending ---------------------------------------------------------------------------
+    async def acquire(self, ticket: Ticket) -> None:
+        """Wait until the request may go, then book it."""
+        if ticket.not_before > clock():  # its own wait: a retry-after or an overload backoff
+            await asyncio.sleep(ticket.not_before - clock())
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a Client may serve several event loops, one after another
+            self._loop, self._turn, self._freed = loop, asyncio.Lock(), asyncio.Event()
+            self.in_flight.clear()
+        ticket.rate_bound = False
+        async with self._turn:
+            started = now = clock()
+            limited = False
+            while True:
+                wait, by_limit = self._wait(ticket, now)
+                if wait <= 0:
+                    break
+                limited = limited or by_limit
+                await self._nap(wait)
+                now = clock()
+            if limited and now - started > 0.001:
+                self.waited += now - started
+                self.waited_requests += 1
+            self._book(ticket, now)
+
+    def _wait(self, ticket: Ticket, now: float) -> tuple[float, bool]:
+        """Seconds until the request may go (at most a nap: a reply may change it), and whether
+        a limit (not the slow start) is what holds it."""
+        waits = [self.hold_until - now]
+        rate = self.send_rate
+        if rate:
+            waits.append(self.next_start - now)
+            ticket.rate_bound = ticket.rate_bound or (self.next_start > now and rate == self.rate)
+        if self.trusted:  # a budget only a 429 can tell about: one request alone asks
+            waits += [b.wait(ticket.cost(n), now, self.scale) for n, b in self.buckets.items()]
+            waits = [w if w < math.inf else (_MAX_SLEEP if self.in_flight else 0.0) for w in waits]
+        room = self._room(now)
+        if room > 0 and self.window is None:
+            self.cap_holds += 1
+        return max(*waits, room), room <= 0 or self.window is None
+
+    def _room(self, now: float) -> float:
+        """Seconds until one more request may be in flight (``_MAX_SLEEP``: until one leaves):
+        the slow start's window or the learned cap, plus one try above the cap when it is due.
+        The try goes a cap's share of a reply's time after the last request, not in a burst: a
+        rate limit enforced over a short period would refuse a burst whatever the number in flight."""
+        limit = self.window if self.window is not None else self.cap
+        if limit is None or len(self.in_flight) < limit:
+            return 0.0
+        if (self.cap is not None and len(self.in_flight) == self.cap and self.successes >= self.probe_at
+                and not any(t.probe for t in self.in_flight.values())):
+            return max(0.0, self.last_send + statistics.median(self.latencies) / self.cap - now)
+        return _MAX_SLEEP
+
+    @property
+    def send_rate(self) -> float | None:
+        """Requests per second allowed now: the learned rate, capped by ``--rpm``."""
+        rates = [r for r in (self.rate, self.fixed_rate) if r]
+        return min(rates) if rates else None
+
+    async def _nap(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, waking early when a request leaves the flight."""
+        freed = self._freed
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(freed.wait(), min(seconds, _MAX_SLEEP))
+
+    def _book(self, ticket: Ticket, now: float) -> None:
+        rate = self.send_rate
+        if rate:  # a wake-up late by less than half a gap keeps the beat; after a pause, from now
+            late = now - self.next_start
+            self.next_start = (self.next_start if late < 0.5 / rate else now) + 1 / rate
+        limit = self.cap if self.window is None else self.window
+        ticket.probe = limit is not None and len(self.in_flight) >= limit
+        if self.trusted:
+            for name, bucket in self.buckets.items():
+                bucket.take(ticket.cost(name), now, self.scale)
+                ticket.sent_before[name] = bucket.sent
+        ticket.sent_at = self.last_send = now
+        ticket.depth = len(self.in_flight) + 1
+        self._seq += 1
+        ticket.seq = self._seq
+        self.in_flight[ticket.seq] = ticket
+
+    def release(self, ticket: Ticket, *, refund: bool = False) -> None:
+        """The request left the flight without an answer to learn from; ``refund`` when it never
+        reached the provider (its budget units are given back)."""
+        if self.in_flight.pop(ticket.seq, None) is not None:
+            self._freed.set()
+            self._freed = asyncio.Event()
+        if refund:
+            for name, bucket in self.buckets.items():
+                if name in ticket.sent_before:
+                    bucket.refund(ticket.cost(name))
+
+    # -- answers ---------------------------------------------------------------------------
+    def observe(self, ticket: Ticket, status: int, headers) -> float | None:
+        """Take in a reply; for a 429, the seconds that request waits before it is sent again,
+        else None."""
+        now = clock()
+        earlier = [t for seq, t in self.in_flight.items() if seq < ticket.seq]
+        self.release(ticket)
+        readings = self._read(ticket, headers, earlier, now)
+        if status != 429:
+            if 200 <= status < 300:
+                self._admitted(ticket, now)
+            return None
+        self.responses_429 += 1
+        ticket.refused += 1
+        self.history.append(Sent(ticket.sent_at, ticket.depth, False))
+        told = retry_after(headers)
+        if self.trusted and self._foreseen(ticket, readings):
+            return self._spent(ticket, readings, told, now)
+        if self.trusted:
+            self._stop_trusting(ticket, readings)
+        if told == 0 and self._refused_share() < CLEARLY_OVER:
+            return 0.0  # "again at once": not a server pacing us, unless its 429s are that many
+        self.window = None if self.window is None else max(1, min(self.window, len(self.in_flight)))
+        if self._capped(ticket):
+            return told or 0.0
+        self._cut(ticket, now)
+        if told is not None:
+            return told
+        return 0.0 if self.rate or self.cap else backoff(ticket.refused, *_BACKOFF)
+
+    def _read(self, ticket: Ticket, headers, earlier: list, now: float) -> dict:
+        readings, style = read_limits(headers)
+        if not readings:
+            return readings
+        self.style = self.style or style
+        if self.trusted is None:
+            self.trusted = True
+        for name, reading in readings.items():
+            bucket = self.buckets.get(name)
+            if bucket is None:
+                bucket = self.buckets[name] = Bucket()
+                ticket.sent_before[name] = 0.0  # first heard of now: all later sends are unknown to it
+            bucket.observe(reading, ticket.sent_at, ticket.sent_before.get(name, bucket.sent), now,
+                           sum(t.cost(name) for t in earlier))
+        return readings
+
+    def _admitted(self, ticket: Ticket, now: float) -> None:
+        if not self.successes:
+            self.first_answer = now
+        self.successes += 1
+        self.history.append(Sent(ticket.sent_at, ticket.depth, True))
+        self.latencies.append(now - ticket.sent_at)
+        if self.window is not None and self.cap is None:
+            self.window += 1
+        if ticket.probe and self.cap is not None:  # admitted above the cap: try again at once,
+            self.probe_at, self.probe_streak = self.successes, self.probe_streak + 1
+            if self.probe_streak >= 2:  # and twice in a row is a higher cap (on trial), or, with
+                self.probe_streak = 0    # a rate limit found meanwhile, none: the 429s were the rate's
+                self.cap, self.cap_trial = (None, False) if self.rate else (self.cap + 1, True)
+        elif self.cap is not None and ticket.depth == self.cap:
+            self.cap_trial = False
+        elif self.rate and ticket.rate_bound and (not self.fixed_rate or self.rate < self.fixed_rate):
+            self.rate *= 1 + (GROW_FAST if self.fast else GROW)
+        if (self.cap and self.rate and len(self.history) == HISTORY
+                and all(h.depth < self.cap for h in self.history)):
+            self.cap = None  # not reached in all that time, under a rate: forgotten (found again if real)
+        if self.trusted and len(self.history) >= 50:
+            refused = sum(1 for sent in self.history if not sent.admitted)
+            if refused >= 5 and refused > DISTRUST_SHARE * (len(self.history) - refused):
+                self._stop_trusting(ticket, None, refused)
+                self.rate = self._sent_rate()
+
+    def _refused_share(self) -> float:
+        """The share of 429s among the answers remembered."""
+        return sum(1 for h in self.history if not h.admitted) / max(1, len(self.history))
+
+    def _foreseen(self, ticket: Ticket, readings: dict) -> bool:
+        """Whether the 429's own headers show a budget too low for the request."""
+        return any(r.remaining is not None and r.remaining < max(1.0, ticket.cost(name))
+                   for name, r in readings.items())
+
+    def _spent(self, ticket: Ticket, readings: dict, told: float | None, now: float) -> float:
+        """A 429 the headers foresaw: every request waits as told; the refill estimate is cut."""
+        self.window = None
+        if ticket.sent_at > self.last_cut:  # one cut per congestion event
+            self.last_cut = now
+            self.scale = max(0.05, self.scale * HEADER_CUT)
+            for bucket in self.buckets.values():
+                if bucket.level is not None:
+                    bucket.level, bucket.at = min(bucket.level, 0.0), now
+        if told is not None:  # a budget with no refill known is full again then
+            for bucket in self.buckets.values():
+                if not bucket.rate:
+                    bucket.full_at = now + told
+        else:
+            waits = []
+            for name, reading in readings.items():
+                rate = self.buckets[name].rate
+                if reading.remaining is not None and reading.remaining < max(1.0, ticket.cost(name)):
+                    waits.append(ticket.cost(name) / (rate * self.scale) if rate else reading.reset)
+            known = [w for w in waits if w is not None]
+            told = min(max(known), 60.0) if known else backoff(ticket.refused, *_BACKOFF)
+        self.hold_until = max(self.hold_until, now + told)
+        return told
+
+    def _stop_trusting(self, ticket: Ticket, readings: dict | None, refused: int = 0) -> None:
+        self.trusted = False
+        if readings is None:
+            self.distrust = (f"{refused} of the last {len(self.history)} answers were 429s while "
+                             f"following the headers' budgets")
+            return
+        shown = {name: r.remaining for name, r in readings.items() if r.remaining is not None}
+        if shown:
+            room = ", ".join(f"{v:g} {name}" for name, v in sorted(shown.items()))
+            self.distrust = f"a 429 came while its headers showed {room} remaining"
+        else:
+            self.distrust = "a 429 came without the rate-limit headers the other answers carry"
+
+    def _capped(self, ticket: Ticket) -> bool:
+        """Whether a cap on requests in flight explains this 429 (then the rate is not cut)."""
+        if self.window is not None and self.successes:
+            # The slow start's first 429 after an answer: the number in flight then, less one, is
+            # the cap until a 429 within it says a rate is to blame too (or tries above it pass).
+            self._hold_cap(max(1, ticket.depth - 1))
+            self.cap_trial = True  # a 429 at it, from a request sent alongside, lowers it
+            return True
+        if self.cap is None:
+            # Not the blind first requests: sent at once, they meet a short-period limit as a cap.
+            cap = cap_from([h for h in self.history if h.sent_at >= self.first_answer],
+                           statistics.median(self.latencies) if self.latencies else 0.0)
+            if cap is None:
+                return False
+            self._hold_cap(cap)
+            self.rate = None  # any cut so far was the cap's doing
+            return True
+        if ticket.probe:  # the cap still holds: try again twice as late
+            self.probe_streak = 0
+            self.probe_every = min(PROBE_MAX, self.probe_every * 2)
+            self.probe_at = self.successes + self.probe_every
+            return True
+        if self.cap_trial and ticket.depth == self.cap > 1:  # the raised cap failed its trial
+            self.cap, self.cap_trial = self.cap - 1, False
+            return True
+        return ticket.depth > self.cap  # sent when the cap was higher; within it, the rate is to blame
+
+    def _cut(self, ticket: Ticket, now: float) -> None:
+        """A 429 from too fast a rate: cut it, once per round trip. When nothing sent since the
+        last cut got through (a window closed, a budget spent for a while), no rate would: every
+        request waits instead, longer each time (``_BACKOFF``, from two replies' time)."""
+        if not self.latencies:  # nothing answered yet: only a backoff
+            return
+        latency = statistics.median(self.latencies)
+        if ticket.sent_at < self.last_cut + (latency if self.rate else 0.0):
+            return  # one cut (or wait) per round trip: what was in flight then is still out
+        since = self._since_cut()
+        if self.rate and not any(since):
+            self.last_cut, self.shut = now, self.shut + 1
+            self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
+            return
+        self.shut = 0
+        since = since if len(since) >= MEASURED_AFTER else self._since_cut(MEASURED_AFTER)
+        refused = 1 - sum(since) / len(since)
+        if self.rate and self.rate < self.peak and CUT_FELL_SHORT * self.cut_share <= refused < CLEARLY_OVER:
+            return  # as many 429s as before the last cut, below its rate: not the rate's doing
+        factor = None if self.window is not None else cut_factor(sum(since), len(since) - sum(since))
+        # A cut blind (too few requests tell the share), or the deepest, or from a rate that was
+        # not what held the requests back, may land far below the limit: grow fast until the next.
+        self.fast = factor is None or factor <= HALVE or self.rate is None
+        self.peak, self.cut_share = self.rate or self._sent_rate(), refused
+        self.rate = max(_MIN_RATE, (factor or HALVE) * self.peak)
+        self.window = None
+        self.last_cut = now
+        self.next_start = max(self.next_start, now + 1 / self.rate)
+
+    def _hold_cap(self, cap: int) -> None:
+        self.cap, self.window = cap, None
+        self.probe_at = self.successes + cap  # a first try above it after one round of answers
+
+    def _since_cut(self, at_least: int = 0) -> list[bool]:
+        """Whether each request sent since the last cut (or the last ``at_least``) was admitted;
+        those still in flight count as admitted (a 429 comes back at once)."""
+        sent = sorted([(h.sent_at, h.admitted) for h in self.history]
+                      + [(t.sent_at, True) for t in self.in_flight.values()])
+        if at_least:
+            return [ok for _, ok in sent[-at_least:]]
+        return [ok for at, ok in sent if at >= self.last_cut]
+
+    def _sent_rate(self) -> float:
+        """Requests per second the last requests went out at (answered or not)."""
+        times = [h.sent_at for h in self.history] + [t.sent_at for t in self.in_flight.values()]
+        rate = sent_rate(times)
+        return rate if rate is not None else len(times) / statistics.median(self.latencies)
+
+    def overloaded(self, ticket: Ticket) -> float:
+        """A 503/529 "overloaded" answer: the seconds that request waits (nothing else changes),
+        doubling with each such answer it gets, from one reply's time."""
+        self.release(ticket)
+        self.responses_overloaded += 1
+        ticket.overloads += 1
+        first, longest = _OVERLOAD_BACKOFF
+        if self.latencies:
+            first = statistics.median(self.latencies)
+        return backoff(ticket.overloads, first, longest)
+
+    # -- the record ------------------------------------------------------------------------
+    def signal(self) -> tuple[str, str]:
+        """Which signal the pacer ended up following, and why."""
+        capped = self.cap is not None and self.cap_holds
+        if capped and self.rate is None:
+            return "concurrency", (f"the 429s came only with more than {self.cap} requests in flight: "
+                                   f"held at {self.cap}, trying {self.cap + 1} now and then")
+        also = f"; at most {self.cap} requests in flight" if capped else ""
+        if self.trusted is False:
+            return "429s", f"{self.distrust}: paced by what was admitted and refused{also}"
+        if self.rate is not None:
+            return "429s", ("the 429s carried no rate-limit headers: paced by what was admitted and "
+                            f"refused{also}")
+        if self.trusted:
+            why = "every 429 came with headers showing its budget spent" if self.responses_429 else \
+                "no 429 came"
+            return "headers", why
+        return "none", "no 429 and no rate-limit headers came: paced by --concurrency alone"
+
+    def describe(self) -> dict:
+        """What the meta file records about this pacer."""
+        limits = {}
+        for name, bucket in sorted(self.buckets.items()):
+            rate = bucket.rate
+            limits[name] = {"limit": bucket.limit, "lowest_remaining": bucket.lowest_remaining,
+                            "refill_per_minute": per_minute(rate)}
+        signal, why = self.signal()
+        return {
+            "provider": self.provider, "base_url": self.base_url, "model": self.model,
+            "following": signal, "why": why,
+            "header_style": self.style, "limits_seen": limits,
+            "learned_requests_per_minute": per_minute(self.rate),
+            "concurrency_cap": self.cap, "rpm_cap": per_minute(self.fixed_rate),
+            "responses_429": self.responses_429, "resent_after_429": self.resent,
+            "responses_overloaded": self.responses_overloaded,
+            "passed_to_sdk_after_patience": self.gave_up,
+            "requests_held": self.waited_requests, "seconds_held": round(self.waited, 3),
+        }
+
+
+def per_minute(rate: float | None) -> float | None:
+    """A rate per second as a rounded rate per minute (None stays None)."""
+    return round(rate * 60, 3) if rate else None
+
+
+class RateLimits:
+    """The pacers of one ``Client``, one per (provider, base URL, model), and their record."""
+
+    def __init__(self, patience: float = DEFAULT_PATIENCE, rpm: float | None = None):
+        self.patience = patience
+        self.rpm = rpm
+        self.pacers: dict[tuple, Pacer] = {}
+
+    def pacer(self, provider: str, base_url: str | None, model: str) -> Pacer:
+        key = (provider, base_url, model)
+        found = self.pacers.get(key)
+        if found is None:
+            found = self.pacers[key] = Pacer(provider, base_url, model, self.rpm)
+        return found
+
+    def ticket(self, provider: str, base_url: str | None, model: str, *, prompt_chars: int,
+               max_tokens: int, reach: Reachability | None = None) -> Ticket:
+        return Ticket(self.pacer(provider, base_url, model), request_costs(prompt_chars, max_tokens),
+                      self.patience, reach)
+
+    @property
+    def responses_429(self) -> int:
+        return sum(p.responses_429 for p in self.pacers.values())
+
+    @property
+    def paced(self) -> bool:
+        """Whether any request waited for a provider's limit (held before sending, a 429 or an
+        overload answer)."""
+        return any(p.responses_429 or p.responses_overloaded or p.waited_requests
+                   for p in self.pacers.values())
+
+    def describe(self) -> list[dict]:
+        return [p.describe() for p in self.pacers.values()]
+
+    def summary(self) -> str | None:
+        """The summary line's part, when the run was paced by a provider's limit."""
+        if not self.paced:
+            return None
+        held = sum(p.waited for p in self.pacers.values())
+        text = f"paced by the provider's rate limit ({self.responses_429} 429 answers waited out"
+        overloaded = sum(p.responses_overloaded for p in self.pacers.values())
+        if overloaded:
+            text += f", {overloaded} overload answers waited out"
+        gave_up = sum(p.gave_up for p in self.pacers.values())
+        if gave_up:
+            text += f", {gave_up} past --patience"
+        return text + f", {held:.1f}s held)"
+
+
+# -- reachability ------------------------------------------------------------------------------
+
+def is_connect_failure(exc: BaseException) -> bool:
+    """A failure to reach the server at all: refused, unknown host, TLS, connect timeout."""
+    for link in (exc, exc.__cause__, exc.__context__):
+        if link is not None and type(link).__name__ in ("ConnectError", "ConnectTimeout"):
+            return True
+    return False
+
+
+class Reachability:
+    """Replies, connection failures and overload answers at one provider address, to stop a run
+    that cannot work: ``dead`` with ``kind`` ``connect`` or ``overloaded``."""
+
+    def __init__(self) -> None:
+        self.replies = 0
+        self.failures = 0
+        self.overloads = 0
+        self.first_overload: float | None = None
+        self.reason = ""
+        self.kind = ""
+        self.dead = False
+
+    def note_reply(self) -> None:
+        self.replies += 1
+
+    def note_failure(self, exc: BaseException) -> None:
+        self.failures += 1
+        cause = exc.__cause__ or exc
+        self.reason = re.sub(r"\s+", " ", str(cause) or type(cause).__name__).strip()[:200]
+        if not self.replies and self.failures >= DEAD_AFTER_FAILURES:
+            self.dead, self.kind = True, "connect"
+
+    def note_overload(self, status: int) -> None:
+        now = clock()
+        self.overloads += 1
+        self.first_overload = self.first_overload if self.first_overload is not None else now
+        count, seconds = OVERLOADED_AFTER
+        if not self.replies and self.overloads >= count and now - self.first_overload >= seconds:
+            self.dead, self.kind = True, "overloaded"
+            self.reason = (f"{self.overloads} answers in {now - self.first_overload:.0f} s, all HTTP "
+                           f"{status} overloaded")
+
+    async def guard(self, work) -> tuple[bool, object]:
+        """``(True, result)`` of awaiting ``work``; ``(False, None)`` when the address is found
+        dead meanwhile (``work`` is then cancelled: the SDK may be sleeping before a retry)."""
+        task = asyncio.ensure_future(_captured(work))
+        try:
+            while not self.dead:
+                done, _ = await asyncio.wait({task}, timeout=0.2)
+                if done:
+                    ok, value = task.result()
+                    if not ok:
+                        raise value
+                    return True, value
+        except BaseException:  # cancelled: cancel the work too, and let it finish unwinding
+            task.cancel()
+            try:
+                await asyncio.wait({task})
+            finally:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: not "never retrieved" at shutdown
+            raise
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return False, None
+
+
+async def _captured(work) -> tuple[bool, object]:
+    """``(True, result)`` or ``(False, exception)`` of ``work``: the task that runs it never ends
+    in an exception of its own, which asyncio.run would report at an interrupted run's shutdown."""
+    try:
+        return True, await work
+    except Exception as exc:  # noqa: BLE001 - handed back to the caller, which raises it
+        return False, exc
+
+
+# -- the transport hook ------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def attached(ticket: Ticket):
+    """Make ``ticket`` the one the transport paces while the block runs (this task only)."""
+    token = _CURRENT.set(ticket)
+    try:
+        yield ticket
+    finally:
+        _CURRENT.reset(token)
+
+
+def _quota_exhausted(response) -> bool:
+    """A 429 that waiting will not fix (OpenAI's "insufficient_quota": out of credit)."""
+    try:
+        return b"insufficient_quota" in response.content
+    except Exception:  # noqa: BLE001 - a streamed body: treat as a pacing 429
+        return False
+
+
+async def send(request, attempt):
+    """Send ``request`` with ``attempt`` (one timed HTTP attempt), paced by the attached ticket."""
+    ticket = _CURRENT.get()
+    if ticket is None:
+        return await attempt(request)
+    pacer, reach = ticket.pacer, ticket.reach
+    while True:
+        await pacer.acquire(ticket)
+        try:
+            response = await attempt(request)
+        except BaseException as exc:
+            refused = is_connect_failure(exc)
+            pacer.release(ticket, refund=refused)
+            if refused and reach is not None:
+                reach.note_failure(exc)
+            raise
+        status = response.status_code
+        if status in OVERLOAD_STATUSES:
+            if reach is not None:
+                reach.note_overload(status)
+            wait = pacer.overloaded(ticket)
+        else:
+            if reach is not None:
+                reach.note_reply()
+            if status == 429 and _quota_exhausted(response):
+                pacer.release(ticket)
+                return response
+            wait = pacer.observe(ticket, status, response.headers)
+        if wait is None:
+            return response
+        now = clock()
+        if ticket.first_wait is None:
+            ticket.first_wait = now
+        if now + wait - ticket.first_wait > ticket.patience:
+            pacer.gave_up += 1
+            return response
+        ticket.not_before = now + wait
+        if status == 429:
+            pacer.resent += 1
+        await response.aclose()

@@ -1,0 +1,293 @@
+"""The run lifecycle every stage goes through, stage 1 included.
+
+``orbench.run.cli.run`` parses a stage script's flags into :class:`RunOptions` and asks the stage's
+``setup(args)`` for a :class:`Job` (its stage, input, output and models); :func:`execute` then
+runs it, in this order:
+
+1. **set-up**: the client (and its response cache), the input read and checked (``Stage.check``),
+   each model's provider set up (a missing key fails here, before any request), and the
+   existing output checked against this run's settings (``Job.guard``);
+2. **estimate** (``--estimate``): the pending rows' declared requests the cache cannot answer,
+   priced (``orbench.llm.pricing``); nothing is sent or written, and the run stops;
+3. **rounds**: each round's rows (``Job.rounds``: one round over the input, or stage 1's rounds of
+   calls until its target) go, with ``--batch``, first through the providers' batch APIs
+   (:func:`send_batches`), then through the runner (``orbench.run.stage.run_stage``: resume,
+   concurrency, the progress and output files), answered by the client or the batch results;
+4. **delivery** (``Job.deliver``): the output and what the run came to; the meta file beside
+   the output (``orbench.run.provenance``);
+5. **report**: the summary line (not with ``--quiet``), warnings, why the exit code is not 0, the
+   output path on stdout; the exit code: 0 all rows done, 1 some rows have errors, 2 bad input
+   or configuration (``UsageError``), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from orbench.llm.cache import Cache, default_cache_path
+from orbench.llm.clients import Client
+from orbench.llm.errors import UsageError
+from orbench.llm.models import ModelSpec, redact
+from orbench.llm.types import AnswerSource, Request
+from orbench.run.provenance import build_meta, dumps, meta_path_for
+from orbench.run.stage import (
+    RunResult,
+    Stage,
+    check_existing,
+    check_writable,
+    pending_records,
+    progress_path_for,
+    run_stage,
+)
+from orbench.run.tables import read_table, resolve_input, write_text_atomic
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The flags every stage shares (``orbench.run.cli.add_model_flags``), read once (``cli.options_from``)."""
+
+    output_file: str | None
+    limit: int | None
+    sep: str | None  # one character, or None: the one the input's header line uses
+    concurrency: int
+    retry_upstream: bool
+    overwrite: bool
+    quiet: bool
+    base_url: str | None
+    rpm: float | None
+    patience: float
+    timeout: float
+    max_retries: int
+    no_cache: bool
+    batch: bool
+    poll_interval: float
+    estimate: bool
+    prices: str | None
+
+
+def make_client(options: RunOptions) -> Client:
+    """A ``Client`` configured from the common model flags."""
+    if options.batch and options.no_cache:
+        raise UsageError("--batch needs the response cache (batch answers are stored there); drop --no_cache")
+    use_cache = not options.no_cache
+    if options.estimate and not default_cache_path().exists():
+        use_cache = False  # --estimate writes nothing, not even an empty cache
+    return Client(cache=Cache() if use_cache else None, base_url=options.base_url,
+                  concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
+                  max_retries=options.max_retries, patience=options.patience)
+
+
+@dataclass
+class Delivery:
+    """What a finished run reports: the counts its meta file records and the lines it prints."""
+
+    result: RunResult  # the delivered output, its counts, times, outcomes and further meta keys
+    input_rows: int
+    summary: list[str]  # not with --quiet
+    closing: list[str] = field(default_factory=list)  # said even with --quiet: why the exit code is not 0
+    exit_code: int = 0
+
+    @property
+    def warnings(self) -> list[str]:
+        outcomes = self.result.outcomes
+        return [*(outcomes.warnings if outcomes is not None else []), *self.result.warnings]
+
+
+@dataclass
+class Job:
+    """What a stage's ``setup`` hands to the lifecycle: the stage and where its data comes from and goes.
+
+    The methods are the lifecycle's hooks; these defaults run the stage once over its input into
+    ``output``. Stage 1 (``orbench.stages.generate_seeds.SeedJob``) overrides them to run rounds
+    of calls into a work file and deliver the prompts read from them.
+    """
+
+    stage: Stage
+    input: str | pd.DataFrame
+    output: Path
+    models: Sequence[ModelSpec] = field(default_factory=list)
+    input_name: str | None = None
+    typed: Sequence[str] | None = None  # the model names as the user wrote them, parallel to models
+    #: Whether ``--limit`` limits the runner's rows (stage 1 counts it in calls, in its rounds).
+    limits_rows = True
+
+    def __post_init__(self) -> None:
+        self.output = Path(self.output)
+
+    @property
+    def work(self) -> Path:
+        """Where the runner writes (its progress, lock and batch files beside it)."""
+        return self.output
+
+    def row_limit(self, options: RunOptions) -> int | None:
+        """The runner's ``limit``: ``--limit``, unless the job counts it otherwise."""
+        return options.limit if self.limits_rows else None
+
+    def guard(self, table: pd.DataFrame, options: RunOptions) -> None:
+        """Before anything is sent: stop (``UsageError``) when the output was made with other
+        settings. The runner checks again under its lock; ``--estimate`` and ``--batch`` check here."""
+        if options.estimate or options.batch:
+            check_existing(self.stage, table, self.work, overwrite=options.overwrite)
+
+    def planned(self, table: pd.DataFrame, options: RunOptions) -> pd.DataFrame:
+        """The rows whose pending requests ``--estimate`` prices."""
+        return table
+
+    def rounds(self, table: pd.DataFrame, options: RunOptions) -> Iterator[pd.DataFrame]:
+        """The rows of each round, in turn; a round has run before the next is asked for."""
+        yield table
+
+    def deliver(self, table: pd.DataFrame, result: RunResult, client: Client, options: RunOptions) -> Delivery:
+        """The runner's output as it wrote it, and the summary of the run."""
+        closing = []
+        if result.errors:
+            closing.append(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
+                           f"command to retry them")
+        return Delivery(result, len(table), [summary_line(self.stage, result, client), *result.lines],
+                        closing, result.exit_code)
+
+
+def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
+    """The one line printed at the end of a run."""
+    counts = f"{result.new} new, {result.resumed} resumed, {result.errors} errors"
+    if result.upstream_errors:
+        counts += f", {result.upstream_errors} passed through with an earlier stage's error"
+    parts = [f"{stage.name}: {result.rows} rows -> {result.output}", counts]
+    if result.outcomes is not None:
+        parts.append(result.outcomes.text)
+    if result.bad_progress_lines:
+        parts.append(f"{result.bad_progress_lines} unreadable progress lines skipped")
+    if client is not None:
+        parts.extend(request_counts(client))
+    parts.append(f"{result.elapsed:.1f}s")
+    parts.extend(result.notes)
+    return " | ".join(parts)
+
+
+def request_counts(client: Client) -> list[str]:
+    """The summary's parts about requests: sent, from the cache, blocked; tokens; pacing."""
+    s = client.stats
+    tokens = f"tokens {s.input_tokens:,} in / {s.output_tokens:,} out"
+    if s.reasoning_tokens:
+        tokens += f" ({s.reasoning_tokens:,} reasoning)"
+    parts = [f"requests {s.sent} sent, {s.cached} from cache, {s.provider_blocks} provider blocks", tokens]
+    paced = client.rate_limits.summary()
+    return parts + [paced] if paced else parts
+
+
+def pending_requests(job: Job, table: pd.DataFrame, options: RunOptions,
+                     client: Client) -> tuple[int, list[tuple[Request, str]]]:
+    """The rows a round over ``table`` would still do (after the progress file, within ``--limit``),
+    and their declared requests that the cache cannot answer, with their cache keys."""
+    todo = pending_records(job.stage, table, job.work, limit=job.row_limit(options),
+                           retry_upstream=options.retry_upstream)
+    requests = client.unanswered(r for record in todo.values() for r in job.stage.requests_of(record))
+    return len(todo), requests
+
+
+def estimate(job: Job, table: pd.DataFrame, options: RunOptions, client: Client) -> str:
+    """``--estimate``: the text pricing the requests a run would send; nothing is sent or written."""
+    from orbench.llm import pricing
+
+    rows, requests = pending_requests(job, job.planned(table, options), options, client)
+    return pricing.estimate_text(requests, rows=rows, batch=options.batch, prices_file=options.prices)
+
+
+def send_batches(job: Job, table: pd.DataFrame, options: RunOptions, client: Client) -> AnswerSource:
+    """``--batch``: the round's pending requests of providers with a batch API go through it
+    (``orbench.llm.batch.run_batches``); returns the round's answer source, which answers those
+    providers from the batch results and asks the others (e.g. a Together moderator in an
+    ensemble) as usual. ``UsageError`` when no model has a batch API."""
+    from orbench.llm import batch, providers
+
+    batched = {s.provider.name for s in job.models if batch.has_batch_api(s.provider)}
+    if not batched:
+        names = ", ".join(sorted({s.provider.name for s in job.models})) or "none"
+        raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
+                         f"{', '.join(providers.batch_providers())}")
+    _, requests = pending_requests(job, table, options, client)
+    requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
+    check_writable(job.work)  # before anything is submitted (and paid for)
+    summary = batch.run_batches(requests, client, job.work, poll_interval=options.poll_interval,
+                                quiet=options.quiet)
+    return batch.BatchAnswers(client, batched, summary.failures)
+
+
+def load_input(job: Job, options: RunOptions) -> tuple[pd.DataFrame, str, str | None]:
+    """The job's input table, its name in messages, and (a file, not a URL) its absolute path."""
+    if isinstance(job.input, pd.DataFrame):
+        return job.input, job.input_name or "input", None
+    input_path = resolve_input(job.input)
+    if "://" not in str(input_path):
+        input_path = str(Path(input_path).resolve())
+    table = read_table(job.input, job.stage.needs, sep=options.sep)
+    if Path(input_path).resolve() == job.output.resolve():
+        raise UsageError(f"--output_file {job.output} would overwrite the input file; choose another")
+    return table, job.input_name or str(job.input), input_path
+
+
+def execute(job: Job, options: RunOptions, command: list[str]) -> int:
+    """Run ``job`` through the lifecycle (module docstring); returns the exit code.
+    ``command`` is what the meta file records as the command that reruns it."""
+    try:
+        client = make_client(options)
+        table, name, input_path = load_input(job, options)
+        if job.stage.check is not None:
+            job.stage.check(table, name)
+        for spec in job.models:
+            client.prepare(spec)
+        job.guard(table, options)
+        if options.estimate:
+            print(estimate(job, table, options, client))
+            return 0
+        result = None
+        for rows in job.rounds(table, options):
+            source = send_batches(job, rows, options, client) if options.batch else client
+            result = run_stage(job.stage, rows, job.work, concurrency=options.concurrency,
+                               limit=job.row_limit(options), input_name=name, client=source,
+                               retry_upstream=options.retry_upstream, quiet=options.quiet,
+                               overwrite=options.overwrite, meta_path=meta_path_for(job.output))
+        delivery = job.deliver(table, result, client, options)
+        write_meta(job, delivery, client, input_path, command)
+    except UsageError as exc:
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        where = f" in {progress_path_for(job.work)}"
+        if options.batch:
+            where += f" (submitted batches in {job.work.name}.batches.jsonl; a rerun resumes polling)"
+        print(f"\ninterrupted: finished rows are saved{where}; rerun the same command to continue",
+              file=sys.stderr)
+        return 130
+    return report(delivery, options.quiet)
+
+
+def write_meta(job: Job, delivery: Delivery, client: Client, input_path: str | None, command: list[str]) -> None:
+    """The delivered output's meta file (``orbench.run.provenance``), written atomically beside it."""
+    typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
+    output = delivery.result.output
+    meta = build_meta(stage=job.stage, result=delivery.result, client=client,
+                      models=[client.describe(s, t) for s, t in zip(job.models, typed)],
+                      input_path=input_path, input_rows=delivery.input_rows, output=output, argv=command)
+    try:
+        write_text_atomic(dumps(meta), meta_path_for(output))
+    except OSError as exc:
+        raise UsageError(f"cannot write {meta_path_for(output)}: {exc.strerror or exc}") from None
+
+
+def report(delivery: Delivery, quiet: bool) -> int:
+    """The summary, the warnings, why the exit code is not 0, and the output path; the exit code."""
+    if not quiet:
+        for line in delivery.summary:
+            print(line, file=sys.stderr)
+    for warning in delivery.warnings:
+        print(f"warning: {warning}", file=sys.stderr)  # even with --quiet, as the closing lines below
+    for line in delivery.closing:
+        print(line, file=sys.stderr)
+    print(delivery.result.output)
+    return delivery.exit_code

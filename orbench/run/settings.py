@@ -1,0 +1,64 @@
+"""A stage's settings: one frozen dataclass, and what each row's key records of it.
+
+A stage (``orbench.run.stage.Stage``) holds its settings as a frozen dataclass, and its row
+functions get that object and the row and nothing else: whatever changes a row's result is a
+field. Every field is recorded (:func:`recorded`) in each row's key, in the progress file's
+first line and in the meta file, under its own name and with its own value, unless its
+declaration (:func:`setting`, :func:`rule`) says otherwise:
+
+- ``rule``: one of the project's own rules (a template, the keyword rules' fingerprint),
+  recorded apart from what the user asked for: a change re-scores the rows in place instead of
+  stopping the run (``orbench.run.existing_output``);
+- ``record=f``: recorded as ``f(value)`` (a template by its hash, a model by its name);
+- ``name=``: recorded under another name;
+- ``omit=f``: left out when ``f(settings)`` is true (a setting earlier versions recorded only
+  when it was given, so their outputs resume);
+- ``unkeyed="why"``: not recorded at all, with the reason: only for a field that no row's
+  result depends on, or that another field records.
+
+So a new setting is in the key the moment it is a field, and leaving one out is written down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+_NO_DEFAULT: Any = dataclasses.MISSING
+
+
+def setting(default: Any = _NO_DEFAULT, *, default_factory: Any = _NO_DEFAULT, record: Callable | None = None,
+            name: str | None = None, omit: Callable[[Any], bool] | None = None, unkeyed: str | None = None,
+            init: bool = True, rule: bool = False) -> Any:
+    """A settings field with how it is recorded (module docstring); the rest is ``dataclasses.field``."""
+    if unkeyed is not None and not unkeyed.strip():
+        raise ValueError("unkeyed needs the reason the field is left out of the key")
+    metadata = {"record": record, "name": name, "omit": omit, "unkeyed": unkeyed, "rule": rule}
+    return dataclasses.field(default=default, default_factory=default_factory, init=init, metadata=metadata)
+
+
+def rule(default: Any = _NO_DEFAULT, *, default_factory: Any = _NO_DEFAULT, record: Callable | None = None,
+         name: str | None = None, omit: Callable[[Any], bool] | None = None) -> Any:
+    """A settings field that is one of the project's rules (module docstring)."""
+    return setting(default, default_factory=default_factory, record=record, name=name, omit=omit, rule=True)
+
+
+def recorded(settings: Any) -> tuple[dict, dict]:
+    """What ``settings`` records: (the user's settings, the project's rules), in field order.
+
+    ``None`` (a stage with nothing to set) records nothing.
+    """
+    user: dict = {}
+    rules: dict = {}
+    if settings is None:
+        return user, rules
+    for spec in dataclasses.fields(settings):
+        how = spec.metadata
+        if how.get("unkeyed") or (how.get("omit") and how["omit"](settings)):
+            continue
+        value = getattr(settings, spec.name)
+        if how.get("record"):
+            value = how["record"](value)
+        (rules if how.get("rule") else user)[how.get("name") or spec.name] = value
+    return user, rules
