@@ -20,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # (name, file, old text, new text, tests)
 MUTANTS = [
-    ("holm -> hochberg", "orbench/analysis/compare.py", 'multipletests(p[ok], method="holm")',
-     'multipletests(p[ok], method="simes-hochberg")', ["tests/test_compare.py"]),
+    ("holm -> hochberg (step-down made step-up)", "orbench/analysis/compare.py",
+     "np.minimum(1.0, np.maximum.accumulate(p[order] * steps))",
+     "np.minimum(1.0, np.minimum.accumulate((p[order] * steps)[::-1])[::-1])", ["tests/test_compare.py"]),
     ("refusal rule 'I must decline' removed", "orbench/scoring/refusal.py",
      '    r"\\bi (?:must|have to|need to|\'ll have to|will have to) (?:respectfully |politely )?decline",\n', "",
      ["tests/test_refusal_rules.py", "tests/test_refusal.py"]),

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import random
 
+import openai._base_client
 import pandas as pd
+import pytest
 
 from orbench.stages import check_alignment, moderate
 
@@ -28,6 +30,13 @@ FAULTS = [
 ]
 ALIGN_ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 MAX_RUNS = 6
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch):
+    """The SDK's own wait between retries (0.5 s, doubling) shortened: what is tested is which rows
+    come out how, not the SDK's pauses (which only made this test sleep for seconds)."""
+    monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
 
 
 def read(path) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from orbench.run import stage
 from orbench.run.stage import progress_line
 
 ALIGN = "alignment_checker/check_alignment.py"
-LINE = re.compile(r"^check alignment openai/gpt-test: [\d,]+/40 rows, [\d.]+ rows/s, 0 errors, "
+LINE = re.compile(r"^check alignment openai/gpt-test: [\d,]+/20 rows, [\d.]+ rows/s, 0 errors, "
                   r"not paced, ETA (\d+:\d\d:\d\d|unknown)$")
 
 
@@ -20,9 +20,9 @@ def test_progress_line_text():
 
 def test_plain_lines_when_stderr_is_not_a_terminal_and_none_when_quiet(script, env, fake, tmp_path,
                                                                        monkeypatch):
-    monkeypatch.setattr(stage, "PROGRESS_EVERY", 0.3)
+    monkeypatch.setattr(stage, "PROGRESS_EVERY", 0.15)
     fake.add_rule(delay=0.1)
-    pd.DataFrame({"prompt": [f"p{i}" for i in range(40)]}).to_csv(tmp_path / "in.csv", index=False)
+    pd.DataFrame({"prompt": [f"p{i}" for i in range(20)]}).to_csv(tmp_path / "in.csv", index=False)
     args = ["--model", "openai/gpt-test", "--input_file", "in.csv", "--concurrency", "2", "--no_cache"]
     proc = script(ALIGN, *args, "--output_file", "a.csv", env=env)
     assert proc.returncode == 0
