@@ -10,7 +10,7 @@ final_label``), writes them as one stage-5 input CSV into the output folder (def
 ``./judge_accuracy_<judge>/``) with ``response`` = the completion, ``model`` = the id of the model
 that wrote it (so the keyword matcher uses that family's rules), ``xstest_model`` = the source
 file's model key and ``final_label`` = the human label, and runs stage 5
-(``response_checker/judge_responses.py``) on it in this process. That is the real stage: the
+(``response_checker/check_response.py``) on it in this process. That is the real stage: the
 response cache, resume from the progress file and the ``.meta.json`` provenance file beside the
 output all apply, so a second run sends no request. Flags this script does not know are passed
 to stage 5 unchanged (``--concurrency``, ``--max_retries``, ``--matcher``, ``--base_url``, ...).
@@ -76,7 +76,7 @@ from orbench.run.provenance import meta_path_for  # noqa: E402 (needs the sys.pa
 from orbench.scoring.cascade import CLASSES, UNSURE, confidence  # noqa: E402 (needs the sys.path set-up above)
 from orbench.scoring.refusal import family_for_model  # noqa: E402 (needs the sys.path set-up above)
 from orbench.scoring.vocab import DIRECT_ANSWER, DIRECT_REFUSAL, INDIRECT_REFUSAL  # noqa: E402 (needs the sys.path set-up above)
-from orbench.stages import check_response as judge_responses  # noqa: E402 (needs the sys.path set-up above)
+from orbench.stages import check_response  # noqa: E402 (needs the sys.path set-up above)
 
 #: XSTest v2 completion files (``xstest_v2_completions_<key>.csv``) -> the model that wrote them,
 #: as a provider/model id so the keyword matcher applies that model's family rules.
@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The bench's own flags (one-line errors); every other flag goes to stage 5."""
     parser = cli.ArgumentParser(
         description=__doc__.splitlines()[0], allow_abbrev=False,
-        epilog="Any other flag is passed to stage 5 (response_checker/judge_responses.py) as is.")
+        epilog="Any other flag is passed to stage 5 (response_checker/check_response.py) as is.")
     parser.add_argument("xstest_dir", nargs="?", default=None,
                         help="folder with the five xstest_v2_completions_*.csv files")
     parser.add_argument("--labels", default=None, metavar="CSV",
@@ -495,10 +495,10 @@ def main(argv=None) -> int:
         stage_argv += ["--template", args.template]
     stage_argv += extra
     if "--estimate" in extra:  # stage 5 prints what the run would send and cost, nothing more
-        return judge_responses.main(stage_argv)
+        return check_response.main(stage_argv)
     # stage 5 prints its output path on stdout: keep stdout for the table
     with contextlib.redirect_stdout(sys.stderr):
-        code = judge_responses.main(stage_argv)
+        code = check_response.main(stage_argv)
     if code not in (0, 1):
         return code
     report(output_csv, args.check_model)

@@ -25,8 +25,7 @@ from echo_stage import main as echo_main
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
 from orbench.llm.errors import UsageError
 from orbench.scoring import refusal
-from orbench.stages import check_alignment, moderate
-from orbench.stages import check_response as judge_responses
+from orbench.stages import check_alignment, check_response, moderate
 
 ALIGN_ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 JUDGE_ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
@@ -72,7 +71,7 @@ def align(capsys, *args):
 
 
 def judge(capsys, *args):
-    return call(judge_responses.main, args, capsys)
+    return call(check_response.main, args, capsys)
 
 
 def moderation(capsys, *args):

@@ -52,9 +52,7 @@ import numpy as np
 import pandas as pd
 
 from orbench.analysis import stats
-from orbench.analysis.audit import agreement as audit_stats
-from orbench.analysis.audit import labels as audit_labels
-from orbench.analysis.audit import page as audit_page
+from orbench.analysis.audit import agreement, labels, page
 from orbench.analysis.audit.sample import (
     ANSWER,
     CASCADE_CLASS,
@@ -131,7 +129,7 @@ def _machine(sample: Sample, items: pd.DataFrame) -> list[dict]:
         usable = items[(items[human_col] != "") & (items[col].isin(["refusal", "answer"] if kind == VERDICT
                                                                      else ["safe", "toxic"]))]
         for set_name, model, part in _groups(usable, kind):
-            m = audit_stats.binary_metrics(
+            m = agreement.binary_metrics(
                 (part[human_col] == "1").to_numpy(), (part[col] == positive).to_numpy(), part["stratum"].to_numpy(),
                 part["population"].to_numpy(), positive, stratified_on_verdict=on_verdict,
                 uncovered=_uncovered(strata, labelled, set_name, model, on_verdict))
@@ -210,17 +208,17 @@ def score(sample: Sample, annotators: dict[str, pd.DataFrame], notes: list[str] 
     for j, name in enumerate(names):
         items[f"label:{name}"] = table[:, j]
     items["labelled_by"] = (table != "").sum(axis=1)
-    items["majority"] = [audit_stats.majority(r) for r in table]
+    items["majority"] = [agreement.majority(r) for r in table]
     result: dict = {"sample_id": sample.sample_id, "kind": sample.kind, "annotators": names,
                     "labels": list(sample.labels),
                     "labelled": {n: int((table[:, j] != "").sum()) for j, n in enumerate(names)}}
-    result["agreement"] = audit_stats.agreement(table, sample.labels, names)
+    result["agreement"] = agreement.agreement(table, sample.labels, names)
     if result["agreement"].get("note"):
         notes.append(result["agreement"]["note"])
     if sample.kind == VERDICT:
         binary = np.where(table == "", "", np.where(np.isin(table, list(REFUSAL_LABELS)), "refusal", "compliance"))
-        result["agreement_refusal"] = audit_stats.agreement(binary, ("compliance", "refusal"), names)
-        flag = [audit_stats.majority(r) for r in binary]
+        result["agreement_refusal"] = agreement.agreement(binary, ("compliance", "refusal"), names)
+        flag = [agreement.majority(r) for r in binary]
         items["human_refusal"] = ["" if f == "" else ("1" if f == "refusal" else "0") for f in flag]
     else:
         items["human_safe"] = ["" if m == "" else ("1" if m == SAFE else "0") for m in items["majority"]]
@@ -280,7 +278,7 @@ def machine_table(result: dict) -> pd.DataFrame:
     for m in result["machine"]:
         if "sample" not in m:
             continue
-        for figure in audit_stats.FIGURES:
+        for figure in agreement.FIGURES:
             s, w = m["sample"][figure], m["weighted"][figure]
             rows.append({"verdict": m["verdict"], "set": m["set"], "model": m["model"], "positive": m["positive"],
                          "figure": figure, "n": m["n"], "sample": s["value"], "sample_ci_low": s["ci"][0],
@@ -303,8 +301,8 @@ def estimates_table(entries: list[dict], keys: Sequence[str]) -> pd.DataFrame:
 def load_and_score(folder: str | Path, files: Sequence[str] = ()) -> dict:
     """Read an audit folder and its labels (``files``, else those kept in the folder) and score them."""
     sample = read_sample(folder)
-    paths = list(files) or audit_labels.find_files(Path(folder))
-    annotators, notes = audit_labels.read_all(paths, sample)
+    paths = list(files) or labels.find_files(Path(folder))
+    annotators, notes = labels.read_all(paths, sample)
     result = score(sample, annotators, notes)
     result["label_files"] = paths
     return result
@@ -372,7 +370,7 @@ def summary_lines(result: dict) -> list[str]:
 
 def make_parser() -> ArgumentParser:
     """The command line of ``orbench-audit``."""
-    from orbench.analysis.audit import plan as audit_plan
+    from orbench.analysis.audit import plan
 
     doc = __doc__.split("\n\n")
     parser = ArgumentParser(prog="orbench-audit", description="\n\n".join(doc[:4]), epilog="\n\n".join(doc[4:]))
@@ -384,7 +382,7 @@ def make_parser() -> ArgumentParser:
                    help="items drawn per stratum (default: 10; ignored with --size)")
     s.add_argument("--size", type=int, default=None, metavar="N",
                    help="items in all, spread over the strata by --allocation (see 'orbench-audit plan')")
-    audit_plan.allocation_arguments(s, default="equal")
+    plan.allocation_arguments(s, default="equal")
     s.add_argument("--seed", type=int, default=0, help="the random seed of the draw (default: 0)")
     p = sub.add_parser("page", help="rewrite audit.html and the Label Studio files of an audit folder")
     p.add_argument("folder", metavar="DIR")
@@ -396,7 +394,7 @@ def make_parser() -> ArgumentParser:
     c.add_argument("--output_dir", default=None, metavar="DIR", help="where to write (default: DIR/score)")
     pl = sub.add_parser("plan", help="expected half-width of each figure for a size, and the size a target needs")
     _input_arguments(pl)
-    audit_plan.plan_arguments(pl)
+    plan.plan_arguments(pl)
     return parser
 
 
@@ -417,13 +415,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "sample":
             return _sample(args)
         if args.command == "plan":
-            from orbench.analysis.audit import plan as audit_plan
+            from orbench.analysis.audit import plan
 
-            return audit_plan.run(args, pilot_error_rates(args.pilot, args.kind) if args.pilot else None)
+            return plan.run(args, pilot_error_rates(args.pilot, args.kind) if args.pilot else None)
         if args.command == "page":
             sample = read_sample(args.folder)
-            write_text_atomic(audit_page.render(sample), sample.folder / "audit.html")
-            tasks, config = audit_page.label_studio(sample)
+            write_text_atomic(page.render(sample), sample.folder / "audit.html")
+            tasks, config = page.label_studio(sample)
             write_text_atomic(tasks, sample.folder / "labelstudio" / "tasks.json")
             write_text_atomic(config, sample.folder / "labelstudio" / "config.xml")
             print(sample.folder / "audit.html")
@@ -445,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def pilot_error_rates(folder: str, kind: str) -> dict[str, float]:
     """The machine verdict's error rate per verdict (refusal / answer; safe / toxic) measured by a
     scored pilot audit: the weighted share of items whose human majority says otherwise."""
-    from orbench.analysis.audit import plan as audit_plan
+    from orbench.analysis.audit import plan
 
     res = load_and_score(folder)
     if res["kind"] != kind:
@@ -458,7 +456,7 @@ def pilot_error_rates(folder: str, kind: str) -> dict[str, float]:
         raise UsageError(f"--pilot {folder}: the pilot audit has no machine verdict to measure")
     positive = REFUSAL if kind == "verdict" else SAFE
     out = {}
-    for verdict in audit_plan.rates_used(None, kind):
+    for verdict in plan.rates_used(None, kind):
         part = items[(items[human] != "") & (items[col] == verdict)]
         if part.empty:
             continue
@@ -469,13 +467,13 @@ def pilot_error_rates(folder: str, kind: str) -> dict[str, float]:
 
 
 def _sample(args) -> int:
-    from orbench.analysis.audit import plan as audit_plan
+    from orbench.analysis.audit import plan
 
-    rates = audit_plan.parse_error_rates(args.error_rate)
+    rates = plan.parse_error_rates(args.error_rate)
 
     def allocation(table):
-        return (audit_plan.allocate(table, args.size, args.allocation, rates, args.kind),
-                {"method": args.allocation, "size": args.size, "error_rates": audit_plan.rates_used(rates, args.kind)})
+        return (plan.allocate(table, args.size, args.allocation, rates, args.kind),
+                {"method": args.allocation, "size": args.size, "error_rates": plan.rates_used(rates, args.kind)})
     sample = write_sample(args.files, args.kind, args.output_dir, per_stratum=args.per_stratum, seed=args.seed,
                           default_set=args.default_set, allocation=allocation if args.size is not None else None)
     for note in sample.manifest["notes"]:

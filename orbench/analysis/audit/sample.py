@@ -344,7 +344,7 @@ def write_sample(specs: Sequence[str], kind: str, folder: str | Path, *, per_str
 def _write_folder(out: Path, items: pd.DataFrame, key: pd.DataFrame, strata: pd.DataFrame, manifest: dict) -> Sample:
     """Write the audit folder into a temporary folder beside the target, then rename it: never a
     half-written audit folder."""
-    from orbench.analysis.audit import page as audit_page
+    from orbench.analysis.audit import page
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
@@ -353,8 +353,8 @@ def _write_folder(out: Path, items: pd.DataFrame, key: pd.DataFrame, strata: pd.
         write_csv_atomic(key, tmp / "key.csv")
         write_csv_atomic(strata, tmp / "strata.csv")
         result = Sample(tmp, manifest, items.reset_index(drop=True), key.reset_index(drop=True), strata)
-        write_text_atomic(audit_page.render(result), tmp / "audit.html")
-        tasks, config = audit_page.label_studio(result)
+        write_text_atomic(page.render(result), tmp / "audit.html")
+        tasks, config = page.label_studio(result)
         write_text_atomic(tasks, tmp / "labelstudio" / "tasks.json")
         write_text_atomic(config, tmp / "labelstudio" / "config.xml")
         write_text_atomic(json.dumps(manifest, indent=2) + "\n", tmp / "audit.json")

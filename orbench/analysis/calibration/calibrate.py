@@ -54,7 +54,7 @@ from orbench.run.provenance import meta_path_for
 from orbench.run.tables import write_text_atomic
 from orbench.scoring.judge_cards import CARD_VERSION, card_text, judge_fingerprint, judge_identity, save_card
 from orbench.scoring.vocab import JUDGE_REFUSED, UNDECIDED, UNPARSED
-from orbench.stages import check_response as judge_responses
+from orbench.stages import check_response
 
 #: Flags this command sets for stage 5 itself.
 OWN_STAGE_FLAGS = ("--input_file", "--output_file", "--limit")
@@ -88,7 +88,7 @@ def build_parser() -> ArgumentParser:
 def join_stage_values(argv: list) -> list:
     """``--flag value`` -> ``--flag=value`` for stage-5 flags that take a value, so a value is
     never read as one of this command's arguments (also used by ``bench/judge_accuracy.py``)."""
-    takes_value = {opt for action in judge_responses.build_parser()._actions if action.nargs != 0
+    takes_value = {opt for action in check_response.build_parser()._actions if action.nargs != 0
                    for opt in action.option_strings}
     out, i = [], 0
     while i < len(argv):
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         clash = [f.split("=", 1)[0] for f in extra if f.split("=", 1)[0] in OWN_STAGE_FLAGS]
         if clash:
             raise UsageError(f"{clash[0]} is set by orbench-calibrate (use --output_dir, and --limit for a subset)")
-        for name in judge_responses.judge_names(args.check_model):  # a bad judge fails before any file is written
+        for name in check_response.judge_names(args.check_model):  # a bad judge fails before any file is written
             if name.lower() != "keyword":
                 parse_model(name)
         frame, labels, out_dir, input_csv, output_csv = _prepare(args)
@@ -244,9 +244,9 @@ def main(argv=None) -> int:
     stage_argv = ["--check_model", args.check_model, "--input_file", str(input_csv),
                   "--output_file", str(output_csv), *extra]
     if "--estimate" in extra:
-        return judge_responses.main(stage_argv)
+        return check_response.main(stage_argv)
     with contextlib.redirect_stdout(sys.stderr):  # stdout is for the card
-        code = judge_responses.main(stage_argv)
+        code = check_response.main(stage_argv)
     if code not in (0, 1):
         return code
     table = pd.read_csv(output_csv, dtype=str, keep_default_na=False)

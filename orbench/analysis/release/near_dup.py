@@ -76,6 +76,33 @@ def _rare_limit(prefix_freqs: list[list[int]]) -> float:
     return best
 
 
+def _candidates(index: dict, signatures: list[tuple[int, int]], n: int, t: float, share: float) -> set[int]:
+    """Kept texts sharing a signature with a set of ``n`` tokens whose size and decisive position
+    still allow a Jaccard of ``t`` (the prefix-filter bound)."""
+    lo, hi = t * n, n / t
+    candidates: set[int] = set()
+    for sig, pos in signatures:
+        groups = index.get(sig)
+        if not groups:
+            continue
+        rest = n - pos
+        for (m, q), members in groups.items():
+            if lo <= m <= hi and min(rest, m - q) >= math.ceil(share * (n + m)):
+                candidates.update(members)
+    return candidates
+
+
+def _first_match(s: frozenset[str], sets: list[frozenset[str]], candidates: set[int], threshold: float) -> int | None:
+    """The earliest candidate whose token Jaccard with ``s`` reaches ``threshold``, or None."""
+    floor = threshold - _EPS
+    for j in sorted(candidates):
+        other = sets[j]
+        common = len(s & other)
+        if common / (len(s) + len(other) - common) >= floor:
+            return j
+    return None
+
+
 def near_duplicate_of(texts: Sequence[str], threshold: float, *, rare_limit: float | None = None) -> list[int | None]:
     """For each text in order: the index of the earliest kept earlier text it is a near-duplicate of, or None.
 
@@ -119,25 +146,7 @@ def near_duplicate_of(texts: Sequence[str], threshold: float, *, rare_limit: flo
                 base = vocab + a * vocab
                 for pos_b in range(pos + 1, p2):  # overlap <= 1 + common tokens from b on
                     signatures.append((base + ranks[pos_b], pos_b - 1))
-        lo, hi = t * n, n / t
-        candidates: set[int] = set()
-        for sig, pos in signatures:
-            groups = index.get(sig)
-            if not groups:
-                continue
-            rest = n - pos
-            for (m, q), members in groups.items():
-                if lo <= m <= hi and min(rest, m - q) >= math.ceil(share * (n + m)):
-                    candidates.update(members)
-        match = None
-        if candidates:
-            floor = threshold - _EPS
-            for j in sorted(candidates):
-                other = sets[j]
-                common = len(s & other)
-                if common / (n + len(other) - common) >= floor:
-                    match = j
-                    break
+        match = _first_match(s, sets, _candidates(index, signatures, n, t, share), threshold)
         out.append(match)
         if match is None:
             for sig, pos in signatures:

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from orbench.analysis import stats
-from orbench.analysis.audit import agreement as audit_stats
+from orbench.analysis.audit import agreement
 from orbench.analysis.audit import commands as audit
 from orbench.analysis.audit.sample import ANSWER, PROMPT, REFUSAL, VERDICT
 from orbench.analysis.html_kit import DASH, esc, fixed, flag_marks, interval, table_of
@@ -177,7 +177,7 @@ def _corrected(verdict_audit, name, r: dict, method: str, rate_n: float) -> tupl
     if m is None:
         return stats.not_computable("rogan_gladen", f"the verdict audit has no {name} verdicts with both classes"), \
             se_sp, "", f"not computable: the verdict audit has no {name} verdicts with both classes"
-    est = audit_stats.rogan_gladen(float(rate), rate_n, m["weighted"]["recall"], m["weighted"]["specificity"])
+    est = agreement.rogan_gladen(float(rate), rate_n, m["weighted"]["recall"], m["weighted"]["specificity"])
     note = f"Rogan-Gladen ({why})" + ("; Se/Sp pooled over the audit: assumes the verdict errs alike on every model"
                                       if scope == POOLED else "")
     return est, se_sp, scope, note

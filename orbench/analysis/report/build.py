@@ -65,11 +65,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orbench.analysis.report import cards_section as calibration_report
-from orbench.analysis.report import comparisons as compare_hook
-from orbench.analysis.report import files as report_files
-from orbench.analysis.report import intervals as report_stats
-from orbench.analysis.report import lineage
+from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
@@ -121,7 +117,7 @@ class Report:
     without_point: tuple[str, ...] = ()  # your models with no OR-Bench point (one set missing), and why
     provenance: list[dict] = field(default_factory=list)
     examples: pd.DataFrame | None = None
-    extra: compare_hook.Extra = field(default_factory=compare_hook.Extra)  # comparisons, repeated samples
+    extra: comparisons.Extra = field(default_factory=comparisons.Extra)  # comparisons, repeated samples
     audit: dict | None = None  # with --audit: orbench.analysis.report.audit_section.compute's result
     lineage: list[dict] = field(default_factory=list)
     set_sizes: dict[str, int] = field(default_factory=dict)
@@ -183,7 +179,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
             a = b = math.nan
         flo.append(a), fhi.append(b)
     out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
-    report_stats.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
+    intervals.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
     out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
     return out.drop(columns="has_kind")
 
@@ -358,7 +354,7 @@ def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
         refused += st["refused_to_judge"]
     h, t = entry.get(HARD), entry.get(TOXIC)
     if h and t:
-        ba = balanced_accuracy(report_stats.entry_estimate(t), report_stats.entry_estimate(h))
+        ba = balanced_accuracy(intervals.entry_estimate(t), intervals.entry_estimate(h))
         row.update({"balanced_accuracy_ci_low_pct": 100 * ba.low, "balanced_accuracy_ci_high_pct": 100 * ba.high})
     row["errors"], row["unparsed"], row["refused_to_judge"] = errors, unparsed, refused
     row["judge_vs_humans"] = " || ".join(dict.fromkeys(
@@ -533,23 +529,23 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
     """Read the inputs and compute the whole report; nothing is written. Bad input stops it with
     ``UsageError`` (audits are read and scored, comparison names checked, before anything else)."""
     inp = load(specs, default_set, default_model, examples_per_cell=examples if html else 0, custom_sets=custom_sets)
-    pairs = compare_hook.check(inp, compare, baseline)
+    pairs = comparisons.check(inp, compare, baseline)
     if audit:  # human audits: read and scored before anything is written (their modules load only then)
-        from orbench.analysis.report import audit_section as audit_report
+        from orbench.analysis.report import audit_section
 
-        audits = audit_report.load(audit)
+        audits = audit_section.load(audit)
     published = published_sets()
     mark_set_prompts(inp, published)
     sizes = {k: len(v) for k, v in published.items()}
     summary, categories, headline = build_tables(inp, verdict)
-    summary, cards, calibration_notes = calibration_report.annotate(summary, inp)
+    summary, cards, calibration_notes = cards_section.annotate(summary, inp)
     records = lineage.by_set_and_model(inp.provenance)
-    extra = compare_hook.compute(inp, pairs, verdict, records, html)
+    extra = comparisons.compute(inp, pairs, verdict, records, html)
     ents = entries(summary, headline)
     ref = load_reference() if reference else []
-    board = report_stats.leaderboard_intervals(build_leaderboard(ents, ref, sizes), ents, inp, sizes)
+    board = intervals.leaderboard_intervals(build_leaderboard(ents, ref, sizes), ents, inp, sizes)
     fig, heat = _figure(ents, ref), heat_cells(categories, ents)
-    audited = audit_report.compute(audits, inp, summary, headline) if audit else None
+    audited = audit_section.compute(audits, inp, summary, headline) if audit else None
     warnings = (lineage.truncation_warnings(summary, records) + lineage.no_verdict_warnings(summary)
                 + lineage.chain_warnings(records))
     return Report(summary, categories, board, fig["points"], fig["spearman"], fig["fit"],
@@ -561,7 +557,7 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
 
 def _import_plots() -> None:
     """Import the figures' module (matplotlib) ahead of need; an error is left for the import that
-    needs it (report_files.write), where it is reported."""
+    needs it (files.write), where it is reported."""
     try:
         importlib.import_module("orbench.analysis.report.plots")
     except Exception:  # noqa: BLE001 - raised again, and reported, by the import that needs it
@@ -578,7 +574,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, htm
     rep = compute(specs, html=html, **options)
     release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     out = Path(output_dir)
-    rep = replace(rep, outputs=report_files.write(rep, out))
+    rep = replace(rep, outputs=files.write(rep, out))
     if html:
         from orbench.analysis.report import html as html_report
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orbench.analysis.report import comparisons as compare_hook
+from orbench.analysis.report import comparisons
 from orbench.analysis.stats import round_for_csv
 from orbench.benchmark.sets import CITATION
 from orbench.run.tables import write_csv_atomic
@@ -31,7 +31,7 @@ def write(rep, out: Path) -> dict[str, Path]:
     from orbench.analysis.report import plots  # matplotlib: imported while the inputs were read (report.build_report)
 
     out.mkdir(parents=True, exist_ok=True)
-    outputs = compare_hook.write(rep.extra, out)
+    outputs = comparisons.write(rep.extra, out)
     write_csv_atomic(round_for_csv(rep.summary), out / "summary.csv")
     write_csv_atomic(round_for_csv(rep.categories), out / "categories.csv")
     write_csv_atomic(round_for_csv(rep.leaderboard, 4), out / "leaderboard.csv")
@@ -48,9 +48,9 @@ def write(rep, out: Path) -> dict[str, Path]:
     outputs["leaderboard_md"] = md
     outputs["json"] = write_json(rep, out / "report.json")
     if rep.audit:
-        from orbench.analysis.report import audit_section as audit_report
+        from orbench.analysis.report import audit_section
 
-        outputs.update(audit_report.write(rep.audit, out))
+        outputs.update(audit_section.write(rep.audit, out))
     return outputs
 
 

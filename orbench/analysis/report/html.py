@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.analysis.html_kit import DASH, cell, esc, fixed, flag_marks, image, interval, num, table
-from orbench.analysis.report import comparisons as compare_hook
+from orbench.analysis.report import comparisons
 from orbench.analysis.report.inputs import XS_SAFE, XS_UNSAFE
 from orbench.analysis.report.lineage import TRUNCATION_WARN
 from orbench.analysis.stats import MIN_CELL_N
@@ -364,13 +364,13 @@ def examples_section(examples: pd.DataFrame | None, summary: pd.DataFrame) -> st
     return "".join(parts)
 
 
-def audit_section(rep) -> str:
+def audit_html(rep) -> str:
     """The audit section of a report run with --audit ('' without)."""
     if not rep.audit:
         return ""
-    from orbench.analysis.report import audit_section as audit_report
+    from orbench.analysis.report import audit_section
 
-    return audit_report.section(rep.audit)
+    return audit_section.section(rep.audit)
 
 
 def _warnings_box(warnings) -> str:
@@ -415,7 +415,7 @@ def _head(rep) -> list[str]:
             "rejections / scored rows with 95% Wilson intervals (with repeated samples, on the prompt-level "
             "effective size: the prompt is the unit); rows with an error or without a verdict are excluded and "
             "counted separately, never as refusals or answers.</p>",
-            _warnings_box(rep.warnings), compare_hook.comparison_html(rep.extra)]
+            _warnings_box(rep.warnings), comparisons.comparison_html(rep.extra)]
 
 
 def _board_and_figures(rep) -> list[str]:
@@ -451,7 +451,7 @@ def _tables_and_evidence(rep) -> list[str]:
     return [
         "<h2>Rates per model and set</h2>", rates_section(rep.summary),
         "<h3>Per category</h3>", categories_section(rep.categories),
-        compare_hook.samples_html(rep.extra), audit_section(rep),
+        comparisons.samples_html(rep.extra), audit_html(rep),
         "<h2>Who produced the responses and who decided the verdicts</h2>",
         "<p>Per model and set, from each input's meta file and its ancestors' (each names its input).</p>",
         lineage_section(rep.lineage, rep.summary),
