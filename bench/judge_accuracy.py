@@ -439,6 +439,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_perfect_judge(args: argparse.Namespace, extra: list[str]) -> int:
+    """``--perfect_judge``: the cascade's figures with the human labels as the judge (no model asked)."""
+    try:
+        if args.check_model or extra:
+            raise InputError("--perfect_judge asks no model: drop --check_model and stage-5 flags "
+                             f"({' '.join(([args.check_model] if args.check_model else []) + extra)})")
+        frame = load_frame(args)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{'labels ' + args.labels if args.labels else 'XSTest v2'}: {len(frame)} responses from "
+          f"{frame['xstest_model'].nunique()} models")
+    print_cascade(cascade_rows(frame))
+    return 0
+
+
 def main(argv=None) -> int:
     """Run the bench; returns the exit code (see the module docstring)."""
     parser = build_parser()
@@ -451,18 +467,7 @@ def main(argv=None) -> int:
     except SystemExit as exc:  # --help
         return 0 if exc.code == 0 else 2
     if args.perfect_judge:
-        try:
-            if args.check_model or extra:
-                raise InputError("--perfect_judge asks no model: drop --check_model and stage-5 flags "
-                                 f"({' '.join(([args.check_model] if args.check_model else []) + extra)})")
-            frame = load_frame(args)
-        except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(f"{'labels ' + args.labels if args.labels else 'XSTest v2'}: {len(frame)} responses from "
-              f"{frame['xstest_model'].nunique()} models")
-        print_cascade(cascade_rows(frame))
-        return 0
+        return run_perfect_judge(args, extra)
     if not args.check_model:
         print("error: the following arguments are required: --check_model (or --perfect_judge) "
               "(see --help)", file=sys.stderr)

@@ -98,6 +98,21 @@ def label_items(browser, folder: Path, name: str, labels: list[str]) -> str:
     return browser.execute_script("return window.auditCSV()")
 
 
+def export_download(browser, downloads, name):
+    """Click the page's export button and wait for the real download (Blob + <a download>) to land."""
+    from selenium.webdriver.common.by import By
+
+    downloads.mkdir()
+    browser.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    browser.find_element(By.ID, "export").click()
+    target = downloads / name
+    for _ in range(100):  # a generous bound: the file appears in well under a second
+        if target.exists() and target.stat().st_size:
+            break
+        time.sleep(0.1)
+    return target
+
+
 def test_label_reload_export_and_score(browser, verdict_audit, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -131,16 +146,8 @@ def test_label_reload_export_and_score(browser, verdict_audit, tmp_path):
     # label the rest and export through the real download (Blob + <a download>)
     keys(browser, Keys.ARROW_RIGHT, *["1"] * (n - 3))
     assert text(browser, "count") == f"{n} of {n} labelled"
-    downloads = tmp_path / "downloads"
-    downloads.mkdir()
-    browser.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     shown = browser.execute_script("return window.auditCSV()")
-    browser.find_element(By.ID, "export").click()
-    target = downloads / "labels_alice.csv"
-    for _ in range(100):  # a generous bound: the file appears in well under a second
-        if target.exists() and target.stat().st_size:
-            break
-        time.sleep(0.1)
+    target = export_download(browser, tmp_path / "downloads", "labels_alice.csv")
     assert target.read_text(encoding="utf-8").replace("\r\n", "\n") == shown.replace("\r\n", "\n")
     got = pd.read_csv(target, dtype=str, keep_default_na=False)
     assert list(got.columns) == ["sample_id", "item_id", "annotator", "label", "note"]

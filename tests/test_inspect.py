@@ -138,6 +138,22 @@ def check_rates(log, stage4: pd.DataFrame, stage5: pd.DataFrame) -> None:
             assert kw[f"category_rate_{category}"] == pytest.approx(rate(group)), category
 
 
+def check_same_report(script, env, tmp_path, stage5_path, converted_path) -> None:
+    """The report over the CLI's stage-5 file and over the converted inspect log: the same summary."""
+    for name, path in (("cli", stage5_path), ("inspect", converted_path)):
+        result = script("analysis/report.py", str(path), "--output_dir", str(tmp_path / f"report_{name}"),
+                        env=env, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    cli_summary = read(tmp_path / "report_cli" / "summary.csv")
+    inspect_summary = read(tmp_path / "report_inspect" / "summary.csv")
+    pd.testing.assert_frame_equal(cli_summary, inspect_summary)
+    row = inspect_summary.iloc[0]
+    assert (row.set, row.model, row.judge, row.headline) == ("hard", TARGET, JUDGE, "judge")
+    assert float(row.judge_rate) == pytest.approx(4 / 6) and row.judge_unparsed == "2"
+    assert float(row.keyword_rate) == pytest.approx(4 / 7)
+    assert float(row.keyword_full_rate) == pytest.approx(3 / 7) and row.keyword_unparsed == "1"
+
+
 def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp_path):
     prompts = list(first_prompts().prompt)
     add_rules(fake, prompts)
@@ -175,18 +191,7 @@ def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp
     assert list(converted.finish_reason) == ["stop"] * 3 + ["content_filter"] + ["stop"] * 4
 
     # the report reads both the same way
-    for name, path in (("cli", stage5_path), ("inspect", converted_path)):
-        result = script("analysis/report.py", str(path), "--output_dir", str(tmp_path / f"report_{name}"),
-                        env=env, cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
-    cli_summary = read(tmp_path / "report_cli" / "summary.csv")
-    inspect_summary = read(tmp_path / "report_inspect" / "summary.csv")
-    pd.testing.assert_frame_equal(cli_summary, inspect_summary)
-    row = inspect_summary.iloc[0]
-    assert (row.set, row.model, row.judge, row.headline) == ("hard", TARGET, JUDGE, "judge")
-    assert float(row.judge_rate) == pytest.approx(4 / 6) and row.judge_unparsed == "2"
-    assert float(row.keyword_rate) == pytest.approx(4 / 7)
-    assert float(row.keyword_full_rate) == pytest.approx(3 / 7) and row.keyword_unparsed == "1"
+    check_same_report(script, env, tmp_path, stage5_path, converted_path)
 
     # mockllm, same answers and verdicts: the same rates
     mock = get_model("mockllm/model", custom_outputs=mock_reply(prompts), memoize=False)

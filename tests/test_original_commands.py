@@ -76,6 +76,27 @@ def add_rules(fake) -> None:
     fake.add_rule(model=LLAMA3, text="A harmless explanation. [[11. None of the above]]")
 
 
+def check_moderated(moderated, rewrites) -> None:
+    """Stage 3 of the README chain: gpt4's verdicts on the 20 rewrites (4 toxic)."""
+    assert len(moderated) == 20
+    assert list(moderated.prompt) == list(rewrites.prompt)
+    assert set(moderated.category) == {"harmful"}  # the input category is kept
+    assert {"gpt4_label", "gpt4_is_toxic", "gpt4_raw", "is_toxic", "moderation_category",
+            "toxic_votes", "safe_votes", "unparsed_votes", "toxic_seed", "error"} <= set(moderated.columns)
+    assert (moderated.is_toxic == "True").sum() == 4
+    assert set(moderated.moderation_category) == {"none", "illegal"}
+
+
+def check_judged(judged, checked) -> None:
+    """Stage 5 of the README chain: the judge's classes on stage 4's 20 replies."""
+    assert len(judged) == 20
+    counts = judged.answer_category.value_counts().to_dict()
+    assert counts == {"direct_answer": 12, "direct_refusal": 4, "indirect_refusal": 4}
+    assert (judged.is_rejected == "True").sum() == 8
+    assert list(judged.keyword_is_rejected) == list(checked.is_rejected)
+    assert list(judged.columns).count("error") == 1 and set(judged.error) == {""}
+
+
 def test_readme_commands_chain(env, fake, tmp_path):
     add_rules(fake)
     dirs = layout(tmp_path)
@@ -103,14 +124,7 @@ def test_readme_commands_chain(env, fake, tmp_path):
     run("moderator", "moderate_only.py --moderator_model=gpt4 "
                      "--input_file_path=../rewritter/harmful_prompts_rewrite.csv --column=prompt")
     moderated_name = "harmful_prompts_rewrite_gpt4_moderated_prompt.csv"
-    moderated = read(dirs["moderator"] / moderated_name)
-    assert len(moderated) == 20
-    assert list(moderated.prompt) == list(rewrites.prompt)
-    assert set(moderated.category) == {"harmful"}  # the input category is kept
-    assert {"gpt4_label", "gpt4_is_toxic", "gpt4_raw", "is_toxic", "moderation_category",
-            "toxic_votes", "safe_votes", "unparsed_votes", "toxic_seed", "error"} <= set(moderated.columns)
-    assert (moderated.is_toxic == "True").sum() == 4
-    assert set(moderated.moderation_category) == {"none", "illegal"}
+    check_moderated(read(dirs["moderator"] / moderated_name), rewrites)
 
     # 4. the model under test, on the moderated file
     run("alignment_checker", "gpt3_4_alignment_checker.py --model=gpt-3.5-turbo-0125 "
@@ -126,13 +140,7 @@ def test_readme_commands_chain(env, fake, tmp_path):
     # 5. the LLM judge on the alignment output
     run("response_checker", f"check_response.py --check_model=gpt4 "
                             f"--input_file=../alignment_checker/{checked_rel}")
-    judged = read(dirs["response_checker"] / f"{checked_rel[:-4]}_gpt4_judged.csv")
-    assert len(judged) == 20
-    counts = judged.answer_category.value_counts().to_dict()
-    assert counts == {"direct_answer": 12, "direct_refusal": 4, "indirect_refusal": 4}
-    assert (judged.is_rejected == "True").sum() == 8
-    assert list(judged.keyword_is_rejected) == list(checked.is_rejected)
-    assert list(judged.columns).count("error") == 1 and set(judged.error) == {""}
+    check_judged(read(dirs["response_checker"] / f"{checked_rel[:-4]}_gpt4_judged.csv"), checked)
 
     # the README's variant: moderate the model's responses instead of the prompts
     run("moderator", "moderate_only.py --moderator_model=llama3 "
