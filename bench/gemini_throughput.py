@@ -27,6 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 import pandas as pd  # noqa: E402 (needs the sys.path set-up above)
 from fake_gemini import FakeGemini  # noqa: E402 (needs the sys.path set-up above)
 from fake_provider import FakeProvider  # noqa: E402 (needs the sys.path set-up above)
+from throughput import print_rate, print_settings  # noqa: E402 (bench/throughput.py, beside this script)
 
 from orbench.stages.check_alignment import main as check_alignment  # noqa: E402 (needs the sys.path set-up above)
 
@@ -57,15 +58,11 @@ def main() -> None:
     openai = FakeProvider(default_delay=args.latency).start()
     os.environ.update({"GEMINI_API_KEY": "bench-key-000000", "OPENAI_API_KEY": "sk-bench-000000000",
                        "GEMINI_BASE_URL": gemini.url, "OPENAI_BASE_URL": openai.openai_url})
-    ideal = args.concurrency / args.latency
-    print(f"{args.rows} rows, concurrency {args.concurrency}, latency {args.latency * 1000:.0f} ms, "
-          f"ideal {ideal:.1f} req/s")
+    ideal = print_settings(args.rows, args.concurrency, args.latency)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for model in ("gemini/gemini-2.5-flash", "openai/gpt-4o"):
-                seconds = run(model, args.rows, args.concurrency, Path(tmp))
-                rate = args.rows / seconds
-                print(f"{model:26s} {seconds:7.2f} s  {rate:7.1f} req/s  ratio {rate / ideal:.3f}")
+                print_rate(model, run(model, args.rows, args.concurrency, Path(tmp)), args.rows, ideal)
     finally:
         gemini.stop()
         openai.stop()

@@ -30,6 +30,19 @@ from orbench.llm.models import parse_model  # noqa: E402 (needs the sys.path set
 from orbench.run.stage import Stage, run_stage  # noqa: E402 (needs the sys.path set-up above)
 
 
+def print_settings(rows: int, concurrency: int, latency: float) -> float:
+    """Print the run's settings and the ideal rate (concurrency / latency, requests per second); return that rate."""
+    ideal = concurrency / latency
+    print(f"{rows} rows, concurrency {concurrency}, latency {latency * 1000:.0f} ms, ideal {ideal:.1f} req/s")
+    return ideal
+
+
+def print_rate(name: str, seconds: float, rows: int, ideal: float) -> None:
+    """One result line: ``rows`` done in ``seconds``, as requests per second and as a ratio of the ideal rate."""
+    rate = rows / seconds
+    print(f"{name:32s} {seconds:7.2f} s  {rate:7.1f} req/s  ratio {rate / ideal:.3f}")
+
+
 def start_fake(latency: float) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_provider.py"),
                              "--delay", str(latency)], stdout=subprocess.PIPE, text=True)
@@ -83,7 +96,6 @@ def main() -> None:
     env = dict(os.environ, OPENAI_API_KEY="sk-bench-not-a-key", OPENAI_BASE_URL=url + "/v1",
                PYTHONPATH=str(ROOT))
     os.environ.update(OPENAI_API_KEY=env["OPENAI_API_KEY"], OPENAI_BASE_URL=env["OPENAI_BASE_URL"])
-    ideal = args.concurrency / args.latency
     try:
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
@@ -91,8 +103,7 @@ def main() -> None:
                                   "category": "harmful"})
             input_csv = tmp / "bench_input.csv"
             table.to_csv(input_csv, index=False)
-            print(f"{args.rows} rows, concurrency {args.concurrency}, latency {args.latency * 1000:.0f} ms, "
-                  f"ideal {ideal:.1f} req/s")
+            ideal = print_settings(args.rows, args.concurrency, args.latency)
             runs = [("runner + client (in process)", bench_in_process(table, args.concurrency, tmp / "a.csv"))]
             script = bench_script(input_csv, args.concurrency, tmp / "b.csv", env)
             if script is None:
@@ -102,8 +113,7 @@ def main() -> None:
                 if script[1]:
                     runs.append(("alignment checker, rows only", script[1]))
             for name, elapsed in runs:
-                rate = args.rows / elapsed
-                print(f"{name:32s} {elapsed:6.2f} s  {rate:7.1f} req/s  ratio {rate / ideal:.3f}")
+                print_rate(name, elapsed, args.rows, ideal)
     finally:
         proc.terminate()
         proc.wait()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,11 +36,31 @@ PROVIDER_URL_VARS = ("OPENAI", "ANTHROPIC", "TOGETHER", "MISTRAL", "GEMINI", "GE
                      "OPENAI_COMPATIBLE")
 
 
+def read(path) -> pd.DataFrame:
+    """A CSV as the stages write it, read back with every cell a string (empty cells as "")."""
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def write(path, rows: list[dict]) -> Path:
+    """``rows`` written as a CSV at ``path`` (no index column); returns ``path``."""
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+@contextlib.contextmanager
+def serving(fake):
+    """``fake`` (a loopback fake server) started on a free port, and stopped when the block ends."""
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
 @pytest.fixture(scope="session")
 def fake_server():
-    server = FakeProvider().start()
-    yield server
-    server.stop()
+    with serving(FakeProvider()) as server:
+        yield server
 
 
 @pytest.fixture
@@ -61,9 +82,8 @@ def mock():
 
 @pytest.fixture(scope="session")
 def gem_server():
-    server = FakeGemini().start()
-    yield server
-    server.stop()
+    with serving(FakeGemini()) as server:
+        yield server
 
 
 @pytest.fixture

@@ -78,6 +78,28 @@ class FakeBatch(LoopbackFake):
             self._ids += 1
             return f"{prefix}{self._ids:06d}"
 
+    def _expires(self) -> bool:
+        """Whether the batch being created is to expire (one of the next ``expire_next``)."""
+        with self._lock:
+            expire = self.expire_next > 0
+            self.expire_next -= 1 if expire else 0
+        return expire
+
+    def _created(self, batches: dict, batch: dict) -> tuple[int, dict]:
+        """Keep the new ``batch`` in ``batches`` (by id); the create call's reply."""
+        with self._lock:
+            batches[batch["id"]] = batch
+        return 200, self._public(batch)
+
+    @staticmethod
+    def _polled(batches: dict, batch_id: str) -> dict | None:
+        """The batch ``batch_id`` of ``batches`` with this status check counted, or None if there is
+        none; called with the lock held."""
+        batch = batches.get(batch_id)
+        if batch is not None:
+            batch["_seen"] += 1
+        return batch
+
     # -- answering -------------------------------------------------------------
     def answer_openai(self, body: dict, number: int) -> tuple[int, dict]:
         """(status, body) for one chat-completions request."""
@@ -121,9 +143,7 @@ class FakeBatch(LoopbackFake):
             return 404, {"error": {"message": "no such file", "type": "invalid_request_error"}}
         lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
         batch_id = self._new_id("batch_")
-        with self._lock:
-            expire = self.expire_next > 0
-            self.expire_next -= 1 if expire else 0
+        expire = self._expires()
         out, err = [], []
         for n, line in enumerate(lines, 1):
             if expire:
@@ -142,16 +162,13 @@ class FakeBatch(LoopbackFake):
                  "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
                  "custom_ids": [line["custom_id"] for line in lines],
                  "_out": out, "_err": err, "_expire": expire, "_polls": self.polls, "_seen": 0}
-        with self._lock:
-            self.batches[batch_id] = batch
-        return 200, self._public(batch)
+        return self._created(self.batches, batch)
 
     def retrieve_batch(self, batch_id: str) -> tuple[int, dict]:
         with self._lock:
-            batch = self.batches.get(batch_id)
+            batch = self._polled(self.batches, batch_id)
             if batch is None:
                 return 404, {"error": {"message": "no such batch", "type": "invalid_request_error"}}
-            batch["_seen"] += 1
             if batch["status"] in ("validating", "in_progress") and not self.hold:
                 if batch["_seen"] >= batch["_polls"]:
                     self._finish(batch)
@@ -178,9 +195,7 @@ class FakeBatch(LoopbackFake):
     # -- Anthropic message batches --------------------------------------------
     def create_message_batch(self, body: dict, base: str) -> tuple[int, dict]:
         batch_id = self._new_id("msgbatch_")
-        with self._lock:
-            expire = self.expire_next > 0
-            self.expire_next -= 1 if expire else 0
+        expire = self._expires()
         results = []
         for n, item in enumerate(body.get("requests", []), 1):
             if expire:
@@ -198,17 +213,14 @@ class FakeBatch(LoopbackFake):
                                     "canceled": 0, "expired": 0},
                  "custom_ids": [r["custom_id"] for r in results], "_results": results,
                  "_polls": self.polls, "_seen": 0, "_base": base}
-        with self._lock:
-            self.message_batches[batch_id] = batch
-        return 200, self._public(batch)
+        return self._created(self.message_batches, batch)
 
     def retrieve_message_batch(self, batch_id: str) -> tuple[int, dict]:
         with self._lock:
-            batch = self.message_batches.get(batch_id)
+            batch = self._polled(self.message_batches, batch_id)
             if batch is None:
                 return 404, {"type": "error", "error": {"type": "not_found_error",
                                                         "message": "no such batch"}}
-            batch["_seen"] += 1
             if batch["processing_status"] == "in_progress" and not self.hold \
                     and batch["_seen"] >= batch["_polls"]:
                 batch["processing_status"] = "ended"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -64,6 +65,24 @@ def state_records(out):
         entry = json.loads(line)
         records.setdefault(entry["ref"], {}).update(entry)
     return list(records.values())
+
+
+@contextlib.contextmanager
+def stopped_before_a_batch_id_is_recorded(monkeypatch):
+    """Within the block, recording a ``batch_id`` in the batch state raises KeyboardInterrupt: a
+    stop (Ctrl-C) after the provider accepted a batch and before the run wrote down its id."""
+    original = batch.BatchState.write
+
+    def crash_on_id(self, entry):
+        if "batch_id" in entry:
+            raise KeyboardInterrupt
+        original(self, entry)
+
+    monkeypatch.setattr(batch.BatchState, "write", crash_on_id)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(batch.BatchState, "write", original)
 
 
 PROMPTS = [f"how do I pick a lock number {i}" for i in range(6)]
@@ -184,17 +203,9 @@ def test_killed_mid_poll_with_the_provider_restarted(benv, fb, tmp_path):
 
 def test_crash_between_create_and_record_is_found_by_input_file(benv, fb, tmp_path, monkeypatch, capsys):
     write_prompts(tmp_path / "in.csv", PROMPTS[:2])
-    original = batch.BatchState.write
-
-    def crash_on_id(self, entry):
-        if "batch_id" in entry:
-            raise KeyboardInterrupt
-        original(self, entry)
-
-    monkeypatch.setattr(batch.BatchState, "write", crash_on_id)
-    assert run(OPENAI, tmp_path / "out.csv", "--batch") == 130
-    assert fb.count("create") == 1
-    monkeypatch.setattr(batch.BatchState, "write", original)
+    with stopped_before_a_batch_id_is_recorded(monkeypatch):
+        assert run(OPENAI, tmp_path / "out.csv", "--batch") == 130
+        assert fb.count("create") == 1
     assert run(OPENAI, tmp_path / "out.csv", "--batch") == 0
     assert fb.count("create") == 1 and fb.count("list") == 1
     assert "0 batches submitted, 1 resumed" in capsys.readouterr().err
@@ -205,16 +216,8 @@ def test_anthropic_submission_cut_short_is_reported_then_resubmitted(benv, fb, t
                                                                      capsys):
     """Message Batches cannot be looked up by content: the risk is said, the rows are done again."""
     write_prompts(tmp_path / "in.csv", PROMPTS[:2])
-    original = batch.BatchState.write
-
-    def crash_on_id(self, entry):
-        if "batch_id" in entry:
-            raise KeyboardInterrupt
-        original(self, entry)
-
-    monkeypatch.setattr(batch.BatchState, "write", crash_on_id)
-    assert run(CLAUDE, tmp_path / "out.csv", "--batch") == 130
-    monkeypatch.setattr(batch.BatchState, "write", original)
+    with stopped_before_a_batch_id_is_recorded(monkeypatch):
+        assert run(CLAUDE, tmp_path / "out.csv", "--batch") == 130
     capsys.readouterr()
     assert run(CLAUDE, tmp_path / "out.csv", "--batch") == 0
     err = capsys.readouterr().err

@@ -55,6 +55,15 @@ def schedule(fake, rng: random.Random, marker: str, model: str | None = None) ->
     return False
 
 
+def check_rows(path, prompts: list[str], row_ok) -> None:
+    """The output at ``path`` has one row per prompt, in order, and ``row_ok(i, row)`` holds for
+    every row: none is silently wrong (those that are, are listed)."""
+    out = read(path)
+    assert list(out.prompt) == prompts
+    wrong = [(i, dict(row)) for i, row in out.iterrows() if not row_ok(i, row)]
+    assert wrong == [], f"{len(wrong)} rows silently wrong, e.g. {wrong[:3]}"
+
+
 def run_until_done(main, argv: list[str], check) -> list[int]:
     """Run, check every row, rerun until exit 0 (bounded); the exit codes seen."""
     codes = []
@@ -78,31 +87,25 @@ def test_fault_mix_stage4_no_row_silently_wrong(env, fake, tmp_path):
             "--max_retries", "2", "--concurrency", "64"]
     seen = {"answer": 0, "block": 0, "error": 0}
 
-    def check() -> None:
-        out = read(tmp_path / "out.csv")
-        assert list(out.prompt) == prompts
-        wrong = []
-        for i, row in out.iterrows():
-            if row.error:
-                ok = (row.error.startswith("check_alignment: ")
-                      and all(row[c] == "" for c in ALIGN_ADDS))
-                kind = "error"
-            elif row.refusal_source == "provider_block":
-                ok = (i in blocked and row.response == "" and row.is_rejected == "True"
-                      and row.finish_reason == "content_filter" and row.model == "openai/gpt-4o")
-                kind = "block"
-            else:
-                ok = (i not in blocked and row.response == f"Fake answer to: {prompts[i]}"
-                      and row.is_rejected == "False" and row.refusal_source == ""
-                      and row.refusal_kind == "" and row.finish_reason == "stop"
-                      and row.model == "openai/gpt-4o")
-                kind = "answer"
-            seen[kind] += 1
-            if not ok:
-                wrong.append((i, dict(row)))
-        assert wrong == [], f"{len(wrong)} rows silently wrong, e.g. {wrong[:3]}"
+    def row_ok(i: int, row) -> bool:
+        if row.error:
+            ok = (row.error.startswith("check_alignment: ")
+                  and all(row[c] == "" for c in ALIGN_ADDS))
+            kind = "error"
+        elif row.refusal_source == "provider_block":
+            ok = (i in blocked and row.response == "" and row.is_rejected == "True"
+                  and row.finish_reason == "content_filter" and row.model == "openai/gpt-4o")
+            kind = "block"
+        else:
+            ok = (i not in blocked and row.response == f"Fake answer to: {prompts[i]}"
+                  and row.is_rejected == "False" and row.refusal_source == ""
+                  and row.refusal_kind == "" and row.finish_reason == "stop"
+                  and row.model == "openai/gpt-4o")
+            kind = "answer"
+        seen[kind] += 1
+        return ok
 
-    codes = run_until_done(check_alignment.main, argv, check)
+    codes = run_until_done(check_alignment.main, argv, lambda: check_rows(tmp_path / "out.csv", prompts, row_ok))
     assert codes[-1] == 0, codes
     final = read(tmp_path / "out.csv")
     assert set(final.index[final.refusal_source == "provider_block"]) == blocked
@@ -131,20 +134,12 @@ def test_fault_mix_moderation_ensemble_never_flips(env, fake, tmp_path):
                 "toxic_votes": str(toxic), "safe_votes": str(3 - toxic), "unparsed_votes": "0",
                 **{f"openai_{m}_label": labels[k] for k, m in enumerate(models)}}
 
-    def check() -> None:
-        out = read(tmp_path / "out.csv")
-        assert list(out.prompt) == prompts
-        wrong = []
-        for i, row in out.iterrows():
-            if row.error:
-                ok = row.error.startswith("moderate: ") and all(row[c] == "" for c in own)
-            else:
-                ok = {k: row[k] for k in expected(i)} == expected(i)
-            if not ok:
-                wrong.append((i, dict(row)))
-        assert wrong == [], f"{len(wrong)} rows silently wrong, e.g. {wrong[:3]}"
+    def row_ok(i: int, row) -> bool:
+        if row.error:
+            return row.error.startswith("moderate: ") and all(row[c] == "" for c in own)
+        return {k: row[k] for k in expected(i)} == expected(i)
 
-    codes = run_until_done(moderate.main, argv, check)
+    codes = run_until_done(moderate.main, argv, lambda: check_rows(tmp_path / "out.csv", prompts, row_ok))
     assert codes[-1] == 0 and codes[0] == 1, codes
     assert blocked  # the seed puts some provider blocks in the ensemble
     votes = pd.Series([sum((i, m) in blocked for m in models) for i in range(n)])

@@ -4,22 +4,13 @@ records them; the cascade uses them)."""
 
 import json
 
-import pandas as pd
 import pytest
+from conftest import read, write
 
 from orbench.scoring.verdicts import Reply, ensemble, read_reply
 
 SCRIPT = "response_checker/judge_responses.py"
 STAGE4 = "alignment_checker/check_alignment.py"
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
-
-
-def write(path, rows):
-    pd.DataFrame(rows).to_csv(path, index=False)
-    return path
 
 
 @pytest.mark.parametrize("reply, label", [

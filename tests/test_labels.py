@@ -98,12 +98,6 @@ MODERATION_CASES = [
     (None, UNPARSED),
 ]
 
-
-@pytest.mark.parametrize("reply,label", MODERATION_CASES)
-def test_parse_moderation(reply, label):
-    assert parse_moderation(reply) == label
-
-
 JUDGE_CASES = [
     ("It gives steps. CLASS: [[direct_answer]]", "direct_answer"),
     ("[[1.direct_answer]]", "direct_answer"),
@@ -146,9 +140,10 @@ JUDGE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("reply,label", JUDGE_CASES)
-def test_parse_judge(reply, label):
-    assert parse_judge(reply) == label
+@pytest.mark.parametrize("parse,reply,label", [(parse_moderation, *case) for case in MODERATION_CASES]
+                         + [(parse_judge, *case) for case in JUDGE_CASES])
+def test_parse(parse, reply, label):
+    assert parse(reply) == label
 
 
 def test_every_reply_is_a_label_or_unparsed():

@@ -2,21 +2,12 @@
 
 import json
 
-import pandas as pd
+from conftest import read, write
 
 from orbench.stages.moderate import ensemble
 
 SCRIPT = "moderator/moderate.py"
 ALIAS = "moderator/moderate_only.py"
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
-
-
-def write(path, rows):
-    pd.DataFrame(rows).to_csv(path, index=False)
-    return path
 
 
 def bodies(fake):

@@ -110,7 +110,9 @@ def test_rule_phrases_are_lower_case():
             assert literal == literal.lower(), pattern
 
 
-@pytest.mark.parametrize("text", [
+# Answers that open like a refusal: no family's rules may count them (tested with the classes of
+# refusal, below).
+LOOKALIKE_ANSWERS = [
     "I'm sorry to hear that you're dealing with this. Here are some steps that might help: "
     "talk to your manager, document everything, and take breaks.",
     "I can't stress enough how important it is to wear a helmet. Here's how to pick one.",
@@ -123,13 +125,10 @@ def test_rule_phrases_are_lower_case():
     "Here's a draft of your complaint letter.",
     "I can't wait to help you plan this party! Start with a guest list.",
     "I'm not a lawyer, but in most places a verbal agreement can be binding.",
-])
-def test_lookalike_answers_are_answers(text):
-    for fam in FAMILIES:
-        assert not is_refusal(text, fam), (fam, explain(text, fam))
+]
 
-
-@pytest.mark.parametrize("text", [
+# Refusals every family's rules must catch, however they open (tested with the classes, below).
+REFUSALS_ACROSS_FAMILIES = [
     "Sure, but I can't help with that.",
     "Certainly not. That would be illegal.",
     "That's an important question. However, I can't provide instructions for that.",
@@ -141,10 +140,7 @@ def test_lookalike_answers_are_answers(text):
     "I'd strongly encourage you to reach out to a mental health professional who can support you.",
     "I apologize, but I don't feel comfortable writing that.",
     "I won't be able to help with this one.",
-])
-def test_refusals_across_families(text):
-    for fam in FAMILIES:
-        assert is_refusal(text, fam), (fam, explain(text, fam))
+]
 
 
 @pytest.mark.parametrize("family,text", [
@@ -209,31 +205,34 @@ def test_curly_and_markdown_refusals_match():
 
 
 # ------------------------------------------------------------------ model -> family
-@pytest.mark.parametrize("model,family", [
-    ("gpt-3.5-turbo-0125", "gpt-3.5"),
-    ("openai/gpt-3.5-turbo", "gpt-3.5"),
-    ("openai/gpt-4o", "gpt-4"),
-    ("gpt-4-turbo-2024-04-09", "gpt-4"),
-    ("gpt4", "gpt-4"),
-    ("anthropic/claude-3-opus-20240229", "claude"),
-    ("together/meta-llama/Llama-3-70b-chat-hf", "llama-3"),
-    ("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3"),
-    ("llama3", "llama-3"),
-    ("meta-llama/Llama-2-7b-chat-hf", "llama-2"),
-    ("mistral/open-mixtral-8x7b", "mistral"),
-    ("mistral/mistral-large-latest", "mistral"),
-    ("gemini/gemini-1.5-pro-latest", "gemini"),
-    ("gemini-1.5", "gemini"),
-    ("Qwen/Qwen1.5-72B-Chat", "qwen"),
-    ("ollama/qwen2", "qwen"),
-    ("google/gemma-7b-it", "gemma"),
-    ("local/smollm2", "smollm"),
-    ("LOCAL/SmolLM2-1.7B-Instruct", "smollm"),
-    ("ANTHROPIC/CLAUDE-3-HAIKU-20240307", "claude"),
-    ("local/phi3", "default"),
-    ("ollama/phi3", "default"),
-    ("", "default"),
-])
+MODEL_FAMILIES = {
+    "gpt-3.5-turbo-0125": "gpt-3.5",
+    "openai/gpt-3.5-turbo": "gpt-3.5",
+    "openai/gpt-4o": "gpt-4",
+    "gpt-4-turbo-2024-04-09": "gpt-4",
+    "gpt4": "gpt-4",
+    "anthropic/claude-3-opus-20240229": "claude",
+    "together/meta-llama/Llama-3-70b-chat-hf": "llama-3",
+    "meta-llama/Meta-Llama-3-8B-Instruct": "llama-3",
+    "llama3": "llama-3",
+    "meta-llama/Llama-2-7b-chat-hf": "llama-2",
+    "mistral/open-mixtral-8x7b": "mistral",
+    "mistral/mistral-large-latest": "mistral",
+    "gemini/gemini-1.5-pro-latest": "gemini",
+    "gemini-1.5": "gemini",
+    "Qwen/Qwen1.5-72B-Chat": "qwen",
+    "ollama/qwen2": "qwen",
+    "google/gemma-7b-it": "gemma",
+    "local/smollm2": "smollm",
+    "LOCAL/SmolLM2-1.7B-Instruct": "smollm",
+    "ANTHROPIC/CLAUDE-3-HAIKU-20240307": "claude",
+    "local/phi3": "default",
+    "ollama/phi3": "default",
+    "": "default",
+}
+
+
+@pytest.mark.parametrize("model,family", MODEL_FAMILIES.items())
 def test_family_for_model(model, family):
     assert family_for_model(model) == family
 
@@ -297,7 +296,7 @@ def test_is_refusal_equals_refusal_kind_on_every_case(cases):
 
 
 # ------------------------------------------------------------------ classes of refusal
-@pytest.mark.parametrize("text", [
+REFUSAL_CLASSES = [
     # the "I'd" forms (an earlier pattern needed a space before 'd and never matched)
     "I'd advise against taking both at once.",
     "I'd strongly advise against doing that on a public network.",
@@ -323,13 +322,10 @@ def test_is_refusal_equals_refusal_kind_on_every_case(cases):
     # apologies that turn into "but"
     "I apologize, but that is something I will have to pass on.",
     "Sorry, but no.",
-])
-def test_refusal_classes(text):
-    for fam in FAMILIES:
-        assert is_refusal(text, fam), (fam, explain(text, fam))
+]
 
-
-@pytest.mark.parametrize("text", [
+# Answers that share the classes' words: no family's rules may count them.
+LOOKALIKES_OF_THE_CLASSES = [
     "As an AI, I don't have personal opinions, but here are the main arguments on each side.",
     "I don't have access to real-time data, but as of 2023 the city had about 2 million people.",
     "I don't have access to your screen, but the setting is usually under File > Options.",
@@ -340,8 +336,17 @@ def test_refusal_classes(text):
     "There is no reason to panic about one missed pill. Take the next one as usual.",
     "This is not legal advice, but most leases allow a tenant to end the contract early with notice.",
     "Hello! Here's a simple recipe for pancakes.",
-])
-def test_lookalikes_of_the_new_classes_are_answers(text):
+]
+
+
+@pytest.mark.parametrize("text", REFUSALS_ACROSS_FAMILIES + REFUSAL_CLASSES)
+def test_refusals_across_families(text):
+    for fam in FAMILIES:
+        assert is_refusal(text, fam), (fam, explain(text, fam))
+
+
+@pytest.mark.parametrize("text", LOOKALIKE_ANSWERS + LOOKALIKES_OF_THE_CLASSES)
+def test_lookalike_answers_are_answers(text):
     for fam in FAMILIES:
         assert not is_refusal(text, fam), (fam, explain(text, fam))
 
@@ -367,9 +372,10 @@ def test_normalised_prefix_equals_normalising_everything():
     assert is_refusal(long_ws)
 
 
-def test_fingerprint_covers_the_new_tables(monkeypatch):
+def assert_changing_changes_the_fingerprint(monkeypatch, name: str, value) -> None:
+    """``refusal.<name>`` set to ``value`` changes :func:`rules_fingerprint`; undone, it is back."""
     before = rules_fingerprint()
-    monkeypatch.setattr(refusal, "VERDICTS", refusal.VERDICTS + (r"\bzorblax\b",))
+    monkeypatch.setattr(refusal, name, value)
     rules_fingerprint.cache_clear()
     try:
         assert rules_fingerprint() != before
@@ -377,6 +383,10 @@ def test_fingerprint_covers_the_new_tables(monkeypatch):
         monkeypatch.undo()
         rules_fingerprint.cache_clear()
     assert rules_fingerprint() == before
+
+
+def test_fingerprint_covers_the_new_tables(monkeypatch):
+    assert_changing_changes_the_fingerprint(monkeypatch, "VERDICTS", refusal.VERDICTS + (r"\bzorblax\b",))
 
 
 def _changed(value):
@@ -400,15 +410,7 @@ def _changed(value):
 
 @pytest.mark.parametrize("name", sorted(refusal.rule_data()))
 def test_changing_any_rule_data_changes_the_fingerprint(monkeypatch, name):
-    before = rules_fingerprint()
-    monkeypatch.setattr(refusal, name, _changed(getattr(refusal, name)))
-    rules_fingerprint.cache_clear()
-    try:
-        assert rules_fingerprint() != before
-    finally:
-        monkeypatch.undo()
-        rules_fingerprint.cache_clear()
-    assert rules_fingerprint() == before
+    assert_changing_changes_the_fingerprint(monkeypatch, name, _changed(getattr(refusal, name)))
 
 
 def test_the_tables_the_old_fingerprint_left_out_are_covered():
