@@ -568,6 +568,9 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
         bar.close()
         if lines is not None:
             lines.cancel()
+        for task in workers:  # after Ctrl-C: the rows in flight stop before their connections close
+            task.cancel()     # (closing a connection a request still reads waits for its reply)
+        await asyncio.gather(*workers, return_exceptions=True)
         if client is not None:  # SDK connections belong to this event loop; close them in it
             await client.close()
 
