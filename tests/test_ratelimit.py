@@ -230,7 +230,39 @@ def test_a_429_cuts_the_rate_to_the_share_admitted_once_per_round_trip(clock):
     clock.now = 98.05
     pacer.observe(_ticket(pacer, 98.02, depth=3), 429, {})
     assert pacer.rate == pytest.approx(40 * 18 / 21)
-    assert pacer.last_cut == 98.0 and pacer.fast is False
+    assert pacer.last_cut == 98.0 and pacer.growth == 0.001  # a trim: the rate creeps back (0.1 % an answer)
+
+
+def test_429s_again_within_three_round_trips_of_a_cut_cut_by_the_whole_share_refused(clock):
+    """A descent from a blind start: the last cut 0.2 s ago (two replies' time), and since then
+    4 of 20 admitted. The rate is cut to 4/20 of itself, not only halved, and grows back by 1 %
+    an answer (the share undershoots where refused requests count against the limit)."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 400.0, None, 98.0
+    _history(pacer, *[(98.0 + i * 0.01, 8, i < 4) for i in range(20)])
+    clock.now = 98.2
+    pacer.observe(_ticket(pacer, 98.19, depth=8), 429, {})  # the 21st since the cut, refused too
+    assert pacer.rate == pytest.approx(400.0 * 4 / 21) and pacer.growth == 0.01
+    assert ratelimit.cut_factor(4, 17) == 0.5 and ratelimit.cut_factor(4, 17, 0.05) == pytest.approx(4 / 21)
+    assert ratelimit.cut_factor(0, 30, 0.05) == 0.05  # never below the deepest cut
+
+
+def test_429s_that_rose_since_the_last_cut_are_the_rates_doing_even_below_its_rate(clock):
+    """Below the last cut's rate (100/s), 429s as many as then (2 %) are not the rate's doing and
+    the rate is left alone; 429s that rose to 6 of 40 (15 %, over 1.5 x 2 %) are: it is cut."""
+    def pacer_after_a_cut(refused: int) -> Pacer:
+        pacer = Pacer("openai", None, "m")
+        pacer.rate, pacer.window, pacer.last_cut = 90.0, None, 90.0
+        pacer.peak, pacer.cut_share = 100.0, 0.02
+        _history(pacer, *[(95.0 + i * 0.05, 4, i >= refused) for i in range(40)])
+        return pacer
+    clock.now = 98.0
+    same = pacer_after_a_cut(0)
+    same.observe(_ticket(same, 97.9, depth=4), 429, {})  # 1 of 41 refused: 2.4 %, as before
+    assert same.rate == 90.0 and same.last_cut == 90.0
+    rose = pacer_after_a_cut(6)
+    rose.observe(_ticket(rose, 97.9, depth=4), 429, {})  # 7 of 41 refused
+    assert rose.rate == pytest.approx(90.0 * 34 / 41) and rose.last_cut == 98.0
 
 
 def test_when_nothing_got_through_since_the_last_cut_everyone_waits_instead(clock):
@@ -257,7 +289,7 @@ def test_the_slow_starts_429_is_taken_for_a_cap_then_a_429_within_it_cuts_a_rate
     # from a rate that held nothing back, it grows fast (5 % per answer).
     clock.now = 99.75
     assert pacer.observe(_ticket(pacer, 99.7, depth=3), 429, {}) == 0.0
-    assert pacer.rate == pytest.approx(13 / 0.7 * 12 / 14) and pacer.cap == 4 and pacer.fast
+    assert pacer.rate == pytest.approx(13 / 0.7 * 12 / 14) and pacer.cap == 4 and pacer.growth == 0.05
     pacer.observe(_ticket(pacer, 99.75, rate_bound=True), 200, {})
     assert pacer.rate == pytest.approx(13 / 0.7 * 12 / 14 * 1.05)
 

@@ -22,8 +22,12 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    of a request sent after the last cut), from the rate the requests went out at: to the share
    of the requests sent since the last cut that the server admitted (when over its limit, that
    share of the rate sent is the rate it admits), kept between ``HALVE`` and ``CUT``
-   (``cut_factor``). The rate grows by ``GROW`` per answer while it is what holds requests back,
-   by ``GROW_FAST`` after a cut deeper than ``CUT`` (the limit is somewhere well above).
+   (``cut_factor``); when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a
+   blind start far over the limit, still coming down) by the whole share refused, down to
+   ``DEEPEST``. 429s below the last cut's rate, about as many as then, are not the rate's doing
+   and cut nothing; more than ``CUT_ROSE`` times as many are. The rate grows by ``GROW`` per
+   answer while it is what holds requests back, by ``GROW_MID`` after a cut in a descent, and by
+   ``GROW_FAST`` after a blind or halving cut (the limit may be well above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
@@ -66,12 +70,16 @@ OVERLOAD_STATUSES = frozenset({503, 529})
 SLOW_START = 4         # requests in flight before the first success
 CUT = 0.9              # the least cut of the rate at a 429: to this share of the rate sent
 HALVE = 0.5            # the cut when too few requests tell how far over the limit they went
+DEEPEST = 0.05         # the deepest cut: a blind start may have gone far over the limit
 MEASURED_AFTER = 10    # requests since the last cut that tell it
 CLEARLY_OVER = 0.25    # a share of 429s that always cuts the rate
 CUT_FELL_SHORT = 0.9   # below the last cut's rate, 429s at this share of the last cut's or more
-                       # did not fall with it: the rate is not to blame, it is not cut again
+                       # did not fall with it: the rate is not to blame, it is not cut again ...
+CUT_ROSE = 1.5         # ... unless they rose above this multiple of the last cut's share
 GROW = 0.001           # rate growth per answer while the rate is what holds requests back
-GROW_FAST = 0.05       # ... after a cut that may have gone far below the limit
+GROW_FAST = 0.05       # ... after a blind or halving cut, or the first: it may have gone far below the limit
+GROW_MID = 0.01        # ... after a cut in a descent (429s within DESCENT_TRIPS of the last cut)
+DESCENT_TRIPS = 3      # round trips
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
 HISTORY = 256          # outcomes remembered: send time, requests in flight, admitted or not
 PROBE_EVERY = 50       # answers between tries above a learned concurrency cap
@@ -330,13 +338,14 @@ def request_costs(prompt_chars: int, max_tokens: int) -> dict[str, float]:
 
 # -- what the 429s tell ----------------------------------------------------------------------
 
-def cut_factor(admitted: int, refused: int) -> float | None:
+def cut_factor(admitted: int, refused: int, deepest: float = HALVE) -> float | None:
     """The factor a 429 cuts the rate by, from what was admitted and refused of the requests
     sent since the last cut (this 429 included): the admitted share (over its limit, the server
-    admits that share of the rate sent), between ``HALVE`` and ``CUT``; None when fewer than
+    admits that share of the rate sent), between ``deepest`` (``HALVE``, or ``DEEPEST`` while
+    the rate is still coming down from a blind start) and ``CUT``; None when fewer than
     ``MEASURED_AFTER`` requests tell the share."""
     sent = admitted + refused
-    return min(CUT, max(HALVE, admitted / sent)) if sent >= MEASURED_AFTER else None
+    return min(CUT, max(deepest, admitted / sent)) if sent >= MEASURED_AFTER else None
 
 
 def sent_rate(times, count: int = RECENT_SENDS) -> float | None:
@@ -386,7 +395,7 @@ class Pacer:
         self.scale = 1.0
         # What the 429s taught: a rate (requests per second), a cap on requests in flight.
         self.rate: float | None = None
-        self.fast = True  # the rate grows fast until a cut finds the limit close by
+        self.growth = GROW_FAST  # per answer: fast until a cut finds the limit close by
         self.cap: int | None = None
         self.window: int | None = SLOW_START  # slow start: requests in flight allowed
         self.probe_every, self.probe_at, self.probe_streak = PROBE_EVERY, PROBE_EVERY, 0
@@ -570,7 +579,7 @@ class Pacer:
         elif self.cap is not None and ticket.depth == self.cap:
             self.cap_trial = False
         elif self.rate and ticket.rate_bound and (not self.fixed_rate or self.rate < self.fixed_rate):
-            self.rate *= 1 + (GROW_FAST if self.fast else GROW)
+            self.rate *= 1 + self.growth
         if (self.cap and self.rate and len(self.history) == HISTORY
                 and all(h.depth < self.cap for h in self.history)):
             self.cap = None  # not reached in all that time, under a rate: forgotten (found again if real)
@@ -670,12 +679,22 @@ class Pacer:
         self.shut = 0
         since = since if len(since) >= MEASURED_AFTER else self._since_cut(MEASURED_AFTER)
         refused = 1 - sum(since) / len(since)
-        if self.rate and self.rate < self.peak and CUT_FELL_SHORT * self.cut_share <= refused < CLEARLY_OVER:
+        if (self.rate and self.rate < self.peak
+                and CUT_FELL_SHORT * self.cut_share <= refused <= min(CLEARLY_OVER, CUT_ROSE * self.cut_share)):
             return  # as many 429s as before the last cut, below its rate: not the rate's doing
-        factor = None if self.window is not None else cut_factor(sum(since), len(since) - sum(since))
-        # A cut blind (too few requests tell the share), or the deepest, or from a rate that was
+        # 429s again within a few round trips of a cut: the rate is still far over the limit
+        # (a blind start), and may be cut by the whole share refused, not at most halved.
+        descent = self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
+        factor = (None if self.window is not None
+                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent else HALVE))
+        # A blind cut (too few requests tell the share), or the deepest, or from a rate that was
         # not what held the requests back, may land far below the limit: grow fast until the next.
-        self.fast = factor is None or factor <= HALVE or self.rate is None
+        # After a cut in a descent (by the share refused, which undershoots where refused requests
+        # count against the limit), faster than GROW but not so fast as to overshoot again.
+        if factor is not None and descent:
+            self.growth = GROW_MID
+        else:
+            self.growth = GROW_FAST if factor is None or factor <= HALVE or self.rate is None else GROW
         self.peak, self.cut_share = self.rate or self._sent_rate(), refused
         self.rate = max(_MIN_RATE, (factor or HALVE) * self.peak)
         self.window = None
