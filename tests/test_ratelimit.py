@@ -235,14 +235,14 @@ def test_a_429_cuts_the_rate_to_the_share_admitted_once_per_round_trip(clock):
 
 def test_429s_again_within_three_round_trips_of_a_cut_cut_by_the_whole_share_refused(clock):
     """A descent from a blind start: the last cut 0.2 s ago (two replies' time), and since then
-    4 of 20 admitted. The rate is cut to 4/20 of itself, not only halved, and grows back by 1 %
+    4 of 20 admitted. The rate is cut to 4/20 of itself, not only halved, and grows back by 0.5 %
     an answer (the share undershoots where refused requests count against the limit)."""
     pacer = Pacer("openai", None, "m")
     pacer.rate, pacer.window, pacer.last_cut = 400.0, None, 98.0
     _history(pacer, *[(98.0 + i * 0.01, 8, i < 4) for i in range(20)])
     clock.now = 98.2
     pacer.observe(_ticket(pacer, 98.19, depth=8), 429, {})  # the 21st since the cut, refused too
-    assert pacer.rate == pytest.approx(400.0 * 4 / 21) and pacer.growth == 0.01
+    assert pacer.rate == pytest.approx(400.0 * 4 / 21) and pacer.growth == 0.005
     assert ratelimit.cut_factor(4, 17) == 0.5 and ratelimit.cut_factor(4, 17, 0.05) == pytest.approx(4 / 21)
     assert ratelimit.cut_factor(0, 30, 0.05) == 0.05  # never below the deepest cut
 
