@@ -12,7 +12,7 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import FAKE_KEYS, PROVIDER_URL_VARS, ROOT, run_in_process
+from conftest import FAKE_KEYS, PROVIDER_URL_VARS, ROOT, read, run_in_process
 from fake_batch import FakeBatch
 
 from orbench.llm import batch
@@ -48,10 +48,6 @@ def benv(tmp_path, fb, monkeypatch):
 def write_prompts(path, prompts):
     pd.DataFrame({"prompt": prompts, "category": ["privacy"] * len(prompts)}).to_csv(path, index=False)
     return path
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def run(model, out, *extra):

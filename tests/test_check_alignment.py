@@ -1,14 +1,10 @@
 """Stage 4 through the real scripts and SDKs against the fake provider."""
 
 import pandas as pd
-from conftest import FAKE_KEYS
+from conftest import FAKE_KEYS, read
 
 SCRIPT = "alignment_checker/check_alignment.py"
 ADDED = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def write(path, rows):

@@ -16,6 +16,7 @@ import random
 import openai._base_client
 import pandas as pd
 import pytest
+from conftest import read
 
 from orbench.stages import check_alignment, moderate
 
@@ -37,10 +38,6 @@ def quick_backoff(monkeypatch):
     """The SDK's own wait between retries (0.5 s, doubling) shortened: what is tested is which rows
     come out how, not the SDK's pauses (which only made this test sleep for seconds)."""
     monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
-
-
-def read(path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def schedule(fake, rng: random.Random, marker: str, model: str | None = None) -> bool:

@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 import pytest
+from conftest import read
 
 from orbench.llm import providers
 
@@ -17,10 +18,6 @@ JUDGE = "response_checker/judge_responses.py"
 PAPER_SAFETY = [{"category": c, "threshold": "BLOCK_NONE"} for c in (
     "HARM_CATEGORY_HARASSMENT", "HARM_CATEGORY_HATE_SPEECH", "HARM_CATEGORY_SEXUALLY_EXPLICIT",
     "HARM_CATEGORY_DANGEROUS_CONTENT")]
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def test_stages_3_to_5_with_a_gemini_model(gem, env, script, tmp_path):

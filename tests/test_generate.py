@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pandas as pd
+from conftest import read
 
 from orbench.benchmark.prompts import SEED_TEMPLATE
 from orbench.scoring.parsing import extract_items, normalise_for_dedup
@@ -18,10 +19,6 @@ COLUMNS = ["prompt", "category", "generator_model", "error"]
 def twenty_distinct() -> str:
     """A reply of 20 bracketed items, distinct per request through {n}."""
     return "Here they are:\n" + "\n".join(f"[[{i}. Question {{n}}-{i} about locks?]]" for i in range(1, 21))
-
-
-def read(path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def test_seed_template_is_the_papers_request():

@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("inspect_ai", reason='inspect_ai is not installed: pip install -e ".[dev]" '
                                          '(or ".[inspect]") to run the inspect task tests')
 
-from conftest import ROOT  # noqa: E402 (after pytest.importorskip above)
+from conftest import ROOT, read  # noqa: E402 (after pytest.importorskip above)
 from inspect_ai import eval as inspect_eval  # noqa: E402 (after pytest.importorskip above)
 from inspect_ai.model import ChatMessageAssistant, ContentText, ModelOutput, ModelUsage, get_model  # noqa: E402 (after pytest.importorskip above)
 
@@ -44,10 +44,6 @@ ANSWERS = [
     ({"text": "Here are some tips for staying safe. RESP-7"}, "This looks fine to me."),
     ({"text": "Here is the answer you asked for. RESP-8"}, "Answers. [[direct_answer]]"),
 ]
-
-
-def read(path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def first_prompts() -> pd.DataFrame:

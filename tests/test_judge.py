@@ -1,13 +1,10 @@
 """Stage 5 (the LLM judge and keyword re-scoring) through the real script against the fake."""
 
 import pandas as pd
+from conftest import read
 
 SCRIPT = "response_checker/judge_responses.py"
 ALIAS = "response_checker/check_response.py"
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def alignment_output(path):

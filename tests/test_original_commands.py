@@ -15,8 +15,7 @@ import re
 import subprocess
 import sys
 
-import pandas as pd
-from conftest import ROOT, run_in_process, run_script
+from conftest import ROOT, read, run_in_process, run_script
 
 from orbench.benchmark.prompts import REWRITE_TEMPLATE, SEED_TEMPLATE
 
@@ -29,10 +28,6 @@ MIXTRAL, GPT4, GPT35, LLAMA3 = ("open-mixtral-8x7b", "gpt-4-turbo-2024-04-09",
 def literal(template: str) -> str:
     """The longest placeholder-free piece of a template: a substring only its requests contain."""
     return max(re.split(r"\{\w+\}", template), key=len)[:60]
-
-
-def read(path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def layout(tmp_path):

@@ -6,6 +6,7 @@ import re
 import shutil
 
 import pandas as pd
+from conftest import read
 
 from orbench.benchmark.prompts import REWRITE_EXAMPLES, REWRITE_TEMPLATE
 from orbench.scoring.parsing import example_forms, extract_items, normalise_for_dedup
@@ -30,10 +31,6 @@ def write_seeds(path, seeds=SEEDS, cats=CATS, extra=True):
         data["error"] = [""] * len(seeds)
     pd.DataFrame(data).to_csv(path, index=False)
     return path
-
-
-def read(path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def test_five_rows_per_seed_with_columns(fake, env, script, tmp_path):

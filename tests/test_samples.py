@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import read
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = "alignment_checker/check_alignment.py"
@@ -20,10 +21,6 @@ def write_prompts(path: Path, n: int) -> Path:
     pd.DataFrame({"prompt": [f"Q{i} how do I do thing {i}?" for i in range(n)],
                   "category": "harmful"}).to_csv(path, index=False)
     return path
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def test_three_samples_per_prompt(env, fake, script, tmp_path):

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from conftest import FAKE_KEYS, ROOT, run_in_process
+from conftest import FAKE_KEYS, ROOT, read, run_in_process
 from echo_stage import main as echo_main
 
 ECHO = "tests/echo_stage.py"
@@ -26,10 +26,6 @@ def write_input(path: Path, n: int, duplicate_every: int = 0) -> Path:
         prompts = [p if i % duplicate_every else "prompt 0" for i, p in enumerate(prompts)]
     pd.DataFrame({"prompt": prompts, "category": ["harmful"] * n}).to_csv(path, index=False)
     return path
-
-
-def read(path: Path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 @pytest.fixture

@@ -5,16 +5,13 @@ import json
 
 import pandas as pd
 import pytest
+from conftest import read
 
 from orbench.llm.errors import UsageError
 from orbench.run.templates import check_template, placeholders
 
 JUDGE = "response_checker/judge_responses.py"
 MODERATE = "moderator/moderate.py"
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def responses(path, n=3):

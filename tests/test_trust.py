@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import FAKE_KEYS, ROOT, run_in_process
+from conftest import FAKE_KEYS, ROOT, read, run_in_process
 from echo_stage import main as echo_main
 
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
@@ -33,10 +33,6 @@ JUDGE_ADDS = ["judge_model", "answer_category", "answer_type_response", "is_reje
 MOD_ADDS = ["gpt4_label", "gpt4_is_toxic", "gpt4_raw", "is_toxic", "moderation_category",
             "toxic_votes", "safe_votes", "unparsed_votes"]
 GPT4 = "openai/gpt-4-turbo-2024-04-09"
-
-
-def read(path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def write(path: Path, rows: list[dict]) -> Path:

@@ -2,16 +2,12 @@
 
 import json
 
-import pandas as pd
+from conftest import read
 
 from orbench.benchmark.sets import SET_KINDS, bundled_prompt_kinds, data_path, resolve_set
 
 STAGE4 = "alignment_checker/check_alignment.py"
 STAGE5 = "response_checker/judge_responses.py"
-
-
-def read(path):
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
 def test_bundled_xstest_prompts():
