@@ -247,6 +247,31 @@ def test_429s_again_within_three_round_trips_of_a_cut_cut_by_the_whole_share_ref
     assert ratelimit.cut_factor(0, 30, 0.05) == 0.05  # never below the deepest cut
 
 
+def test_after_a_wait_for_a_shut_window_the_cut_counts_the_wait_and_keeps_to_what_was_admitted(clock):
+    """A fixed window with bare 429s: nothing got through for a round trip, so everyone waited
+    (98.0 to 98.4); then a burst at the rate allowed (300/s) met the window again: 12 of the 21
+    sent since the wait admitted. The requests went out only a fifth of that time, so the
+    share admitted (12/21) times 0.2 says 0.11 of the rate: cut, but at most halved (150/s).
+    They are let out in bursts, so no faster than the server admitted them since the first
+    cut either: 80 of 160 sent from 90.0 and 12 since, over 8.5 s."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.first_cut, pacer.last_cut, pacer.hold_until = 300.0, None, 90.0, 98.0, 98.4
+    _history(pacer, *[(90.0 + i * 0.05, 4, i % 2 == 0) for i in range(160)],
+             *[(98.4 + i * 0.004, 4, i < 12) for i in range(20)])
+    clock.now = 98.5
+    pacer.observe(_ticket(pacer, 98.48, depth=4), 429, {})
+    assert ratelimit.cut_factor(12, 9, 0.5, open_share=0.2) == 0.5
+    assert ratelimit.cut_factor(12, 9, 0.05, open_share=0.2) == pytest.approx(12 / 21 * 0.2)
+    assert pacer.rate == pytest.approx(92 / 8.5) and pacer.growth == 0.005 and pacer.last_cut == 98.5
+    # Without the wait, the same 429s cut to the share admitted alone, and no ceiling applies.
+    plain = Pacer("openai", None, "m")
+    plain.rate, plain.window, plain.first_cut, plain.last_cut = 300.0, None, 90.0, 98.0
+    _history(plain, *[(90.0 + i * 0.05, 4, i % 2 == 0) for i in range(160)],
+             *[(98.4 + i * 0.004, 4, i < 12) for i in range(20)])
+    plain.observe(_ticket(plain, 98.48, depth=4), 429, {})
+    assert plain.rate == pytest.approx(300 * 12 / 21)
+
+
 def test_429s_that_rose_since_the_last_cut_are_the_rates_doing_even_below_its_rate(clock):
     """Below the last cut's rate (100/s), 429s as many as then (2 %) are not the rate's doing and
     the rate is left alone; 429s that rose to 6 of 40 (15 %, over 1.5 x 2 %) are: it is cut."""

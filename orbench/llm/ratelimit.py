@@ -25,9 +25,14 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    (``cut_factor``); when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a
    blind start far over the limit, still coming down) by the whole share refused, down to
    ``DEEPEST``. 429s below the last cut's rate, about as many as then, are not the rate's doing
-   and cut nothing; more than ``CUT_ROSE`` times as many are. The rate grows by ``GROW`` per
-   answer while it is what holds requests back, by ``GROW_MID`` after a cut in a descent, and by
-   ``GROW_FAST`` after a blind or halving cut (the limit may be well above).
+   and cut nothing; more than ``CUT_ROSE`` times as many are. When nothing sent in a round trip
+   since the last cut got through (a fixed window shut until it reopens), every request waits
+   instead, longer each time; the next cut then takes the share admitted times the share of the
+   time the requests were not all waiting (they went out in bursts), and keeps the rate no
+   faster than the server admitted requests since the first cut. The rate grows by ``GROW`` per
+   answer while it is what holds requests back, by ``GROW_MID`` after a cut in a descent or
+   after such a wait, and by ``GROW_FAST`` after a blind or halving cut (the limit may be well
+   above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
@@ -338,14 +343,15 @@ def request_costs(prompt_chars: int, max_tokens: int) -> dict[str, float]:
 
 # -- what the 429s tell ----------------------------------------------------------------------
 
-def cut_factor(admitted: int, refused: int, deepest: float = HALVE) -> float | None:
+def cut_factor(admitted: int, refused: int, deepest: float = HALVE, open_share: float = 1.0) -> float | None:
     """The factor a 429 cuts the rate by, from what was admitted and refused of the requests
     sent since the last cut (this 429 included): the admitted share (over its limit, the server
-    admits that share of the rate sent), between ``deepest`` (``HALVE``, or ``DEEPEST`` while
-    the rate is still coming down from a blind start) and ``CUT``; None when fewer than
-    ``MEASURED_AFTER`` requests tell the share."""
+    admits that share of the rate sent) times ``open_share``, the share of that time the requests
+    were not all held by a wait (they went out at the rate only then), between ``deepest``
+    (``HALVE``, or ``DEEPEST`` while the rate is still coming down from a blind start) and
+    ``CUT``; None when fewer than ``MEASURED_AFTER`` requests tell the share."""
     sent = admitted + refused
-    return min(CUT, max(deepest, admitted / sent)) if sent >= MEASURED_AFTER else None
+    return min(CUT, max(deepest, admitted / sent * open_share)) if sent >= MEASURED_AFTER else None
 
 
 def sent_rate(times, count: int = RECENT_SENDS) -> float | None:
@@ -402,6 +408,7 @@ class Pacer:
         self.next_start = self.last_send = 0.0
         self.hold_until = 0.0
         self.last_cut = -math.inf  # the last cut of the rate, or wait of every request
+        self.first_cut = math.inf
         self.peak, self.cut_share = math.inf, 1.0  # the rate cut last, and the share of 429s then
         self.first_answer = math.inf
         self.cap_holds = 0  # requests the cap held back (a cap never reached is not what paced)
@@ -685,20 +692,26 @@ class Pacer:
         # 429s again within a few round trips of a cut: the rate is still far over the limit
         # (a blind start), and may be cut by the whole share refused, not at most halved.
         descent = self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
+        open_share = self._open_share(now)
         factor = (None if self.window is not None
-                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent else HALVE))
+                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent else HALVE,
+                                  open_share))
         # A blind cut (too few requests tell the share), or the deepest, or from a rate that was
         # not what held the requests back, may land far below the limit: grow fast until the next.
         # After a cut in a descent (by the share refused, which undershoots where refused requests
-        # count against the limit), faster than GROW but not so fast as to overshoot again.
-        if factor is not None and descent:
+        # count against the limit), or from requests let out in bursts after a wait (growing
+        # in each burst would send the next one faster still), faster than GROW but not so fast
+        # as to overshoot again.
+        if factor is not None and (descent or open_share < 1):
             self.growth = GROW_MID
         else:
             self.growth = GROW_FAST if factor is None or factor <= HALVE or self.rate is None else GROW
         self.peak, self.cut_share = self.rate or self._sent_rate(), refused
         self.rate = max(_MIN_RATE, (factor or HALVE) * self.peak)
+        if open_share < 1:  # requests let out in bursts: no faster than the server admitted them
+            self.rate = max(_MIN_RATE, min(self.rate, self._admitted_rate(now)))
         self.window = None
-        self.last_cut = now
+        self.last_cut, self.first_cut = now, min(self.first_cut, now)
         self.next_start = max(self.next_start, now + 1 / self.rate)
 
     def _hold_cap(self, cap: int) -> None:
@@ -713,6 +726,23 @@ class Pacer:
         if at_least:
             return [ok for _, ok in sent[-at_least:]]
         return [ok for at, ok in sent if at >= self.last_cut]
+
+    def _open_share(self, now: float) -> float:
+        """The share of the time since the last cut that requests were not all held by a wait
+        (after a round trip in which nothing got through: a fixed window shut until it reopens
+        lets them out in bursts, and its admitted share of the bursts overstates its rate)."""
+        span = now - self.last_cut
+        held = min(now, self.hold_until) - self.last_cut
+        return 1 - held / span if 0 < held < span < math.inf else 1.0
+
+    def _admitted_rate(self, now: float) -> float:
+        """Requests per second admitted over the answers remembered since the first cut (the
+        slow start before it sent fewer than it could)."""
+        sent = [h for h in self.history if h.sent_at >= self.first_cut]
+        if not sent:
+            return math.inf
+        first = min(h.sent_at for h in sent)
+        return sum(1 for h in sent if h.admitted) / max(now - first, 1e-3)
 
     def _sent_rate(self) -> float:
         """Requests per second the last requests went out at (answered or not)."""
