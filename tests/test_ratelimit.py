@@ -350,6 +350,20 @@ def test_a_concurrency_cap_is_learned_held_and_tried_above(clock):
     assert pacer.cap == 1 and pacer.rate is not None
 
 
+def test_an_answer_held_by_the_rate_at_the_cap_grows_the_rate(clock):
+    """A cap learned in the slow start (3) and a rate found since (40/s): an answer at the cap
+    that also waited for the rate grows the rate (before, an answer at the cap never did, and a
+    run settled at 0.93 of a limit the rate alone would have reached); a try above the cap does not."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.cap, pacer.cap_trial, pacer.growth = 40.0, None, 3, True, 0.001
+    clock.now = 99.0
+    pacer.observe(_ticket(pacer, 98.95, depth=3, rate_bound=True), 200, {})
+    assert pacer.rate == pytest.approx(40.04) and pacer.cap_trial is False
+    pacer.observe(_ticket(pacer, 98.96, depth=3), 200, {})  # not held by the rate
+    pacer.observe(_ticket(pacer, 98.97, depth=4, probe=True, rate_bound=True), 200, {})
+    assert pacer.rate == pytest.approx(40.04)
+
+
 def test_a_429_asking_for_no_wait_is_sent_again_at_once_unless_429s_abound(clock):
     pacer = Pacer("openai", None, "m")
     pacer.rate, pacer.window = 40.0, None

@@ -585,8 +585,9 @@ class Pacer:
                 self.cap, self.cap_trial = (None, False) if self.rate else (self.cap + 1, True)
         elif self.cap is not None and ticket.depth == self.cap:
             self.cap_trial = False
-        elif self.rate and ticket.rate_bound and (not self.fixed_rate or self.rate < self.fixed_rate):
-            self.rate *= 1 + self.growth
+        if (not ticket.probe and self.rate and ticket.rate_bound
+                and (not self.fixed_rate or self.rate < self.fixed_rate)):
+            self.rate *= 1 + self.growth  # held by the rate (at the cap too): it may be higher
         if (self.cap and self.rate and len(self.history) == HISTORY
                 and all(h.depth < self.cap for h in self.history)):
             self.cap = None  # not reached in all that time, under a rate: forgotten (found again if real)
