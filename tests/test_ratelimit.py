@@ -310,13 +310,28 @@ def test_the_slow_starts_429_is_taken_for_a_cap_then_a_429_within_it_cuts_a_rate
     assert pacer.observe(_ticket(pacer, 99.6, depth=5), 429, {}) == 0.0
     assert (pacer.cap, pacer.window, pacer.rate) == (4, None, None)
     # A 429 with 3 in flight: a rate is to blame too. None was set: the rate the requests went
-    # at (14 sent over 0.7 s: 13 gaps, 18.57 a second), cut to the share admitted (12 of 14);
-    # from a rate that held nothing back, it grows fast (5 % per answer).
+    # at (14 sent over 0.7 s: 13 gaps, 18.57 a second), cut to the share admitted since the first
+    # request refused (what went before met a budget not yet spent), here too few (2), so of the
+    # last 10 sent: 8 of 10; measured, it grows back at 0.5 % per answer.
     clock.now = 99.75
     assert pacer.observe(_ticket(pacer, 99.7, depth=3), 429, {}) == 0.0
-    assert pacer.rate == pytest.approx(13 / 0.7 * 12 / 14) and pacer.cap == 4 and pacer.growth == 0.05
+    assert pacer.rate == pytest.approx(13 / 0.7 * 0.8) and pacer.cap == 4 and pacer.growth == 0.005
     pacer.observe(_ticket(pacer, 99.75, rate_bound=True), 200, {})
-    assert pacer.rate == pytest.approx(13 / 0.7 * 12 / 14 * 1.05)
+    assert pacer.rate == pytest.approx(13 / 0.7 * 0.8 * 1.005)
+
+
+def test_a_blind_starts_first_cut_counts_from_the_first_request_refused(clock):
+    """A bucket spent by a blind start: 200 admitted (its burst), then, from the first refused,
+    3 of 20 admitted. The first cut takes that share (3/21 with this 429), not 203 of 221, and may
+    go below half (a blind start may be far over the limit)."""
+    pacer = Pacer("openai", None, "m")
+    pacer.window, pacer.cap = None, 64
+    _history(pacer, *[(99.0 + i * 0.002, 30, True) for i in range(200)],
+             *[(99.4 + i * 0.002, 30, i in (5, 11, 17)) for i in range(20)])
+    clock.now = 99.5
+    pacer.observe(_ticket(pacer, 99.45, depth=30), 429, {})
+    # From the rate the last 16 went out at (15 gaps over 99.41 to 99.45: 375 a second).
+    assert pacer.rate == pytest.approx(375 * 3 / 21) and pacer.growth == 0.005
 
 
 def test_a_concurrency_cap_is_learned_held_and_tried_above(clock):

@@ -22,17 +22,18 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    of a request sent after the last cut), from the rate the requests went out at: to the share
    of the requests sent since the last cut that the server admitted (when over its limit, that
    share of the rate sent is the rate it admits), kept between ``HALVE`` and ``CUT``
-   (``cut_factor``); when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a
-   blind start far over the limit, still coming down) by the whole share refused, down to
-   ``DEEPEST``. 429s below the last cut's rate, about as many as then, are not the rate's doing
+   (``cut_factor``); by the whole share refused, down to ``DEEPEST``, at the first cut (of the
+   requests sent since the first one refused: those before met a budget not yet spent) and
+   when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over
+   the limit, still coming down). 429s below the last cut's rate, about as many as then, are not the rate's doing
    and cut nothing; more than ``CUT_ROSE`` times as many are. When nothing sent in a round trip
    since the last cut got through (a fixed window shut until it reopens), every request waits
    instead, longer each time; the next cut then takes the share admitted times the share of the
    time the requests were not all waiting (they went out in bursts), and keeps the rate no
    faster than the server admitted requests since the first cut. The rate grows by ``GROW`` per
-   answer while it is what holds requests back, by ``GROW_MID`` after a cut in a descent or
-   after such a wait, and by ``GROW_FAST`` after a blind or halving cut (the limit may be well
-   above).
+   answer while it is what holds requests back, by ``GROW_MID`` after the first cut, a cut in a
+   descent or after such a wait, and by ``GROW_FAST`` after a blind or halving cut (the limit
+   may be well above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
@@ -693,9 +694,10 @@ class Pacer:
         # 429s again within a few round trips of a cut: the rate is still far over the limit
         # (a blind start), and may be cut by the whole share refused, not at most halved.
         descent = self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
+        first = self.rate is None  # a blind start may have gone far over the limit too
         open_share = self._open_share(now)
         factor = (None if self.window is not None
-                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent else HALVE,
+                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent or first else HALVE,
                                   open_share))
         # A blind cut (too few requests tell the share), or the deepest, or from a rate that was
         # not what held the requests back, may land far below the limit: grow fast until the next.
@@ -703,7 +705,7 @@ class Pacer:
         # count against the limit), or from requests let out in bursts after a wait (growing
         # in each burst would send the next one faster still), faster than GROW but not so fast
         # as to overshoot again.
-        if factor is not None and (descent or open_share < 1):
+        if factor is not None and (descent or first or open_share < 1):
             self.growth = GROW_MID
         else:
             self.growth = GROW_FAST if factor is None or factor <= HALVE or self.rate is None else GROW
@@ -720,13 +722,18 @@ class Pacer:
         self.probe_at = self.successes + cap  # a first try above it after one round of answers
 
     def _since_cut(self, at_least: int = 0) -> list[bool]:
-        """Whether each request sent since the last cut (or the last ``at_least``) was admitted;
-        those still in flight count as admitted (a 429 comes back at once)."""
+        """Whether each request sent since the last cut (before the first, since the first
+        request refused: what went before it met a budget not yet spent), or the last
+        ``at_least``, was admitted; those still in flight count as admitted (a 429 comes back
+        at once)."""
         sent = sorted([(h.sent_at, h.admitted) for h in self.history]
                       + [(t.sent_at, True) for t in self.in_flight.values()])
         if at_least:
             return [ok for _, ok in sent[-at_least:]]
-        return [ok for at, ok in sent if at >= self.last_cut]
+        start = self.last_cut
+        if start == -math.inf:
+            start = min((h.sent_at for h in self.history if not h.admitted), default=start)
+        return [ok for at, ok in sent if at >= start]
 
     def _open_share(self, now: float) -> float:
         """The share of the time since the last cut that requests were not all held by a wait
