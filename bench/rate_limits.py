@@ -155,7 +155,8 @@ def allowed_seconds(s: Scenario, rows: int) -> float:
     limits = [(limit / unit) for limit, unit in limits if limit]
     if limits:
         count = min(limits)  # requests per window
-        if shape.fixed:
+        if shape.fixed:  # a window admits whole requests: 6.7 a window is 6
+            count = max(1, math.floor(count))
             floors.append((math.ceil(rows / count) - 1) * shape.window)
         else:
             rate, bucket = count / shape.window, count * shape.burst
