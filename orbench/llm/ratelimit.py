@@ -25,15 +25,15 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    (``cut_factor``); by the whole share refused, down to ``DEEPEST``, at the first cut (of the
    requests sent since the first one refused: those before met a budget not yet spent) and
    when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over
-   the limit, still coming down). 429s below the last cut's rate, about as many as then, are not the rate's doing
-   and cut nothing; more than ``CUT_ROSE`` times as many are. When nothing sent in a round trip
-   since the last cut got through (a fixed window shut until it reopens), every request waits
-   instead, longer each time; the next cut then takes the share admitted times the share of the
-   time the requests were not all waiting (they went out in bursts), and keeps the rate no
-   faster than the server admitted requests since the first cut. The rate grows by ``GROW`` per
-   answer while it is what holds requests back, by ``GROW_MID`` after the first cut, a cut in a
-   descent or after such a wait, and by ``GROW_FAST`` after a blind or halving cut (the limit
-   may be well above).
+   the limit, still coming down). 429s below the last cut's rate, about as many as then, are
+   not the rate's doing and cut nothing; more than ``CUT_ROSE`` times as many are. When nothing
+   sent in a round trip since the last cut got through (a fixed window shut until it reopens),
+   every request waits instead, longer each time; the next cut then takes the share admitted
+   times the share of the time the requests were not all waiting (they went out in bursts),
+   and keeps the rate no faster than the server admitted requests since the first cut. The
+   rate grows by ``GROW`` per answer while it is what holds requests back (at a learned cap
+   too), by ``GROW_MID`` after the first cut, a cut in a descent or after such a wait, and by
+   ``GROW_FAST`` after a blind or halving cut (the limit may be well above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
