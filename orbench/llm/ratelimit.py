@@ -83,8 +83,9 @@ CUT_FELL_SHORT = 0.9   # below the last cut's rate, 429s at this share of the la
                        # did not fall with it: the rate is not to blame, it is not cut again ...
 CUT_ROSE = 1.5         # ... unless they rose above this multiple of the last cut's share
 GROW = 0.001           # rate growth per answer while the rate is what holds requests back
-GROW_FAST = 0.05       # ... after a blind or halving cut, or the first: it may have gone far below the limit
-GROW_MID = 0.005       # ... after a cut in a descent (429s within DESCENT_TRIPS of the last cut)
+GROW_FAST = 0.05       # ... after a blind or halving cut: it may have gone far below the limit
+GROW_MID = 0.005       # ... after the first measured cut, a cut in a descent (429s within
+                       # DESCENT_TRIPS of the last cut) or after a wait with nothing through
 DESCENT_TRIPS = 3      # round trips
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
 HISTORY = 256          # outcomes remembered: send time, requests in flight, admitted or not
@@ -708,11 +709,12 @@ class Pacer:
         if factor is not None and (descent or first or open_share < 1):
             self.growth = GROW_MID
         else:
-            self.growth = GROW_FAST if factor is None or factor <= HALVE or self.rate is None else GROW
+            self.growth = GROW_FAST if factor is None or factor <= HALVE else GROW
         self.peak, self.cut_share = self.rate or self._sent_rate(), refused
-        self.rate = max(_MIN_RATE, (factor or HALVE) * self.peak)
+        rate = (factor or HALVE) * self.peak
         if open_share < 1:  # requests let out in bursts: no faster than the server admitted them
-            self.rate = max(_MIN_RATE, min(self.rate, self._admitted_rate(now)))
+            rate = min(rate, self._admitted_rate(now))
+        self.rate = max(_MIN_RATE, rate)
         self.window = None
         self.last_cut, self.first_cut = now, min(self.first_cut, now)
         self.next_start = max(self.next_start, now + 1 / self.rate)
