@@ -33,6 +33,7 @@ import json
 import math
 import random
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -251,6 +252,11 @@ class FakeRateLimited:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # the listen backlog; the default 5 refuses bursts of connections
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that hung up mid-reply (a run that stopped) is not news; anything else is.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _request(path: str, body: dict) -> tuple[str, str, int, str]:
