@@ -612,7 +612,7 @@ def test_patience_bounds_the_wait_then_the_429_is_an_error(script, env, limited,
 
 
 def test_both_sdks_share_the_transport_hook_and_pace_per_model(env, limited):
-    limited(window=1.0, rpm=10, style="openai", burst=0.2)
+    limited(window=1.0, rpm=40, style="openai", burst=0.2)
     client = Client(cache=None, concurrency=8, max_retries=0)
     gpt, other = parse_model("openai/a"), parse_model("openai/b")
 
