@@ -73,7 +73,7 @@ DEAD_AFTER_FAILURES = 3
 # Overload answers, and seconds since the first, with nothing else ever answered, that stop it.
 OVERLOADED_AFTER = (6, 2.0)
 OVERLOAD_STATUSES = frozenset({503, 529})
-SLOW_START = 8         # requests in flight before the first success (as TCP's initial window grew from 4 to 10)
+SLOW_START = 4         # requests in flight before the first success
 CUT = 0.9              # the least cut of the rate at a 429: to this share of the rate sent
 HALVE = 0.5            # the cut when too few requests tell how far over the limit they went
 DEEPEST = 0.05         # the deepest cut: a blind start may have gone far over the limit
