@@ -102,7 +102,7 @@ def test_429_with_retry_after_is_retried(client, fake):
 
 
 def test_500_and_dropped_connection_are_retried(client, fake):
-    fake.add_rule(status=500, times=1)
+    fake.add_rule(status=500, times=1, retry_after="0.01")  # not the SDK's 0.5 s backoff: a faster test
     fake.add_rule(drop=True, times=1)
     result = complete(client, Request.user(CLAUDE, "flaky"))[0]
     assert result.text == "Fake answer to: flaky"
@@ -110,7 +110,8 @@ def test_500_and_dropped_connection_are_retried(client, fake):
 
 
 def test_retries_are_bounded(env, fake, tmp_path):
-    fake.add_rule(status=500)  # (a 503/529 "overloaded" is waited out by the pacer instead)
+    # Retry-After 10 ms: the SDK's own backoff (0.5 s, then 1 s) would only make the test slow.
+    fake.add_rule(status=500, retry_after="0.01")  # (a 503/529 "overloaded" is waited out by the pacer instead)
     client = Client(cache=None, max_retries=2)
     with pytest.raises(RowError, match="HTTP 500"):
         complete(client, Request.user(GPT, "down"))
