@@ -365,6 +365,69 @@ def test_a_concurrency_cap_is_learned_held_and_tried_above(clock):
     assert pacer.cap == 1 and pacer.rate is not None
 
 
+def test_requests_that_reach_a_gateway_out_of_order_do_not_mislead_the_cap(clock):
+    """A gateway allowing 3 in flight. The blind start's 4 arrive out of order (one that opens a
+    connection comes late): the one sent 3rd is refused, the 4th admitted. After the answers, a
+    request sent 2nd of a new burst arrives late too and is refused: taken alone it says a cap of
+    1 (a third of the throughput); the most in flight at an admitted request says 4."""
+    pacer = Pacer("gemini", None, "m")
+    _history(pacer, (99.0, 1, True), (99.0, 2, True), (99.0, 3, False), (99.0, 4, True))
+    pacer.successes = 3
+    clock.now = 99.2
+    assert pacer.observe(_ticket(pacer, 99.15, depth=2), 429, {}) == 0.0
+    assert (pacer.cap, pacer.window, pacer.rate, pacer.cap_trial) == (4, None, None, True)
+    # An answer at 4, sent before the cap was set (alongside that 429), does not confirm it: it
+    # may have got in while a reply was on its way. A 429 at 4 sent since then fails the trial.
+    clock.now = 99.25
+    pacer.observe(_ticket(pacer, 99.16, depth=4), 200, {})
+    assert pacer.cap_trial is True
+    clock.now = 99.3
+    assert pacer.observe(_ticket(pacer, 99.26, depth=4), 429, {}) == 0.0
+    assert (pacer.cap, pacer.rate, pacer.cap_trial) == (3, None, False)
+
+
+def test_a_burst_refused_in_any_order_sets_the_cap_at_its_least_refused(clock):
+    """A gateway allowing 8 in flight. Eight answers come back together and 16 requests go out
+    in one burst; those sent with 9 or more out are refused, and their 429s arrive in any order.
+    The first says 10 in flight then: a cap of 10, on trial. The others of the burst say 8, not
+    9 then a rate (as before, when only one 429 at the cap lowered it)."""
+    pacer = Pacer("openai", None, "m")
+    _history(pacer, *[(99.0 + i * 0.001, i + 1, True) for i in range(8)])
+    pacer.successes = 8
+    clock.now = 99.3
+    assert pacer.observe(_ticket(pacer, 99.21, depth=11), 429, {}) == 0.0
+    assert (pacer.cap, pacer.cap_trial, pacer.cap_since) == (10, True, 99.3)
+    for depth in (12, 10, 9, 16):
+        assert pacer.observe(_ticket(pacer, 99.21, depth=depth), 429, {}) == 0.0
+    assert (pacer.cap, pacer.rate, pacer.cap_trial) == (8, None, True)
+
+
+def test_a_refusal_with_the_cap_on_trial_reached_while_it_was_out_fails_the_trial(clock):
+    """Cap 4 on trial. A request sent with 3 in flight (itself included) is refused after a 4th
+    went out: the trial failed (the cap is 3), not a rate. One refused with never more than 3 out,
+    after the trial ended, is a rate's doing."""
+    pacer = Pacer("openai", None, "m")
+    _history(pacer, *[(90.0 + i * 0.01, 1 + i % 3, True) for i in range(20)])
+    pacer.window, pacer.cap, pacer.cap_trial = None, 4, True
+    clock.now = 99.0
+    early = [_ticket(pacer) for _ in range(3)]
+    for ticket in early:
+        pacer._book(ticket, 99.0)
+    assert [(t.depth, t.peak) for t in early] == [(1, 3), (2, 3), (3, 3)]
+    pacer._book(_ticket(pacer), 99.01)
+    assert [t.peak for t in early] == [4, 4, 4]
+    clock.now = 99.02
+    assert pacer.observe(early[2], 429, {}) == 0.0
+    assert (pacer.cap, pacer.rate, pacer.cap_trial) == (3, None, False)
+    pacer.observe(early[0], 200, {})  # 2 left in flight
+    late = _ticket(pacer)
+    pacer._book(late, 99.03)
+    assert (late.depth, late.peak) == (3, 3)
+    clock.now = 99.04
+    pacer.observe(late, 429, {})
+    assert pacer.cap == 3 and pacer.rate is not None
+
+
 def test_an_answer_held_by_the_rate_at_the_cap_grows_the_rate(clock):
     """A cap learned in the slow start (3) and a rate found since (40/s): an answer at the cap
     that also waited for the rate grows the rate (before, an answer at the cap never did, and a

@@ -17,7 +17,10 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
 2. **A cap on requests in flight** is learned from where the 429s start: when every 429 of the
    recent past came with more than C requests in flight and requests at C keep being admitted
    (``cap_from``), at most C are sent at once, and one request above C is tried now and then
-   (after ``PROBE_EVERY`` answers, twice as long after each refused try).
+   (after ``PROBE_EVERY`` answers, twice as long after each refused try). The slow start's
+   first 429 sets a cap on trial (the number then in flight less one, not below the most in
+   flight at an admitted request: requests may reach the server out of order); a 429 with that
+   many out fails the trial, and only a request sent since the cap was set confirms it.
 3. **Otherwise a 429 cuts the rate** (requests per second), once per congestion event (a 429
    of a request sent after the last cut), from the rate the requests went out at: to the share
    of the requests sent since the last cut that the server admitted (when over its limit, that
@@ -323,6 +326,7 @@ class Ticket:
     reach: Reachability | None = None
     sent_at: float = 0.0
     depth: int = 0             # requests in flight when it was sent, itself included
+    peak: int = 0              # ... and the most while it was out
     seq: int = 0
     probe: bool = False        # sent above the learned concurrency cap, to see if it still holds
     rate_bound: bool = False   # it waited for the rate: growing the rate would have sent it sooner
@@ -405,6 +409,7 @@ class Pacer:
         self.rate: float | None = None
         self.growth = GROW_FAST  # per answer: fast until a cut finds the limit close by
         self.cap: int | None = None
+        self.cap_since = -math.inf  # when the cap was last set
         self.window: int | None = SLOW_START  # slow start: requests in flight allowed
         self.probe_every, self.probe_at, self.probe_streak = PROBE_EVERY, PROBE_EVERY, 0
         self.next_start = self.last_send = 0.0
@@ -510,7 +515,9 @@ class Pacer:
                 bucket.take(ticket.cost(name), now, self.scale)
                 ticket.sent_before[name] = bucket.sent
         ticket.sent_at = self.last_send = now
-        ticket.depth = len(self.in_flight) + 1
+        ticket.depth = ticket.peak = len(self.in_flight) + 1
+        for other in self.in_flight.values():
+            other.peak = max(other.peak, ticket.depth)
         self._seq += 1
         ticket.seq = self._seq
         self.in_flight[ticket.seq] = ticket
@@ -585,7 +592,9 @@ class Pacer:
             if self.probe_streak >= 2:  # and twice in a row is a higher cap (on trial), or, with
                 self.probe_streak = 0    # a rate limit found meanwhile, none: the 429s were the rate's
                 self.cap, self.cap_trial = (None, False) if self.rate else (self.cap + 1, True)
-        elif self.cap is not None and ticket.depth == self.cap:
+        elif self.cap is not None and ticket.depth == self.cap and ticket.sent_at >= self.cap_since:
+            # Confirmed only by a request sent since it was set: one sent alongside the 429 that
+            # set it may have got in while a reply was on its way (one fewer in flight there).
             self.cap_trial = False
         if (not ticket.probe and self.rate and ticket.rate_bound
                 and (not self.fixed_rate or self.rate < self.fixed_rate)):
@@ -649,8 +658,10 @@ class Pacer:
         """Whether a cap on requests in flight explains this 429 (then the rate is not cut)."""
         if self.window is not None and self.successes:
             # The slow start's first 429 after an answer: the number in flight then, less one, is
-            # the cap until a 429 within it says a rate is to blame too (or tries above it pass).
-            self._hold_cap(max(1, ticket.depth - 1))
+            # the cap until a 429 within it says a rate is to blame too (or tries above it pass);
+            # not below the most in flight when a request was admitted: requests reach the server
+            # in another order than they were sent (one that opens a connection comes late).
+            self._hold_cap(max(ticket.depth - 1, self._most_admitted()))
             self.cap_trial = True  # a 429 at it, from a request sent alongside, lowers it
             return True
         if self.cap is None:
@@ -667,8 +678,14 @@ class Pacer:
             self.probe_every = min(PROBE_MAX, self.probe_every * 2)
             self.probe_at = self.successes + self.probe_every
             return True
-        if self.cap_trial and ticket.depth == self.cap > 1:  # the raised cap failed its trial
-            self.cap, self.cap_trial = self.cap - 1, False
+        if ticket.sent_at < self.cap_since and self._most_admitted() <= ticket.depth - 1 < self.cap:
+            # Sent alongside the 429 that set the cap (a burst of them after a clump of answers,
+            # answered in any order), refused with fewer out: the cap is lower.
+            self.cap = ticket.depth - 1
+            return True
+        if self.cap_trial and ticket.depth <= self.cap <= max(ticket.peak, ticket.depth) and self.cap > 1:
+            # Refused with the cap on trial reached while it was out: the cap failed its trial.
+            self.cap, self.cap_trial, self.cap_since = self.cap - 1, False, clock()
             return True
         return ticket.depth > self.cap  # sent when the cap was higher; within it, the rate is to blame
 
@@ -719,8 +736,12 @@ class Pacer:
         self.last_cut, self.first_cut = now, min(self.first_cut, now)
         self.next_start = max(self.next_start, now + 1 / self.rate)
 
+    def _most_admitted(self) -> int:
+        """The most requests in flight (itself included) at a request admitted, of those remembered."""
+        return max((h.depth for h in self.history if h.admitted), default=1)
+
     def _hold_cap(self, cap: int) -> None:
-        self.cap, self.window = cap, None
+        self.cap, self.window, self.cap_since = cap, None, clock()
         self.probe_at = self.successes + cap  # a first try above it after one round of answers
 
     def _since_cut(self, at_least: int = 0) -> list[bool]:
