@@ -662,7 +662,7 @@ class Pacer:
             # not below the most in flight when a request was admitted: requests reach the server
             # in another order than they were sent (one that opens a connection comes late).
             self._hold_cap(max(ticket.depth - 1, self._most_admitted()))
-            self.cap_trial = True  # a 429 at it, from a request sent alongside, lowers it
+            self.cap_trial = True  # until confirmed: a 429 with it reached while out fails it
             return True
         if self.cap is None:
             # Not the blind first requests: sent at once, they meet a short-period limit as a cap.
