@@ -136,6 +136,8 @@ def clock(monkeypatch):
 
 
 def _ticket(pacer: Pacer, sent_at: float = 0.0, depth: int = 1, tokens: int = 0, **fields) -> Ticket:
+    """A ticket as ``Pacer._book`` leaves it: no more in flight while it was out than when sent."""
+    fields.setdefault("peak", depth)
     return Ticket(pacer, ratelimit.request_costs(4 * tokens, 0), sent_at=sent_at, depth=depth, **fields)
 
 

@@ -19,8 +19,9 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    (``cap_from``), at most C are sent at once, and one request above C is tried now and then
    (after ``PROBE_EVERY`` answers, twice as long after each refused try). The slow start's
    first 429 sets a cap on trial (the number then in flight less one, not below the most in
-   flight at an admitted request: requests may reach the server out of order); a 429 with that
-   many out fails the trial, and only a request sent since the cap was set confirms it.
+   flight at an admitted request: requests may reach the server out of order); the 429s of
+   requests sent alongside it lower it to the least refused less one, a 429 with that many out
+   fails the trial, and only a request sent since the cap was set confirms it.
 3. **Otherwise a 429 cuts the rate** (requests per second), once per congestion event (a 429
    of a request sent after the last cut), from the rate the requests went out at: to the share
    of the requests sent since the last cut that the server admitted (when over its limit, that
@@ -683,7 +684,7 @@ class Pacer:
             # answered in any order), refused with fewer out: the cap is lower.
             self.cap = ticket.depth - 1
             return True
-        if self.cap_trial and ticket.depth <= self.cap <= max(ticket.peak, ticket.depth) and self.cap > 1:
+        if self.cap_trial and ticket.depth <= self.cap <= ticket.peak and self.cap > 1:
             # Refused with the cap on trial reached while it was out: the cap failed its trial.
             self.cap, self.cap_trial, self.cap_since = self.cap - 1, False, clock()
             return True
