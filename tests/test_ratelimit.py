@@ -751,3 +751,37 @@ def test_unreachable_client_raises_fatal_error(env):
     with pytest.raises(FatalProviderError, match="cannot connect to openai"):
         asyncio.run(go())
     assert time.monotonic() - started < 15
+
+
+def test_a_window_shut_since_the_first_cut_sets_no_ceiling_on_the_rate(clock):
+    """A blind start met a fixed window: cut at 98.0, then nothing got through and everyone
+    waited until 98.3. Of the 10 sent since the cut (this 429 included) 1 was admitted, and the
+    requests went out 0.4 of the time: the cut is at most halved, 700 -> 350 a second. Only 1
+    request was admitted since the first cut, which tells no rate: taken as one (1 in 0.2 s),
+    the rate fell to 5 a second, and in a run of the bench to one request a minute, for good."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.first_cut, pacer.last_cut, pacer.hold_until = 700.0, None, 98.0, 98.0, 98.3
+    _history(pacer, *[(97.0 + i * 0.005, 30, True) for i in range(100)],
+             *[(98.3 + i * 0.01, 30, False) for i in range(8)], (98.38, 30, True))
+    clock.now = 98.5
+    pacer.observe(_ticket(pacer, 98.39, depth=30), 429, {})
+    assert pacer.rate == pytest.approx(350.0) and pacer.last_cut == 98.5
+
+
+def test_a_stray_429_at_the_limits_edge_goes_back_in_line_at_once_a_storm_waits_as_told(clock):
+    """Paced by a rate (40 a second), a 429 saying "retry after 1 s" among answers that were all
+    admitted goes back in line at once: the rate paces it, and a second's wait at the end of a
+    run is a second lost. Among many 429s, 9 of the last 32 answers (this one included), it waits
+    the second it was told, though the 200 answers before them were admitted (9 of 233 in all)."""
+    def paced(refused: int) -> Pacer:
+        pacer = Pacer("anthropic", None, "m")
+        pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 90.0
+        _history(pacer, *[(88.0 + i * 0.01, 2, True) for i in range(200)],
+                 *[(95.0 + i * 0.05, 2, i < 32 - refused) for i in range(32)])
+        return pacer
+    clock.now = 98.0
+    calm = paced(0)
+    assert calm.observe(_ticket(calm, 97.9, depth=2), 429, {"retry-after": "1"}) == 0.0
+    storm = paced(8)
+    assert storm.observe(_ticket(storm, 97.9, depth=2), 429, {"retry-after": "1"}) == 1.0
+    assert calm.observe(_ticket(calm, 97.95, depth=2), 429, {}) == 0.0  # none told: at once too

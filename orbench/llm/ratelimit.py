@@ -5,7 +5,10 @@ which hands each attempt to :func:`send`. When the ``Client`` is sending a model
 attaches a :class:`Ticket` (the request's estimated cost and the :class:`Pacer` of its provider,
 base URL and model) with :func:`attached`. A 429 is then waited out and the same request sent
 again, and so is a 503/529 "overloaded" answer, without spending the SDK's retries, until
-``--patience`` seconds have passed since the request's first such answer.
+``--patience`` seconds have passed since the request's first such answer. Once a rate or a cap
+paces the requests, a 429 among few goes back in line at once (the pacer's limits space it);
+among many (``CLEARLY_OVER`` of the last ``2 * RECENT_SENDS`` answers) it waits as its
+``retry-after`` says.
 
 One pacer per (provider, base URL, model) follows these rules, in this order of authority:
 
@@ -560,9 +563,12 @@ class Pacer:
         if self._capped(ticket):
             return told or 0.0
         self._cut(ticket, now)
-        if told is not None:
-            return told
-        return 0.0 if self.rate or self.cap else backoff(ticket.refused, *_BACKOFF)
+        if (self.rate or self.cap) and (told is None or self._refused_share(2 * RECENT_SENDS) < CLEARLY_OVER):
+            # A stray 429 at the limit's edge: back in line at once, the rate paces it. Waiting
+            # as told would not ease the server (others take its turn) and, at a run's end,
+            # only adds the wait (Anthropic's whole seconds: up to a second in an 8 s run).
+            return 0.0
+        return told if told is not None else backoff(ticket.refused, *_BACKOFF)
 
     def _read(self, ticket: Ticket, headers, earlier: list, now: float) -> dict:
         readings, style = read_limits(headers)
@@ -609,9 +615,10 @@ class Pacer:
                 self._stop_trusting(ticket, None, refused)
                 self.rate = self._sent_rate()
 
-    def _refused_share(self) -> float:
-        """The share of 429s among the answers remembered."""
-        return sum(1 for h in self.history if not h.admitted) / max(1, len(self.history))
+    def _refused_share(self, last: int = HISTORY) -> float:
+        """The share of 429s among the last ``last`` answers remembered."""
+        recent = list(self.history)[-last:]
+        return sum(1 for h in recent if not h.admitted) / max(1, len(recent))
 
     def _foreseen(self, ticket: Ticket, readings: dict) -> bool:
         """Whether the 429's own headers show a budget too low for the request."""
@@ -769,12 +776,14 @@ class Pacer:
 
     def _admitted_rate(self, now: float) -> float:
         """Requests per second admitted over the answers remembered since the first cut (the
-        slow start before it sent fewer than it could)."""
+        slow start before it sent fewer than it could); no ceiling (inf) until ``MEASURED_AFTER``
+        were admitted: a window shut since then says when it reopens, not what it admits (taken
+        as a rate, none admitted since a cut a moment ago left one request a minute)."""
         sent = [h for h in self.history if h.sent_at >= self.first_cut]
-        if not sent:
+        admitted = sum(1 for h in sent if h.admitted)
+        if admitted < MEASURED_AFTER:
             return math.inf
-        first = min(h.sent_at for h in sent)
-        return sum(1 for h in sent if h.admitted) / max(now - first, 1e-3)
+        return admitted / max(now - min(h.sent_at for h in sent), 1e-3)
 
     def _sent_rate(self) -> float:
         """Requests per second the last requests went out at (answered or not)."""
