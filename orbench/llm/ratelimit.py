@@ -560,13 +560,16 @@ class Pacer:
         if told == 0 and self._refused_share() < CLEARLY_OVER:
             return 0.0  # "again at once": not a server pacing us, unless its 429s are that many
         self.window = None if self.window is None else max(1, min(self.window, len(self.in_flight)))
-        if self._capped(ticket):
-            return told or 0.0
-        self._cut(ticket, now)
+        if not self._capped(ticket):
+            self._cut(ticket, now)
+        return self._again_in(ticket, told)
+
+    def _again_in(self, ticket: Ticket, told: float | None) -> float:
+        """Seconds a refused request waits before it is sent again: none once a rate or a cap
+        paces the requests and 429s are few (a stray 429 at the limit's edge: waiting as told
+        would not ease the server, others take its turn, and at a run's end it only adds the
+        wait, Anthropic's whole seconds among them), else as told, else a backoff."""
         if (self.rate or self.cap) and (told is None or self._refused_share(2 * RECENT_SENDS) < CLEARLY_OVER):
-            # A stray 429 at the limit's edge: back in line at once, the rate paces it. Waiting
-            # as told would not ease the server (others take its turn) and, at a run's end,
-            # only adds the wait (Anthropic's whole seconds: up to a second in an 8 s run).
             return 0.0
         return told if told is not None else backoff(ticket.refused, *_BACKOFF)
 
