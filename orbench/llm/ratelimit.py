@@ -37,7 +37,8 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    sent in a round trip since the last cut got through (a fixed window shut until it reopens),
    every request waits instead, longer each time; the next cut then takes the share admitted
    times the share of the time the requests were not all waiting (they went out in bursts),
-   and keeps the rate no faster than the server admitted requests since the first cut. The
+   and keeps the rate no faster than the server admitted requests since the first cut (once
+   ``MEASURED_AFTER`` were: none admitted tells when a window reopens, not a rate). The
    rate grows by ``GROW`` per answer while it is what holds requests back (at a learned cap
    too), by ``GROW_MID`` after the first cut, a cut in a descent or after such a wait, and by
    ``GROW_FAST`` after a blind or halving cut (the limit may be well above).
