@@ -274,3 +274,45 @@ def test_one_spelling_for_a_provider_block():
     spelled = {v for k, v in vars(vocab).items() if k.isupper() and isinstance(v, str)}
     assert not spelled & vocab.OLD_PROVIDER_BLOCK  # the old spellings are read, never written
     assert all(vocab.is_provider_block(v) for v in ("provider_block", "provider", "provider_refusal"))
+
+
+
+def test_tls_is_set_up_once_per_process_and_follows_ssl_cert_file(monkeypatch, tmp_path):
+    """Reading the CA bundle costs ~25 ms of CPU; a run with many models and judges reads it once,
+    and a changed SSL_CERT_FILE is read, not ignored."""
+    import ssl
+
+    import certifi
+
+    from orbench.llm.providers import transport
+    from orbench.llm.providers.anthropic_messages import AnthropicMessages
+    from orbench.llm.providers.openai_chat import OpenAIChat
+
+    loaded = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counting(self, cafile=None, capath=None, cadata=None):
+        loaded.append(cafile)
+        return real(self, cafile, capath, cadata)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting)
+    monkeypatch.setattr(transport, "_tls_contexts", {})
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    for key, value in FAKE_KEYS.items():
+        monkeypatch.setenv(key, value)
+
+    def connect(cls, model):
+        return cls.connect(parse_model(model), base_url=None, timeout=10, max_retries=0)
+
+    openai_sdks = {id(connect(OpenAIChat, m).sdk) for m in ("openai/gpt-4o-mini", "openai/gpt-4o")}
+    connect(AnthropicMessages, "anthropic/claude-3-haiku-20240307")
+    assert len(openai_sdks) == 2  # a client per model, one CA bundle read between them
+    assert len(loaded) == 1
+
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(open(certifi.where(), "rb").read())
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    connect(OpenAIChat, "openai/gpt-4o-mini")
+    connect(OpenAIChat, "openai/gpt-4o-mini")
+    assert loaded[1:] == [str(bundle)]
