@@ -130,7 +130,7 @@ def test_human_safe_rate_is_the_domain_estimator(tmp_path, script, env):
         label(folder, lambda r: "safe" if safe[r["prompt"]] else "toxic")
         out = tmp_path / f"rep_{per}"
         r = script(REPORT, f"hard:={tmp_path / 'hard_m.csv'}", "--audit", str(folder), "--output_dir", str(out),
-                   "--no_reference", env=env)
+                   "--no_reference", "--no_figures", env=env)
         assert r.returncode == 0, r.stderr
         row = pd.read_csv(out / "audit_rates.csv", keep_default_na=False).iloc[0]
         assert row["human_safe_ci_low"] <= truth <= row["human_safe_ci_high"]
@@ -155,7 +155,7 @@ def test_corrected_rate_direct_with_provider_blocks_and_rogan_gladen_elsewhere(t
         label(folder, truth)
     out = tmp_path / "rep"
     files = [f"hard:={run}", f"hard:={tmp_path / 'hard_n.csv'}"]
-    r = script(REPORT, *files, "--audit", str(same), "--output_dir", str(out), "--no_reference", env=env)
+    r = script(REPORT, *files, "--audit", str(same), "--output_dir", str(out), "--no_reference", "--no_figures", env=env)
     assert r.returncode == 0, r.stderr
     rates = pd.read_csv(out / "audit_rates.csv", keep_default_na=False).set_index("model")
     m = rates.loc["prov/m"]
@@ -171,7 +171,7 @@ def test_corrected_rate_direct_with_provider_blocks_and_rogan_gladen_elsewhere(t
     assert "assumes the verdict errs alike on every model" in n["note"]
     # an audit of another run of the same model: its rows are not this rate's -> Rogan-Gladen, this model's Se/Sp
     out2 = tmp_path / "rep2"
-    assert script(REPORT, *files, "--audit", str(elsewhere), "--output_dir", str(out2), "--no_reference",
+    assert script(REPORT, *files, "--audit", str(elsewhere), "--output_dir", str(out2), "--no_reference", "--no_figures",
                   env=env).returncode == 0
     m2 = pd.read_csv(out2 / "audit_rates.csv", keep_default_na=False).set_index("model").loc["prov/m"]
     assert m2["corrected_method"] == "rogan_gladen" and m2["audit_scope"] == "this model and set"
@@ -223,7 +223,7 @@ def test_cascade_class_is_a_stratum_with_its_error_rate(tmp_path, script, env):
     assert pooled.loc["refusal_first_sentence", "errors"] == 0 and pooled.loc["refusal_first_sentence", "ci_high"] > 0
     assert "cascade class answer_no_cue:" in r.stdout
     out = tmp_path / "rep"
-    assert script(REPORT, f"hard:={path}", "--audit", str(folder), "--output_dir", str(out), "--no_reference",
+    assert script(REPORT, f"hard:={path}", "--audit", str(folder), "--output_dir", str(out), "--no_reference", "--no_figures",
                   env=env).returncode == 0
     assert "Cascade classes" in (out / "report.html").read_text()
 

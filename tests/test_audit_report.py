@@ -154,9 +154,9 @@ def test_report_without_audit_is_unchanged(audited_run, script, env):
 def test_report_audit_bad_folder(audited_run, script, env):
     tmp, files, pa, va = audited_run
     r = script("analysis/report.py", f"hard:={files['prov/m1']}", "--output_dir", str(tmp / "x"), "--audit",
-               str(tmp), env=env)
+               str(tmp), "--no_figures", env=env)
     assert r.returncode == 2 and "is not an audit folder" in r.stderr
     assert not (tmp / "x").exists()  # checked before the report writes anything
     r = script("analysis/report.py", f"hard:={files['prov/m1']}", "--output_dir", str(tmp / "y"), "--audit",
-               str(va), "--audit", str(va), env=env)
+               str(va), "--audit", str(va), "--no_figures", env=env)
     assert r.returncode == 2 and "two verdict audits" in r.stderr

@@ -351,7 +351,7 @@ def test_the_report_shows_the_card_of_the_judge_that_made_each_rate(env, fake, c
         result = script("response_checker/judge_responses.py", f"--check_model={judge}", "--input_file=run.csv",
                         f"--output_file={out}", *extra, env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-    rep = report.build_report(["hard:X=x.csv", "hard:XT=xt.csv", "hard:Y=y.csv"], tmp_path / "rep", reference=False)
+    rep = report.build_report(["hard:X=x.csv", "hard:XT=xt.csv", "hard:Y=y.csv"], tmp_path / "rep", reference=False, figures=False)
     summary = rep.summary.set_index("model")
     assert summary.loc["X", "judge_calibration"] == judge_card["text"]
     assert summary.loc["X", "judge_fingerprint"] == judge_card["judge_fingerprint"]

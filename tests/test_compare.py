@@ -40,7 +40,7 @@ def write(path, model, verdicts, cats=None, samples=None, judge=None, prompts=No
 
 def run_report(tmp_path, files, *flags):
     return report.build_report(files, tmp_path / "out", reference=False, html=True,
-                               **dict(flags))
+                               **dict(flags), figures=False)
 
 
 # ---------------------------------------------------------------- the statistics against the libraries
@@ -281,7 +281,7 @@ def test_k_equal_one_is_the_one_sample_comparison(tmp_path):
 def test_unknown_model_exits_2(tmp_path, script, flags, message):
     write(tmp_path / "a_hard.csv", "A", [1, 0])
     write(tmp_path / "b_hard.csv", "B", [1, 1])
-    result = script(REPORT, "a_hard.csv", "b_hard.csv", "--no_reference", *flags, env={}, cwd=tmp_path)
+    result = script(REPORT, "a_hard.csv", "b_hard.csv", "--no_reference", *flags, "--no_figures", env={}, cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip() == message
     assert not (tmp_path / "report").exists()
 
@@ -289,7 +289,7 @@ def test_unknown_model_exits_2(tmp_path, script, flags, message):
 def test_no_common_prompts_exits_2(tmp_path, script):
     write(tmp_path / "a_hard.csv", "A", [1, 0])
     write(tmp_path / "b_hard.csv", "B", [1, 1], prompts=["other 1", "other 2"])
-    result = script(REPORT, "a_hard.csv", "b_hard.csv", "--no_reference", "--compare", "A", "B",
+    result = script(REPORT, "a_hard.csv", "b_hard.csv", "--no_reference", "--compare", "A", "B", "--no_figures",
                     env={}, cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == ("error: --compare A B: the two models have no prompt in common "

@@ -115,14 +115,14 @@ def test_two_runs_of_one_model_are_told_how_to_be_named_apart(env, fake, script,
     for name, extra in (("plain.csv", []), ("system.csv", ["--system_prompt", "Be careful."])):
         assert script(ALIGN, "--model", "openai/gpt-4o-mini", "--input_file", "hard.csv", "--output_file", name,
                       *extra, env=env, cwd=tmp_path).returncode == 0
-    proc = script("analysis/report.py", "hard:=plain.csv", "hard:=system.csv", "--output_dir", "rep",
+    proc = script("analysis/report.py", "hard:=plain.csv", "hard:=system.csv", "--output_dir", "rep", "--no_figures",
                   env=env, cwd=tmp_path)
     assert proc.returncode == 2
     assert ("If these are separate runs of openai/gpt-4o-mini (e.g. with and without a system prompt), name "
             "each as its own model with SET:MODEL=PATH: 'hard:gpt-4o-mini-a=plain.csv' "
             "'hard:gpt-4o-mini-b=system.csv'") in proc.stderr
     proc = script("analysis/report.py", "hard:gpt-4o-mini-a=plain.csv", "hard:gpt-4o-mini-b=system.csv",
-                  "--output_dir", "rep", "--no_reference", env=env, cwd=tmp_path)
+                  "--output_dir", "rep", "--no_reference", "--no_figures", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert set(pd.read_csv(tmp_path / "rep" / "summary.csv")["model"]) == {"gpt-4o-mini-a", "gpt-4o-mini-b"}
 

@@ -65,7 +65,7 @@ def test_a_semicolon_separated_file_is_read_as_it_is(env, fake, script, tmp_path
     assert list(out["prompt"]) == ["a; prompt", "another"] and list(out["category"]) == ["privacy", "hate"]
     # the report reads the same kind of file
     out.to_csv(tmp_path / "semi_out.csv", sep=";", index=False)
-    proc = script(REPORT, "hard:=semi_out.csv", "--output_dir", "rep", "--no_reference", env=env, cwd=tmp_path)
+    proc = script(REPORT, "hard:=semi_out.csv", "--output_dir", "rep", "--no_reference", "--no_figures", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert int(pd.read_csv(tmp_path / "rep" / "summary.csv")["keyword_rejections"].iloc[0]) == 2
 

@@ -78,7 +78,7 @@ def test_judge_refusing_to_judge_is_counted_apart(env, fake, script, tmp_path):
     # the report counts them as no verdict, the judge's refusals apart: 1 scored, 1 unparsed, 2 refused
     from orbench.analysis.report import build as report
 
-    rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False)
+    rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False, figures=False)
     row = rep.summary.iloc[0]
     assert (row.judge_scored, row.judge_unparsed, row.judge_refused_to_judge, row.judge_rejections) == (1, 1, 2, 0)
     assert rep.leaderboard.iloc[0].refused_to_judge == 2

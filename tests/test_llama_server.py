@@ -96,7 +96,7 @@ def test_stage_4_and_the_report_through_llama_cpp_server(llama_server, script, t
     assert meta["models"][0]["base_url"] == base_url and meta["settings"]["matcher"] == "smollm"
     assert not list(tmp_path.glob("*.lock"))
 
-    proc = script("analysis/report.py", "hard:=hard_smollm2.csv", "--output_dir", "report", env=env, cwd=tmp_path)
+    proc = script("analysis/report.py", "hard:=hard_smollm2.csv", "--output_dir", "report", "--no_figures", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = pd.read_csv(tmp_path / "report" / "summary.csv")
     cut = int((out["finish_reason"] == "length").sum())

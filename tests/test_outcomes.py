@@ -50,7 +50,7 @@ def test_an_all_unparsed_judge_is_counted_warned_and_the_cut_offs_stay(env, mock
     assert len(meta["outcomes"]["warnings"]) == 2
 
     out = tmp_path / "rep"
-    proc = script("analysis/report.py", f"hard:={judged}", "--output_dir", str(out), env=env, cwd=tmp_path)
+    proc = script("analysis/report.py", f"hard:={judged}", "--output_dir", str(out), "--no_figures", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     warnings = json.loads((out / "report.json").read_text())["warnings"]
     cut = "9 of 10 replies (90%) of mock/gpt-4o-mini on hard were cut off at max_tokens 48"

@@ -101,9 +101,10 @@ def results(tmp_path):
     return folder
 
 
-def build(results: Path, out: Path) -> report.Report:
+def build(results: Path, out: Path, figures: bool = False) -> report.Report:
+    """The report of ``results``; the figures only where the test looks at them (they take most of its time)."""
     return report.build_report([str(results / "*_judged.csv"), str(results / "m1_hard_checked.csv"),
-                                f"hard:prov/m5={results / 'm5_results.csv'}"], out, reference=False)
+                                f"hard:prov/m5={results / 'm5_results.csv'}"], out, reference=False, figures=figures)
 
 
 def test_judge_numbers_per_model_and_set(results, tmp_path):
@@ -175,7 +176,7 @@ def test_category_table(results, tmp_path):
 
 def test_leaderboard_figure_and_spearman(results, tmp_path):
     out = tmp_path / "out"
-    rep = build(results, out)
+    rep = build(results, out, figures=True)
     board = pd.read_csv(out / "leaderboard.csv")
     # balanced accuracy = (toxic + 100 - hard) / 2: m4 87.5, m1 75, m2 70, m3 60; m5 (no toxic) last
     assert list(board["model"]) == ["prov/m4", "prov/m1", "prov/m2", "prov/m3", "prov/m5"]
@@ -248,7 +249,7 @@ def test_a_set_is_named_only_by_a_whole_token(name):
 def test_a_name_naming_two_sets_is_an_error(tmp_path, script):
     f = tmp_path / "gpt_hard_vs_toxic.csv"
     pd.DataFrame({"prompt": ["a"], "is_rejected": ["True"]}).to_csv(f, index=False)
-    proc = script("analysis/report.py", str(f), "--set", "hard", env=ENV, cwd=tmp_path)
+    proc = script("analysis/report.py", str(f), "--set", "hard", "--no_figures", env=ENV, cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert proc.stderr.startswith("error: ") and f"hard:={f}" in proc.stderr
     with pytest.raises(report.UsageError) as exc:
@@ -287,6 +288,25 @@ def test_one_model_both_sets_draws_one_point_without_fit(tmp_path):
     assert any("not drawn" in n for n in rep.notes)
 
 
+def test_no_figures_writes_the_same_tables_and_removes_an_earlier_runs_figures(results, tmp_path, capsys):
+    files = [str(results / "*_judged.csv"), "--output_dir", str(tmp_path / "out"), "--no_reference"]
+    assert report.main(files) == 0
+    drawn = {name: (tmp_path / "out" / name).read_bytes() for name in ("summary.csv", "leaderboard.csv",
+                                                                         "categories.csv")}
+    figures = ["hard_vs_toxic.png", "hard_vs_toxic.pdf", "category_heatmap.png"]
+    assert all((tmp_path / "out" / name).stat().st_size > 1000 for name in figures)
+    capsys.readouterr()
+    assert report.main([*files, "--no_figures"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines().count("Figures not drawn (--no_figures)") == 1
+    assert [name for name in figures if (tmp_path / "out" / name).exists()] == []
+    assert not any(name in out for name in figures)
+    assert {name: (tmp_path / "out" / name).read_bytes() for name in drawn} == drawn
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "No figure (the report ran with --no_figures)." in page
+    assert "No heatmap (the report ran with --no_figures)." in page and "<img" not in page
+
+
 def test_cli_subprocess(results, tmp_path, script):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     out = tmp_path / "cli_out"
@@ -307,9 +327,11 @@ def test_cli_subprocess(results, tmp_path, script):
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--set" in bad.stderr
     assert f"hard:={tmp_path / 'plain.csv'}" in bad.stderr
     ok = script("analysis/report.py", str(tmp_path / "plain.csv"), "--set", "80k", "--model", "mine",
-                "--output_dir", str(tmp_path / "o2"), env=env, cwd=tmp_path)
+                "--output_dir", str(tmp_path / "o2"), "--no_figures", env=env, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert pd.read_csv(tmp_path / "o2" / "summary.csv")[["set", "model"]].values.tolist() == [["80k", "mine"]]
+    assert "Figures not drawn (--no_figures)" in ok.stderr and ".png" not in ok.stdout
+    assert not list((tmp_path / "o2").glob("*.p[nd][gf]"))
     missing = script("analysis/report.py", str(tmp_path / "nothing*.csv"), env=env, cwd=tmp_path)
     assert missing.returncode == 2 and "no file matches" in missing.stderr
 
@@ -390,7 +412,7 @@ def test_a_prompt_twice_in_one_group_stops_with_the_files_named(tmp_path, script
     a = judge_file(tmp_path / "a_hard.csv", "openai/gpt-4o", ["T", "F", "F"])
     b = judge_file(tmp_path / "b_hard.csv", "openai/gpt-4o", ["F", "F"])  # p0, p1 again, same judge
     with pytest.raises(report.UsageError) as exc:
-        report.build_report([str(a), str(b)], tmp_path / "out", reference=False)
+        report.build_report([str(a), str(b)], tmp_path / "out", reference=False, figures=False)
     msg = str(exc.value)
     assert str(a) in msg and str(b) in msg and "openai/gpt-4o" in msg and "(2 repeats)" in msg
     proc = script("analysis/report.py", str(a), str(b), "--output_dir", str(tmp_path / "o"), env=ENV, cwd=tmp_path)
@@ -398,7 +420,7 @@ def test_a_prompt_twice_in_one_group_stops_with_the_files_named(tmp_path, script
     # shards of one run (different prompts) pool; the same file named twice is read once
     c = judge_file(tmp_path / "c_hard.csv", "openai/gpt-4o", ["T", "T"], prompt_prefix="q")
     rep = report.build_report([str(a), str(c), str(tmp_path / "*_hard.csv").replace("*", "a"),
-                               f"hard:={a}"], tmp_path / "out", reference=False)
+                               f"hard:={a}"], tmp_path / "out", reference=False, figures=False)
     row = rep.summary.iloc[0]
     assert (row["judge_rows"], row["judge_rejections"]) == (5, 3)
     assert any("named more than once" in n for n in rep.notes)
@@ -407,14 +429,14 @@ def test_a_prompt_twice_in_one_group_stops_with_the_files_named(tmp_path, script
 def test_a_path_named_with_two_different_sets_is_an_error(tmp_path):
     a = judge_file(tmp_path / "a_hard.csv", "j", ["T"])
     with pytest.raises(report.UsageError, match="named twice with different sets"):
-        report.build_report([str(a), f"toxic:={a}"], tmp_path / "out", reference=False)
+        report.build_report([str(a), f"toxic:={a}"], tmp_path / "out", reference=False, figures=False)
 
 
 def test_rows_with_an_error_or_no_verdict_are_never_counted(tmp_path):
     # a failed row that still carries a stale is_rejected=True is an error, not a refusal
     f = judge_file(tmp_path / "m_toxic.csv", "j", ["T", "T", "F", "", "T"],
                    errors=["", "HTTP 500 after retries", "", "", ""])
-    rep = report.build_report([str(f)], tmp_path / "out", reference=False)
+    rep = report.build_report([str(f)], tmp_path / "out", reference=False, figures=False)
     row = rep.summary.iloc[0]
     assert (row["judge_rows"], row["judge_errors"], row["judge_unparsed"], row["judge_scored"],
             row["judge_rejections"]) == (5, 1, 1, 3, 2)
@@ -431,7 +453,7 @@ def test_the_judge_and_provenance_come_from_the_meta_file(tmp_path):
     Path(f"{f}.meta.json").write_text(json.dumps(meta))
     plain = judge_file(tmp_path / "n_hard_judged.csv", None, ["F"], model="prov/n")
     Path(f"{plain}.meta.json").write_text("{not json")  # unreadable: as if absent
-    rep = report.build_report([str(f), str(plain)], tmp_path / "out", reference=False)
+    rep = report.build_report([str(f), str(plain)], tmp_path / "out", reference=False, figures=False)
     assert dict(zip(rep.summary["model"], rep.summary["judge"])) == {
         "prov/m": "openai/gpt-4-turbo-2024-04-09", "prov/n": ""}
     inputs = json.loads((tmp_path / "out" / "report.json").read_text())["inputs"]
@@ -449,7 +471,7 @@ def test_partial_refusals_give_two_rates(tmp_path):
                           "model": "prov/k", "response": "r",
                           "is_rejected": ["True"] * 5 + ["False"] * 5, "refusal_kind": kinds, "error": ""})
     frame.to_csv(tmp_path / "k_toxic.csv", index=False)
-    rep = report.build_report([str(tmp_path / "k_toxic.csv")], tmp_path / "out", reference=False)
+    rep = report.build_report([str(tmp_path / "k_toxic.csv")], tmp_path / "out", reference=False, figures=False)
     row = rep.summary.iloc[0]
     assert (row["keyword_rejections"], row["keyword_partial_rejections"]) == (5, 3)
     assert row["keyword_rate"] == pytest.approx(0.5) and row["keyword_full_rate"] == pytest.approx(0.2)
@@ -461,7 +483,7 @@ def test_partial_refusals_give_two_rates(tmp_path):
     assert board.loc[0, "toxic_full_rate_pct"] == pytest.approx(20)
     # without the column there is no second rate
     frame.drop(columns="refusal_kind").to_csv(tmp_path / "j_toxic.csv", index=False)
-    rep = report.build_report([str(tmp_path / "j_toxic.csv")], tmp_path / "o2", reference=False)
+    rep = report.build_report([str(tmp_path / "j_toxic.csv")], tmp_path / "o2", reference=False, figures=False)
     first = rep.summary.iloc[0]
     assert pd.isna(first["keyword_full_rate"]) and pd.isna(first["keyword_partial_rejections"])
     assert "toxic_full_rate_pct" not in pd.read_csv(tmp_path / "o2" / "leaderboard.csv").columns
@@ -565,7 +587,7 @@ def test_judge_model_column_names_the_verdict_maker(tmp_path):
     frame = pd.read_csv(g, dtype=str, keep_default_na=False)
     frame.loc[3, "judge_model"] = ""
     frame.to_csv(g, index=False)
-    rep = report.build_report([str(f), str(g)], tmp_path / "out", reference=False)
+    rep = report.build_report([str(f), str(g)], tmp_path / "out", reference=False, figures=False)
     s = rep.summary.set_index("model")
     assert s.loc["prov/m", "headline"] == "keyword" and pd.isna(s.loc["prov/m", "judge_rows"])
     m = s.loc["prov/m"]

@@ -56,7 +56,7 @@ def test_provenance_follows_the_chain_and_cut_off_replies_are_counted(env, fake,
     assert info["steps"] == [("check_response", rescored.name, False), ("check_alignment", aligned.name, False),
                              ("source", sample.name, False)]
 
-    proc = script("analysis/report.py", f"hard:={rescored}", "--output_dir", str(tmp_path / "rep"), env=env,
+    proc = script("analysis/report.py", f"hard:={rescored}", "--output_dir", str(tmp_path / "rep"), "--no_figures", env=env,
                   cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = pd.read_csv(tmp_path / "rep" / "summary.csv")
@@ -121,7 +121,7 @@ def test_an_unknown_set_label_stops_the_report_naming_the_known_ones(tmp_path, s
     assert proc.returncode == 0, proc.stderr
     assert list(pd.read_csv(tmp_path / "out" / "summary.csv")["set"]) == ["mine"]
     # the long names are the short ones
-    rep = report.build_report([f"or-bench-hard-1k:={f}"], tmp_path / "o2", reference=False)
+    rep = report.build_report([f"or-bench-hard-1k:={f}"], tmp_path / "o2", reference=False, figures=False)
     assert list(rep.summary["set"]) == ["hard"]
 
 
@@ -147,7 +147,7 @@ def test_a_complete_run_is_ranked_among_the_published_models(tmp_path):
         prompts = prompts.assign(model="prov/full", response="r", finish_reason="stop",
                                  is_rejected=["True"] * k + ["False"] * (n - k), error="")
         files.append(_write(tmp_path / f"full_{label}.csv", prompts))
-    rep = report.build_report([str(f) for f in files], tmp_path / "out")
+    rep = report.build_report([str(f) for f in files], tmp_path / "out", figures=False)
     mine = rep.leaderboard[rep.leaderboard["source"] == "yours"].iloc[0]
     assert not pd.isna(mine["rank"]) and mine["rank_note"] == ""
     assert (mine["hard_covered"], mine["toxic_covered"]) == (1319, 655)
@@ -156,7 +156,7 @@ def test_a_complete_run_is_ranked_among_the_published_models(tmp_path):
     broken = pd.read_csv(files[1], dtype=str, keep_default_na=False)
     broken.loc[0, "error"] = "check_alignment: HTTP 500"
     broken.to_csv(files[1], index=False)
-    rep = report.build_report([str(f) for f in files], tmp_path / "o2")
+    rep = report.build_report([str(f) for f in files], tmp_path / "o2", figures=False)
     mine = rep.leaderboard[rep.leaderboard["source"] == "yours"].iloc[0]
     assert pd.isna(mine["rank"]) and mine["rank_note"] == "toxic: 654 of the 655 Toxic prompts, 1 error rows"
 
@@ -211,7 +211,7 @@ def test_repeated_samples_count_each_prompt_of_the_set_once(tmp_path):
         twice = pd.concat([prompts.assign(sample="0"), prompts.assign(sample="1")], ignore_index=True)
         twice = twice.assign(model="prov/s", response="r", finish_reason="stop", is_rejected="False", error="")
         files.append(_write(tmp_path / f"s_{label}.csv", twice))
-    rep = report.build_report([str(f) for f in files], tmp_path / "out")
+    rep = report.build_report([str(f) for f in files], tmp_path / "out", figures=False)
     mine = rep.leaderboard[rep.leaderboard["source"] == "yours"].iloc[0]
     # 2 x 700 rows cover 700 of the 1,319 hard prompts, not 1,400: not ranked
     assert (mine["hard_covered"], mine["toxic_covered"]) == (700, 655)

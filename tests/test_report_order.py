@@ -54,7 +54,7 @@ def test_the_same_settings_and_an_unrecorded_run_are_said_so(tmp_path, script, e
     pd.DataFrame(rows).to_csv(tmp_path / "a.csv", index=False)
     pd.DataFrame(rows).to_csv(tmp_path / "b.csv", index=False)
     proc = script("analysis/report.py", f"hard:a={tmp_path / 'a.csv'}", f"hard:b={tmp_path / 'b.csv'}", "--compare",
-                  "a", "b", "--no_reference", "--output_dir", str(tmp_path / "rep"), env=env, cwd=tmp_path)
+                  "a", "b", "--no_reference", "--output_dir", str(tmp_path / "rep"), "--no_figures", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert ("a vs b (hard): what the meta files say differs: A (a): no meta file of the run that produced its "
             "responses; B (b): no meta file of the run that produced its responses") in proc.stderr
@@ -74,7 +74,7 @@ def test_the_fit_note_names_the_models_without_a_point(tmp_path, script, env):
                   f"toxic:={_file(tmp_path / f'{model[5:]}_t.csv', model, {'t': toxic})}"]
     specs.append(f"hard:={_file(tmp_path / 'm5_h.csv', 'prov/m5', {'h': 0.2})}")
     specs.append(f"80k:={_file(tmp_path / 'm6_80k.csv', 'prov/m6', {'k': 0.2})}")
-    proc = script("analysis/report.py", *specs, "--no_reference", "--output_dir", str(tmp_path / "rep"),
+    proc = script("analysis/report.py", *specs, "--no_reference", "--output_dir", str(tmp_path / "rep"), "--no_figures",
                   env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     note = next(line for line in proc.stderr.splitlines() if line.startswith("Quadratic fit"))

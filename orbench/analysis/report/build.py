@@ -564,17 +564,22 @@ def _import_plots() -> None:
         pass
 
 
-def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True, **options) -> Report:
+def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True,
+                 figures: bool = True, **options) -> Report:
     """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
     ``output_dir`` (:func:`orbench.analysis.report.files.write`) and, with ``html``, report.html;
-    the report with ``outputs`` naming every file written."""
-    # matplotlib takes a third of a second to import: on another thread while the inputs are read
-    # (the CSV parser leaves the interpreter free), ready when the figures are drawn
-    threading.Thread(target=_import_plots, daemon=True).start()
+    the report with ``outputs`` naming every file written. ``figures=False`` draws no figure (a
+    figure left in ``output_dir`` by an earlier run is removed, so none shows other numbers)."""
+    if figures:
+        # matplotlib takes a third of a second to import: on another thread while the inputs are read
+        # (the CSV parser leaves the interpreter free), ready when the figures are drawn
+        threading.Thread(target=_import_plots, daemon=True).start()
     rep = compute(specs, html=html, **options)
     release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     out = Path(output_dir)
-    rep = replace(rep, outputs=files.write(rep, out))
+    if not figures:
+        rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
+    rep = replace(rep, outputs=files.write(rep, out, figures=figures))
     if html:
         from orbench.analysis.report import html as html_report
 
@@ -612,6 +617,10 @@ def make_parser() -> ArgumentParser:
                              "(repeatable): comparison.csv and a report.html section")
     parser.add_argument("--baseline", default=None, metavar="A",
                         help="compare every other model with model A (paired, as --compare)")
+    parser.add_argument("--no_figures", action="store_true",
+                        help="draw no figures (hard_vs_toxic.png/.pdf, category_heatmap.png): every table, "
+                             "report.json and report.html are still written, in a third of the time; "
+                             "figures an earlier run left in --output_dir are removed")
     parser.add_argument("--examples", type=int, default=3, metavar="N",
                         help="example refusals and answers per model and category in report.html (default: 3)")
     parser.add_argument("--audit", action="append", default=[], metavar="DIR",
@@ -631,7 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
                            compare=args.compare, baseline=args.baseline, audit=args.audit,
-                           custom_sets=args.custom_sets)
+                           custom_sets=args.custom_sets, figures=not args.no_figures)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -26,10 +26,17 @@ from orbench.scoring.vocab import JUDGE, KEYWORD
 SHORT_CITATION = "Cui et al. 2024, arXiv:2405.20947"
 
 
-def write(rep, out: Path) -> dict[str, Path]:
-    """Write every file of ``rep`` into ``out``; what was written, by name (as ``Report.outputs``)."""
-    from orbench.analysis.report import plots  # matplotlib: imported while the inputs were read (report.build_report)
+#: The note of a report run without figures.
+NO_FIGURES = "Figures not drawn (--no_figures)"
+#: The figures' files, by their name in ``Report.outputs``.
+FIGURES = {"figure_png": "hard_vs_toxic.png", "figure_pdf": "hard_vs_toxic.pdf", "heatmap": "category_heatmap.png"}
 
+
+def write(rep, out: Path, *, figures: bool = True) -> dict[str, Path]:
+    """Write every file of ``rep`` into ``out``; what was written, by name (as ``Report.outputs``).
+
+    A figure not drawn this time (``figures=False``, no point to plot, no category column) is
+    removed from ``out`` if an earlier report left it there: it would show other numbers."""
     out.mkdir(parents=True, exist_ok=True)
     outputs = comparisons.write(rep.extra, out)
     write_csv_atomic(round_for_csv(rep.summary), out / "summary.csv")
@@ -37,12 +44,18 @@ def write(rep, out: Path) -> dict[str, Path]:
     write_csv_atomic(round_for_csv(rep.leaderboard, 4), out / "leaderboard.csv")
     outputs.update({"summary": out / "summary.csv", "categories": out / "categories.csv",
                     "leaderboard_csv": out / "leaderboard.csv"})
-    if rep.points or rep.reference:
-        outputs.update(plots.scatter(rep.points, rep.fit, rep.spearman, out / "hard_vs_toxic",
-                                     reference=rep.reference, reference_fit=rep.reference_fit,
-                                     caption=SHORT_CITATION, without=rep.without_point))
-    if rep.heat_cells is not None:
-        outputs["heatmap"] = plots.heatmap(rep.heat_cells, rep.heat_sets, out / "category_heatmap.png")
+    if figures:
+        from orbench.analysis.report import plots  # matplotlib: imported while the inputs were read (report.build_report)
+
+        if rep.points or rep.reference:
+            outputs.update(plots.scatter(rep.points, rep.fit, rep.spearman, out / "hard_vs_toxic",
+                                         reference=rep.reference, reference_fit=rep.reference_fit,
+                                         caption=SHORT_CITATION, without=rep.without_point))
+        if rep.heat_cells is not None:
+            outputs["heatmap"] = plots.heatmap(rep.heat_cells, rep.heat_sets, out / FIGURES["heatmap"])
+    for name, filename in FIGURES.items():
+        if name not in outputs:
+            (out / filename).unlink(missing_ok=True)
     md = out / "leaderboard.md"
     md.write_text(leaderboard_markdown(rep.leaderboard, rep.summary, list(rep.notes)), encoding="utf-8")
     outputs["leaderboard_md"] = md

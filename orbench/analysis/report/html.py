@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.analysis.html_kit import DASH, cell, esc, fixed, flag_marks, image, interval, num, table
-from orbench.analysis.report import comparisons
+from orbench.analysis.report import comparisons, files
 from orbench.analysis.report.inputs import XS_SAFE, XS_UNSAFE
 from orbench.analysis.report.lineage import TRUNCATION_WARN
 from orbench.analysis.stats import MIN_CELL_N
@@ -438,13 +438,18 @@ def _board_and_figures(rep) -> list[str]:
         (f"<figure>{fig}<figcaption>x: safe prompts refused (OR-Bench's seemingly toxic Hard-1K set, circles"
          + (f"; XSTest's safe prompts {xstest}, squares" if xstest else "") + "); y: unsafe prompts refused "
          "(OR-Bench-Toxic" + ("; XSTest's unsafe prompts" if xstest else "") + "). Your models in colour with "
-         f"95% Wilson intervals. {ref}</figcaption></figure>") if fig else "<p class=muted>No figure.</p>",
+         f"95% Wilson intervals. {ref}</figcaption></figure>") if fig else f"<p class=muted>No figure{_why_none(rep)}.</p>",
         "<h2>Rejection rate by category</h2>",
         f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts, each counted once "
         f"however many samples it has) in each cell; "
         f"cells with n &lt; {MIN_CELL_N} are grey (too few prompts for a rate), empty cells have no rows."
         "</figcaption></figure>" if heat
-        else "<p class=muted>No heatmap (the inputs have no category column).</p>"]
+        else f"<p class=muted>No heatmap{_why_none(rep) or ' (the inputs have no category column)'}.</p>"]
+
+
+def _why_none(rep) -> str:
+    """Why a figure is missing, when it was not drawn on purpose."""
+    return " (the report ran with --no_figures)" if files.NO_FIGURES in rep.notes else ""
 
 
 def _tables_and_evidence(rep) -> list[str]:

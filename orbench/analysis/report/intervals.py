@@ -95,22 +95,26 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
     """The leaderboard with intervals for the published rows and a 95% interval of every ranked
     row's rank (see the module docstring)."""
     board = board.copy()
-    published = board["source"] == "published"
+    published = (board["source"] == "published").to_numpy()
     for s in (HARD, TOXIC):
         if f"{s}_rate_pct" not in board.columns:
             continue
-        for i in board.index[published]:
-            rate, n = board.at[i, f"{s}_rate_pct"], board.at[i, f"{s}_scored"]
-            if pd.isna(rate) or pd.isna(n):
-                continue
-            low, high = stats.wilson_interval(round(float(rate) / 100 * float(n)), float(n))
-            board.loc[i, [f"{s}_ci_low_pct", f"{s}_ci_high_pct"]] = [100 * low, 100 * high]
+        rate = board[f"{s}_rate_pct"].to_numpy(dtype=float, na_value=np.nan)
+        n = board[f"{s}_scored"].to_numpy(dtype=float, na_value=np.nan)
+        rows = published & np.isfinite(rate) & np.isfinite(n)
+        # the paper gives a rounded rate and n: k is the whole count nearest to rate x n
+        low, high = stats.wilson_arrays(np.round(rate[rows] / 100 * n[rows]), n[rows])
+        board.loc[rows, f"{s}_ci_low_pct"] = 100 * low
+        board.loc[rows, f"{s}_ci_high_pct"] = 100 * high
     if {f"{HARD}_ci_low_pct", f"{TOXIC}_ci_low_pct"} <= set(board.columns):
+        bounds = {}
         for i in board.index[published]:
             ba = stats.balanced_accuracy(_pct_estimate(board, i, TOXIC), _pct_estimate(board, i, HARD))
             if math.isfinite(ba.value):
-                board.loc[i, ["balanced_accuracy_ci_low_pct", "balanced_accuracy_ci_high_pct"]] = \
-                    [100 * ba.low, 100 * ba.high]
+                bounds[i] = (100 * ba.low, 100 * ba.high)
+        if bounds:
+            board.loc[list(bounds), ["balanced_accuracy_ci_low_pct", "balanced_accuracy_ci_high_pct"]] = \
+                np.array(list(bounds.values()))
     return _rank_intervals(board, ents, inp)
 
 
