@@ -138,7 +138,7 @@ def check_same_report(script, env, tmp_path, stage5_path, converted_path) -> Non
     """The report over the CLI's stage-5 file and over the converted inspect log: the same summary."""
     for name, path in (("cli", stage5_path), ("inspect", converted_path)):
         result = script("analysis/report.py", str(path), "--output_dir", str(tmp_path / f"report_{name}"),
-                        env=env, cwd=tmp_path)
+                        "--no_figures", env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
     cli_summary = read(tmp_path / "report_cli" / "summary.csv")
     inspect_summary = read(tmp_path / "report_inspect" / "summary.csv")
@@ -203,7 +203,7 @@ def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp
     assert set(mocked.model) == {"mockllm/model"}
     # an inspect run and a CLI run of another model, paired on the same prompts (--compare)
     result = script("analysis/report.py", str(stage4_path), "mock_hard.csv", "--compare", TARGET,
-                    "mockllm/model", "--output_dir", "report_pair", env=env, cwd=tmp_path)
+                    "mockllm/model", "--output_dir", "report_pair", "--no_figures", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     pair = read(tmp_path / "report_pair" / "comparison.csv")
     overall = pair[pair.category == "all"].iloc[0]
