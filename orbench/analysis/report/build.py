@@ -43,7 +43,8 @@ ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refus
 prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
 point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
-figures, provenance from each input's ``.meta.json``, example prompts with their verdicts).
+figures, provenance from each input's ``.meta.json``, example prompts with their verdicts);
+``--no_figures`` writes all but the figures.
 The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
 last line printed is the path of report.html.
 
