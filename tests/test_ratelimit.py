@@ -785,3 +785,25 @@ def test_a_stray_429_at_the_limits_edge_goes_back_in_line_at_once_a_storm_waits_
     storm = paced(8)
     assert storm.observe(_ticket(storm, 97.9, depth=2), 429, {"retry-after": "1"}) == 1.0
     assert calm.observe(_ticket(calm, 97.95, depth=2), 429, {}) == 0.0  # none told: at once too
+
+
+def test_a_wall_of_429s_just_after_the_least_cut_is_not_a_descent(clock):
+    """At 98.0 the rate was cut the least (to 320 a second: it was near the limit). A moment
+    later, 18 of the 20 sent since (this 429 included) are refused: a fixed window that shut
+    refuses all, whatever the rate. That is at most halved (160), where the same 429s after a
+    deeper cut, a blind start still coming down, cut by the whole share refused (to 32). Cut to
+    32, a run of the bench (140 requests per 2.6 s window) sent below the window's rate for
+    seconds and lost 0.15 of its time."""
+    def after(least: bool) -> Pacer:
+        pacer = Pacer("gemini", None, "m")
+        pacer.rate, pacer.window, pacer.first_cut, pacer.last_cut = 320.0, None, 97.0, 98.0
+        pacer.peak, pacer.cut_share, pacer.cut_least = 356.0, 0.1, least
+        _history(pacer, *[(97.0 + i * 0.009, 30, True) for i in range(100)],
+                 *[(98.0 + i * 0.0075, 30, i < 2) for i in range(19)])
+        return pacer
+    clock.now = 98.2
+    for least, rate in ((True, 160.0), (False, 32.0)):
+        pacer = after(least)
+        pacer.observe(_ticket(pacer, 98.15, depth=30), 429, {})
+        assert pacer.rate == pytest.approx(rate) and pacer.last_cut == 98.2
+        assert pacer.cut_least is False  # neither was the least cut

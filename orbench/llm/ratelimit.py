@@ -422,6 +422,7 @@ class Pacer:
         self.last_cut = -math.inf  # the last cut of the rate, or wait of every request
         self.first_cut = math.inf
         self.peak, self.cut_share = math.inf, 1.0  # the rate cut last, and the share of 429s then
+        self.cut_least = False  # whether the last cut was the least (CUT): the rate was near the limit
         self.first_answer = math.inf
         self.cap_holds = 0  # requests the cap held back (a cap never reached is not what paced)
         self.cap_trial = False  # raised after tries above it passed, and not yet confirmed
@@ -722,8 +723,11 @@ class Pacer:
                 and CUT_FELL_SHORT * self.cut_share <= refused <= min(CLEARLY_OVER, CUT_ROSE * self.cut_share)):
             return  # as many 429s as before the last cut, below its rate: not the rate's doing
         # 429s again within a few round trips of a cut: the rate is still far over the limit
-        # (a blind start), and may be cut by the whole share refused, not at most halved.
-        descent = self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
+        # (a blind start), and may be cut by the whole share refused, not at most halved. Not
+        # after the least cut, which found the rate near the limit: a wall of 429s then is a
+        # fixed window that shut (it refuses all, whatever the rate) or a limit that fell.
+        descent = (self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
+                   and not self.cut_least)
         first = self.rate is None  # a blind start may have gone far over the limit too
         open_share = self._open_share(now)
         factor = (None if self.window is not None
@@ -744,6 +748,7 @@ class Pacer:
         if open_share < 1:  # requests let out in bursts: no faster than the server admitted them
             rate = min(rate, self._admitted_rate(now))
         self.rate = max(_MIN_RATE, rate)
+        self.cut_least = factor is not None and factor >= CUT
         self.window = None
         self.last_cut, self.first_cut = now, min(self.first_cut, now)
         self.next_start = max(self.next_start, now + 1 / self.rate)
