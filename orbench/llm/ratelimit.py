@@ -32,7 +32,8 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    (``cut_factor``); by the whole share refused, down to ``DEEPEST``, at the first cut (of the
    requests sent since the first one refused: those before met a budget not yet spent) and
    when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over
-   the limit, still coming down). 429s below the last cut's rate, about as many as then, are
+   the limit, still coming down), unless that cut was the least (the rate was near the limit:
+   a wall of 429s then is a fixed window that shut, or a limit that fell). 429s below the last cut's rate, about as many as then, are
    not the rate's doing and cut nothing; more than ``CUT_ROSE`` times as many are. When nothing
    sent in a round trip since the last cut got through (a fixed window shut until it reopens),
    every request waits instead, longer each time; the next cut then takes the share admitted
