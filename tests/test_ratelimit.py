@@ -807,3 +807,22 @@ def test_a_wall_of_429s_just_after_the_least_cut_is_not_a_descent(clock):
         pacer.observe(_ticket(pacer, 98.15, depth=30), 429, {})
         assert pacer.rate == pytest.approx(rate) and pacer.last_cut == 98.2
         assert pacer.cut_least is False  # neither was the least cut
+
+
+def test_a_storm_of_429s_saying_again_at_once_cuts_however_many_were_admitted_before(clock):
+    """"retry-after: 0" on a stray 429 is sent again at once and cuts nothing. Nine of the last
+    32 answers refused so (this one included) is a server pacing us, whatever it says: the rate
+    is cut, though the 200 answers before them were admitted (9 of 233 in all, 4%, which the
+    whole history would have read as strays, resent at once and never cut)."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 90.0
+    _history(pacer, *[(88.0 + i * 0.01, 2, True) for i in range(200)],
+             *[(95.0 + i * 0.05, 2, i < 24) for i in range(32)])
+    clock.now = 98.0
+    assert pacer.observe(_ticket(pacer, 97.9, depth=2), 429, {"retry-after": "0"}) == 0.0  # as told
+    assert pacer.rate == pytest.approx(40.0 * 24 / 33) and pacer.last_cut == 98.0  # the share admitted since the cut
+    calm = Pacer("openai", None, "m")
+    calm.rate, calm.window, calm.last_cut = 40.0, None, 90.0
+    _history(calm, *[(88.0 + i * 0.01, 2, True) for i in range(232)])
+    assert calm.observe(_ticket(calm, 97.9, depth=2), 429, {"retry-after": "0"}) == 0.0
+    assert calm.rate == 40.0 and calm.last_cut == 90.0

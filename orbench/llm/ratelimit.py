@@ -7,7 +7,7 @@ base URL and model) with :func:`attached`. A 429 is then waited out and the same
 again, and so is a 503/529 "overloaded" answer, without spending the SDK's retries, until
 ``--patience`` seconds have passed since the request's first such answer. Once a rate or a cap
 paces the requests, a 429 among few goes back in line at once (the pacer's limits space it);
-among many (``CLEARLY_OVER`` of the last ``2 * RECENT_SENDS`` answers) it waits as its
+among many (``CLEARLY_OVER`` of the last ``LATELY`` answers) it waits as its
 ``retry-after`` says.
 
 One pacer per (provider, base URL, model) follows these rules, in this order of authority:
@@ -98,6 +98,7 @@ GROW_MID = 0.005       # ... after the first measured cut, a cut in a descent (4
 DESCENT_TRIPS = 3      # round trips
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
 HISTORY = 256          # outcomes remembered: send time, requests in flight, admitted or not
+LATELY = 32            # the last answers whose share of 429s tells a storm from a stray 429
 PROBE_EVERY = 50       # answers between tries above a learned concurrency cap
 PROBE_MAX = 800
 HEADER_CUT = 0.85      # the headers' refill estimate after a 429 they foresaw
@@ -572,7 +573,7 @@ class Pacer:
         paces the requests and 429s are few (a stray 429 at the limit's edge: waiting as told
         would not ease the server, others take its turn, and at a run's end it only adds the
         wait, Anthropic's whole seconds among them), else as told, else a backoff."""
-        if (self.rate or self.cap) and (told is None or self._refused_share(2 * RECENT_SENDS) < CLEARLY_OVER):
+        if (self.rate or self.cap) and (told is None or self._refused_share() < CLEARLY_OVER):
             return 0.0
         return told if told is not None else backoff(ticket.refused, *_BACKOFF)
 
@@ -621,9 +622,10 @@ class Pacer:
                 self._stop_trusting(ticket, None, refused)
                 self.rate = self._sent_rate()
 
-    def _refused_share(self, last: int = HISTORY) -> float:
-        """The share of 429s among the last ``last`` answers remembered."""
-        recent = list(self.history)[-last:]
+    def _refused_share(self) -> float:
+        """The share of 429s among the last ``LATELY`` answers (a storm after many answers
+        admitted is a storm, however few 429s the whole history holds)."""
+        recent = list(self.history)[-LATELY:]
         return sum(1 for h in recent if not h.admitted) / max(1, len(recent))
 
     def _foreseen(self, ticket: Ticket, readings: dict) -> bool:
