@@ -276,7 +276,6 @@ def test_one_spelling_for_a_provider_block():
     assert all(vocab.is_provider_block(v) for v in ("provider_block", "provider", "provider_refusal"))
 
 
-
 def test_tls_is_set_up_once_per_process_and_follows_ssl_cert_file(monkeypatch, tmp_path):
     """Reading the CA bundle costs ~25 ms of CPU; a run with many models and judges reads it once,
     and a changed SSL_CERT_FILE is read, not ignored."""

@@ -768,21 +768,25 @@ def test_a_window_shut_since_the_first_cut_sets_no_ceiling_on_the_rate(clock):
     assert pacer.rate == pytest.approx(350.0) and pacer.last_cut == 98.5
 
 
+def _paced(provider: str, refused: int) -> Pacer:
+    """Paced by a rate of 40 a second since a cut at 90.0: 200 answers admitted, then the last 32
+    answers, of which the last ``refused`` were 429s."""
+    pacer = Pacer(provider, None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 90.0
+    _history(pacer, *[(88.0 + i * 0.01, 2, True) for i in range(200)],
+             *[(95.0 + i * 0.05, 2, i < 32 - refused) for i in range(32)])
+    return pacer
+
+
 def test_a_stray_429_at_the_limits_edge_goes_back_in_line_at_once_a_storm_waits_as_told(clock):
     """Paced by a rate (40 a second), a 429 saying "retry after 1 s" among answers that were all
     admitted goes back in line at once: the rate paces it, and a second's wait at the end of a
     run is a second lost. Among many 429s, 9 of the last 32 answers (this one included), it waits
     the second it was told, though the 200 answers before them were admitted (9 of 233 in all)."""
-    def paced(refused: int) -> Pacer:
-        pacer = Pacer("anthropic", None, "m")
-        pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 90.0
-        _history(pacer, *[(88.0 + i * 0.01, 2, True) for i in range(200)],
-                 *[(95.0 + i * 0.05, 2, i < 32 - refused) for i in range(32)])
-        return pacer
     clock.now = 98.0
-    calm = paced(0)
+    calm = _paced("anthropic", 0)
     assert calm.observe(_ticket(calm, 97.9, depth=2), 429, {"retry-after": "1"}) == 0.0
-    storm = paced(8)
+    storm = _paced("anthropic", 8)
     assert storm.observe(_ticket(storm, 97.9, depth=2), 429, {"retry-after": "1"}) == 1.0
     assert calm.observe(_ticket(calm, 97.95, depth=2), 429, {}) == 0.0  # none told: at once too
 
@@ -814,15 +818,10 @@ def test_a_storm_of_429s_saying_again_at_once_cuts_however_many_were_admitted_be
     32 answers refused so (this one included) is a server pacing us, whatever it says: the rate
     is cut, though the 200 answers before them were admitted (9 of 233 in all, 4%, which the
     whole history would have read as strays, resent at once and never cut)."""
-    pacer = Pacer("openai", None, "m")
-    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 90.0
-    _history(pacer, *[(88.0 + i * 0.01, 2, True) for i in range(200)],
-             *[(95.0 + i * 0.05, 2, i < 24) for i in range(32)])
     clock.now = 98.0
+    pacer = _paced("openai", 8)
     assert pacer.observe(_ticket(pacer, 97.9, depth=2), 429, {"retry-after": "0"}) == 0.0  # as told
     assert pacer.rate == pytest.approx(40.0 * 24 / 33) and pacer.last_cut == 98.0  # the share admitted since the cut
-    calm = Pacer("openai", None, "m")
-    calm.rate, calm.window, calm.last_cut = 40.0, None, 90.0
-    _history(calm, *[(88.0 + i * 0.01, 2, True) for i in range(232)])
+    calm = _paced("openai", 0)
     assert calm.observe(_ticket(calm, 97.9, depth=2), 429, {"retry-after": "0"}) == 0.0
     assert calm.rate == 40.0 and calm.last_cut == 90.0

@@ -33,8 +33,9 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    requests sent since the first one refused: those before met a budget not yet spent) and
    when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over
    the limit, still coming down), unless that cut was the least (the rate was near the limit:
-   a wall of 429s then is a fixed window that shut, or a limit that fell). 429s below the last cut's rate, about as many as then, are
-   not the rate's doing and cut nothing; more than ``CUT_ROSE`` times as many are. When nothing
+   a wall of 429s then is a fixed window that shut, or a limit that fell). 429s below the last
+   cut's rate, about as many as then, are not the rate's doing and cut nothing; more than
+   ``CUT_ROSE`` times as many are. When nothing
    sent in a round trip since the last cut got through (a fixed window shut until it reopens),
    every request waits instead, longer each time; the next cut then takes the share admitted
    times the share of the time the requests were not all waiting (they went out in bursts),
