@@ -312,14 +312,15 @@ def test_the_slow_starts_429_is_taken_for_a_cap_then_a_429_within_it_cuts_a_rate
     assert pacer.observe(_ticket(pacer, 99.6, depth=5), 429, {}) == 0.0
     assert (pacer.cap, pacer.window, pacer.rate) == (4, None, None)
     # A 429 with 3 in flight: a rate is to blame too. None was set: the rate the requests went
-    # at (14 sent over 0.7 s: 13 gaps, 18.57 a second), cut to the share admitted since the first
-    # request refused (what went before met a budget not yet spent), here too few (2), so of the
-    # last 10 sent: 8 of 10; measured, it grows back at 0.5 % per answer.
+    # at (14 sent over 0.7 s: 13 gaps, 18.57 a second), cut to the share admitted of the answers
+    # since the first request refused (what went before met a budget not yet spent; those in
+    # flight tell nothing yet), here too few (2, both refused) to tell a share: halved. It grows
+    # back at 0.5 % per answer.
     clock.now = 99.75
     assert pacer.observe(_ticket(pacer, 99.7, depth=3), 429, {}) == 0.0
-    assert pacer.rate == pytest.approx(13 / 0.7 * 0.8) and pacer.cap == 4 and pacer.growth == 0.005
+    assert pacer.rate == pytest.approx(13 / 0.7 * 0.5) and pacer.cap == 4 and pacer.growth == 0.005
     pacer.observe(_ticket(pacer, 99.75, rate_bound=True), 200, {})
-    assert pacer.rate == pytest.approx(13 / 0.7 * 0.8 * 1.005)
+    assert pacer.rate == pytest.approx(13 / 0.7 * 0.5 * 1.005)
 
 
 def test_a_blind_starts_first_cut_counts_from_the_first_request_refused(clock):
@@ -825,3 +826,41 @@ def test_a_storm_of_429s_saying_again_at_once_cuts_however_many_were_admitted_be
     calm = _paced("openai", 0)
     assert calm.observe(_ticket(calm, 97.9, depth=2), 429, {"retry-after": "0"}) == 0.0
     assert calm.rate == 40.0 and calm.last_cut == 90.0
+
+
+def test_a_least_cut_in_a_descent_does_not_say_the_rate_was_near_the_limit(clock):
+    """0.2 s after a cut from a blind start, 19 of the 20 sent since were admitted (most of them
+    still out): the cut is the least (to 360 a second), but the rate is still coming down, so a
+    wall of 429s next is a descent again, cut by the whole share refused, not at most halved."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.first_cut, pacer.last_cut = 400.0, None, 98.0, 98.0
+    _history(pacer, *[(98.0 + i * 0.01, 8, i != 5) for i in range(19)])
+    clock.now = 98.2
+    pacer.observe(_ticket(pacer, 98.19, depth=8), 200, {})
+    pacer.observe(_ticket(pacer, 98.195, depth=8), 429, {})  # 19 of 21 admitted
+    assert pacer.rate == pytest.approx(360.0) and pacer.cut_least is False
+    _history(pacer, *[(98.2 + i * 0.005, 8, i < 4) for i in range(20)])
+    clock.now = 98.35
+    pacer.observe(_ticket(pacer, 98.31, depth=8), 429, {})  # 4 of 21 admitted since
+    assert pacer.rate == pytest.approx(360.0 * 4 / 21)
+
+
+def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
+    """Headers that promised more than is given: the requests went out as they allowed (40 a
+    second, 30 in flight), not as the slow start's window did, so the 429 that ends their trust
+    says nothing of a cap on requests in flight. The rate is cut from the rate the requests went
+    out at: halved, as the answers since the first refused are too few to tell a share (the 29
+    in flight tell nothing yet). A cap there would have held the rate unset while 429s came."""
+    pacer = Pacer("openai", None, "m")
+    clock.now = 99.0
+    pacer.observe(_ticket(pacer, 98.9), 200, _headers(6000, 5990, "20ms"))
+    assert pacer.trusted is True
+    pacer.window, pacer.successes = 40, 40
+    _history(pacer, *[(98.0 + i * 0.025, 30, True) for i in range(40)])
+    for i in range(29):
+        pacer.in_flight[100 + i] = _ticket(pacer, 99.0 + i * 0.025, depth=30)
+    clock.now = 99.73
+    told = {**_headers(6000, 5000, "20ms"), "retry-after-ms": "20"}
+    assert pacer.observe(_ticket(pacer, 99.725, depth=30), 429, told) == 0.0
+    assert pacer.trusted is False and pacer.cap is None and pacer.window is None
+    assert pacer.rate == pytest.approx(20.0) and pacer.growth == 0.005

@@ -15,8 +15,9 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
 1. **The 429s are the truth.** Headers are a hint: while every 429 comes with headers showing
    the budget it needed spent, the pacer follows the headers (below). A 429 that finds room in
    every budget its headers report (or reports none), or 429s more often than one per ten
-   answers while following the headers, ends that trust for the rest of the run; the meta file
-   says which signal the pacer ended up following and why.
+   answers while following the headers, ends that trust for the rest of the run (the rate is
+   then cut: the number in flight was the headers' doing, not a cap's); the meta file says
+   which signal the pacer ended up following and why.
 2. **A cap on requests in flight** is learned from where the 429s start: when every 429 of the
    recent past came with more than C requests in flight and requests at C keep being admitted
    (``cap_from``), at most C are sent at once, and one request above C is tried now and then
@@ -30,10 +31,12 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    of the requests sent since the last cut that the server admitted (when over its limit, that
    share of the rate sent is the rate it admits), kept between ``HALVE`` and ``CUT``
    (``cut_factor``); by the whole share refused, down to ``DEEPEST``, at the first cut (of the
-   requests sent since the first one refused: those before met a budget not yet spent) and
-   when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over
-   the limit, still coming down), unless that cut was the least (the rate was near the limit:
-   a wall of 429s then is a fixed window that shut, or a limit that fell). 429s below the last
+   answers to requests sent since the first one refused: those before met a budget not yet
+   spent, those in flight tell nothing yet; halved when they are too few) and when 429s come
+   again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over the limit,
+   still coming down), unless that cut was the least and not itself in such a descent (the
+   rate was near the limit: a wall of 429s then is a fixed window that shut, or a limit that
+   fell). 429s below the last
    cut's rate, about as many as then, are not the rate's doing and cut nothing; more than
    ``CUT_ROSE`` times as many are. When nothing
    sent in a round trip since the last cut got through (a fixed window shut until it reopens),
@@ -562,6 +565,10 @@ class Pacer:
             return self._spent(ticket, readings, told, now)
         if self.trusted:
             self._stop_trusting(ticket, readings)
+            # The requests went out as the headers allowed, not as the slow start's window did:
+            # the number in flight now tells nothing of a cap. The rate is cut (and a cap, if
+            # there is one, found from the 429s to come).
+            self.window = None
         if told == 0 and self._refused_share() < CLEARLY_OVER:
             return 0.0  # "again at once": not a server pacing us, unless its 429s are that many
         self.window = None if self.window is None else max(1, min(self.window, len(self.in_flight)))
@@ -715,13 +722,17 @@ class Pacer:
         latency = statistics.median(self.latencies)
         if ticket.sent_at < self.last_cut + (latency if self.rate else 0.0):
             return  # one cut (or wait) per round trip: what was in flight then is still out
-        since = self._since_cut()
+        first = self.rate is None  # a blind start may have gone far over the limit
+        # At the first cut the requests may be going out far faster than their answers come
+        # back (a start paced by headers that promised too much): those in flight tell nothing.
+        since = self._since_cut(answered=first)
         if self.rate and not any(since):
             self.last_cut, self.shut = now, self.shut + 1
             self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
             return
         self.shut = 0
-        since = since if len(since) >= MEASURED_AFTER else self._since_cut(MEASURED_AFTER)
+        if not first and len(since) < MEASURED_AFTER:
+            since = self._since_cut(MEASURED_AFTER)
         refused = 1 - sum(since) / len(since)
         if (self.rate and self.rate < self.peak
                 and CUT_FELL_SHORT * self.cut_share <= refused <= min(CLEARLY_OVER, CUT_ROSE * self.cut_share)):
@@ -732,7 +743,6 @@ class Pacer:
         # fixed window that shut (it refuses all, whatever the rate) or a limit that fell.
         descent = (self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
                    and not self.cut_least)
-        first = self.rate is None  # a blind start may have gone far over the limit too
         open_share = self._open_share(now)
         factor = (None if self.window is not None
                   else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent or first else HALVE,
@@ -743,7 +753,7 @@ class Pacer:
         # count against the limit), or from requests let out in bursts after a wait (growing
         # in each burst would send the next one faster still), faster than GROW but not so fast
         # as to overshoot again.
-        if factor is not None and (descent or first or open_share < 1):
+        if first or factor is not None and (descent or open_share < 1):
             self.growth = GROW_MID
         else:
             self.growth = GROW_FAST if factor is None or factor <= HALVE else GROW
@@ -752,7 +762,9 @@ class Pacer:
         if open_share < 1:  # requests let out in bursts: no faster than the server admitted them
             rate = min(rate, self._admitted_rate(now))
         self.rate = max(_MIN_RATE, rate)
-        self.cut_least = factor is not None and factor >= CUT
+        # Near the limit only when the rate was not still coming down: in a descent, the few
+        # requests since the last cut may all have got in while the rate was still too fast.
+        self.cut_least = factor is not None and factor >= CUT and not (descent or first)
         self.window = None
         self.last_cut, self.first_cut = now, min(self.first_cut, now)
         self.next_start = max(self.next_start, now + 1 / self.rate)
@@ -765,13 +777,13 @@ class Pacer:
         self.cap, self.window, self.cap_since = cap, None, clock()
         self.probe_at = self.successes + cap  # a first try above it after one round of answers
 
-    def _since_cut(self, at_least: int = 0) -> list[bool]:
+    def _since_cut(self, at_least: int = 0, answered: bool = False) -> list[bool]:
         """Whether each request sent since the last cut (before the first, since the first
         request refused: what went before it met a budget not yet spent), or the last
         ``at_least``, was admitted; those still in flight count as admitted (a 429 comes back
-        at once)."""
+        at once), unless ``answered`` (only the answers count)."""
         sent = sorted([(h.sent_at, h.admitted) for h in self.history]
-                      + [(t.sent_at, True) for t in self.in_flight.values()])
+                      + ([] if answered else [(t.sent_at, True) for t in self.in_flight.values()]))
         if at_least:
             return [ok for _, ok in sent[-at_least:]]
         start = self.last_cut
