@@ -20,24 +20,13 @@ import pandas as pd
 import pytest
 from fake_ratelimit import FakeRateLimited, Shape
 
-from orbench.llm import ratelimit
+from orbench.llm import ratelimit, reachability
 from orbench.llm.clients import Client, Request
 from orbench.llm.errors import FatalProviderError
+from orbench.llm.limit_headers import Bucket, Reading, parse_duration, read_limits
 from orbench.llm.models import parse_model
-from orbench.llm.ratelimit import (
-    Bucket,
-    Pacer,
-    Reachability,
-    Reading,
-    Sent,
-    Ticket,
-    backoff,
-    cap_from,
-    cut_factor,
-    parse_duration,
-    read_limits,
-    sent_rate,
-)
+from orbench.llm.ratelimit import Pacer, Sent, Ticket, backoff, cap_from, cut_factor, sent_rate
+from orbench.llm.reachability import Reachability
 from orbench.stages import check_alignment
 
 ALIGN = "alignment_checker/check_alignment.py"
@@ -119,7 +108,7 @@ def test_a_budget_with_no_refill_known_is_spent_until_the_time_a_429_names():
 
 
 class Clock:
-    """A clock the test moves (``ratelimit.clock`` is patched to it)."""
+    """A clock the test moves (``ratelimit.clock`` and ``reachability.clock`` are patched to it)."""
 
     def __init__(self, now: float = 100.0):
         self.now = now
@@ -132,6 +121,7 @@ class Clock:
 def clock(monkeypatch):
     fake = Clock()
     monkeypatch.setattr(ratelimit, "clock", fake)
+    monkeypatch.setattr(reachability, "clock", fake)
     return fake
 
 
@@ -515,7 +505,7 @@ def test_reachability_stops_only_when_nothing_ever_answered():
         cold.note_failure(ConnectError("All connection attempts failed"))
     assert cold.dead and not warm.dead and "connection attempts failed" in cold.reason
     assert cold.kind == "connect"
-    assert ratelimit.is_connect_failure(ConnectError()) and not ratelimit.is_connect_failure(ValueError())
+    assert reachability.is_connect_failure(ConnectError()) and not reachability.is_connect_failure(ValueError())
 
 
 def test_an_address_that_only_ever_answers_overloaded_is_dead_after_a_few_seconds(clock):
@@ -638,7 +628,7 @@ def test_overload_is_waited_out_and_counted_apart_from_429s(script, env, limited
 
 def test_an_address_that_only_answers_overloaded_stops_the_run_within_seconds(script, env, limited,
                                                                                   tmp_path, monkeypatch):
-    monkeypatch.setattr(ratelimit, "OVERLOADED_AFTER", (4, 0.3))  # the same rule, sooner
+    monkeypatch.setattr(reachability, "OVERLOADED_AFTER", (4, 0.3))  # the same rule, sooner
     server = limited(overload_only=True)
     _input(tmp_path, 50)
     started = time.monotonic()

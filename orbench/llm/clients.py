@@ -32,7 +32,7 @@ import re
 import time
 from dataclasses import asdict, dataclass, field
 
-from orbench.llm import providers, ratelimit
+from orbench.llm import providers, ratelimit, reachability
 from orbench.llm.cache import Cache, cache_key
 from orbench.llm.errors import FatalProviderError, RowError
 from orbench.llm.models import ModelSpec, redact
@@ -113,7 +113,7 @@ class _Slot:
     base_url: str | None
     semaphore: asyncio.Semaphore
     endpoint: str | None = None  # what the cache key records: the base URL, or the local weights' identity
-    reach: ratelimit.Reachability = field(default_factory=ratelimit.Reachability)
+    reach: reachability.Reachability = field(default_factory=reachability.Reachability)
 
 
 class Client:
