@@ -837,15 +837,17 @@ def test_a_least_cut_in_a_descent_does_not_say_the_rate_was_near_the_limit(clock
 
 def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     """Headers that promised more than is given: the requests went out as they allowed (40 a
-    second, 30 in flight), not as the slow start's window did, so the 429 that ends their trust
-    says nothing of a cap on requests in flight. The rate is cut from the rate the requests went
-    out at: halved, as the answers since the first refused are too few to tell a share (the 29
-    in flight tell nothing yet). A cap there would have held the rate unset while 429s came."""
+    second, 30 in flight), not as the slow start's window did (it held nothing back for a round
+    trip), so the 429 that ends their trust says nothing of a cap on requests in flight. The rate is cut
+    from the rate the requests went out at: halved, as the answers since the first refused are
+    too few to tell a share (the 29 in flight tell nothing yet). A cap there would have held the
+    rate unset while 429s came. With the window holding requests back, the same 429 sets a cap
+    on trial."""
     pacer = Pacer("openai", None, "m")
     clock.now = 99.0
     pacer.observe(_ticket(pacer, 98.9), 200, _headers(6000, 5990, "20ms"))
     assert pacer.trusted is True
-    pacer.window, pacer.successes = 40, 40
+    pacer.window, pacer.successes, pacer.window_held = 40, 40, 99.5  # 0.2 s ago: two round trips
     _history(pacer, *[(98.0 + i * 0.025, 30, True) for i in range(40)])
     for i in range(29):
         pacer.in_flight[100 + i] = _ticket(pacer, 99.0 + i * 0.025, depth=30)
@@ -854,3 +856,9 @@ def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     assert pacer.observe(_ticket(pacer, 99.725, depth=30), 429, told) == 0.0
     assert pacer.trusted is False and pacer.cap is None and pacer.window is None
     assert pacer.rate == pytest.approx(20.0) and pacer.growth == 0.005
+    held = Pacer("openai", None, "m")
+    held.observe(_ticket(held, 98.9), 200, _headers(6000, 5990, "20ms"))
+    held.window, held.successes, held.window_held = 40, 40, 99.7
+    _history(held, *[(98.0 + i * 0.025, 30, True) for i in range(40)])
+    held.observe(_ticket(held, 99.725, depth=30), 429, told)
+    assert held.trusted is False and held.cap == 30 and held.rate is None

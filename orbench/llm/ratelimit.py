@@ -16,8 +16,9 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    the budget it needed spent, the pacer follows the headers (below). A 429 that finds room in
    every budget its headers report (or reports none), or 429s more often than one per ten
    answers while following the headers, ends that trust for the rest of the run (the rate is
-   then cut: the number in flight was the headers' doing, not a cap's); the meta file says
-   which signal the pacer ended up following and why.
+   then cut, unless the slow start's window held the requests back: the number in flight was
+   the headers' doing, not a cap's); the meta file says which signal the pacer ended up
+   following and why.
 2. **A cap on requests in flight** is learned from where the 429s start: when every 429 of the
    recent past came with more than C requests in flight and requests at C keep being admitted
    (``cap_from``), at most C are sent at once, and one request above C is tried now and then
@@ -226,6 +227,7 @@ class Pacer:
         self.cut_least = False  # whether the last cut was the least (CUT): the rate was near the limit
         self.first_answer = math.inf
         self.cap_holds = 0  # requests the cap held back (a cap never reached is not what paced)
+        self.window_held = -math.inf  # when the slow start's window last held a request back
         self.cap_trial = False  # raised after tries above it passed, and not yet confirmed
         self.shut = 0  # round trips in a row in which nothing got through
         self.history: deque[Sent] = deque(maxlen=HISTORY)
@@ -283,6 +285,8 @@ class Pacer:
         room = self._room(now)
         if room > 0 and self.window is None:
             self.cap_holds += 1
+        elif room > 0:
+            self.window_held = now
         return max(*waits, room), room <= 0 or self.window is None
 
     def _room(self, now: float) -> float:
@@ -360,10 +364,12 @@ class Pacer:
             return self._spent(ticket, readings, told, now)
         if self.trusted:
             self._stop_trusting(ticket, readings)
-            # The requests went out as the headers allowed, not as the slow start's window did:
-            # the number in flight now tells nothing of a cap. The rate is cut (and a cap, if
+            # The slow start's window held nothing back for a round trip: the headers set the
+            # number in flight, so it tells nothing of a cap. The rate is cut (and a cap, if
             # there is one, found from the 429s to come).
-            self.window = None
+            latency = statistics.median(self.latencies) if self.latencies else math.inf
+            if self.window is not None and now - self.window_held > latency:
+                self.window = None
         if told == 0 and self._refused_share() < CLEARLY_OVER:
             return 0.0  # "again at once": not a server pacing us, unless its 429s are that many
         self.window = None if self.window is None else max(1, min(self.window, len(self.in_flight)))
