@@ -302,10 +302,9 @@ def test_the_slow_starts_429_is_taken_for_a_cap_then_a_429_within_it_cuts_a_rate
     assert pacer.observe(_ticket(pacer, 99.6, depth=5), 429, {}) == 0.0
     assert (pacer.cap, pacer.window, pacer.rate) == (4, None, None)
     # A 429 with 3 in flight: a rate is to blame too. None was set: the rate the requests went
-    # at (14 sent over 0.7 s: 13 gaps, 18.57 a second), cut to the share admitted of the answers
-    # since the first request refused (what went before met a budget not yet spent; those in
-    # flight tell nothing yet), here too few (2, both refused) to tell a share: halved. It grows
-    # back at 0.5 % per answer.
+    # at (14 sent over 0.7 s: 13 gaps, 18.57 a second), cut to the share admitted since the
+    # first request refused (what went before met a budget not yet spent), here too few (2,
+    # both refused) to tell a share: halved. It grows back at 0.5 % per answer.
     clock.now = 99.75
     assert pacer.observe(_ticket(pacer, 99.7, depth=3), 429, {}) == 0.0
     assert pacer.rate == pytest.approx(13 / 0.7 * 0.5) and pacer.cap == 4 and pacer.growth == 0.005
@@ -839,9 +838,9 @@ def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     """Headers that promised more than is given: the requests went out as they allowed (40 a
     second, 30 in flight), not as the slow start's window did (it held nothing back for a round
     trip), so the 429 that ends their trust says nothing of a cap on requests in flight. The rate is cut
-    from the rate the requests went out at: halved, as the answers since the first refused are
-    too few to tell a share (the 29 in flight tell nothing yet). A cap there would have held the
-    rate unset while 429s came. With the window holding requests back, the same 429 sets a cap
+    from the rate the requests went out at: halved, as the requests sent since the first
+    refused are too few to tell a share (this one alone). A cap there would have held the rate
+    unset while 429s came. With the window holding requests back, the same 429 sets a cap
     on trial."""
     pacer = Pacer("openai", None, "m")
     clock.now = 99.0
@@ -862,3 +861,36 @@ def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     _history(held, *[(98.0 + i * 0.025, 30, True) for i in range(40)])
     held.observe(_ticket(held, 99.725, depth=30), 429, told)
     assert held.trusted is False and held.cap == 30 and held.rate is None
+
+
+def test_requests_in_flight_count_as_admitted_only_once_out_longer_than_a_429_takes(clock):
+    """The cut of the first test, with three more requests sent 0.01 s ago and still out: the
+    last 429s took 0.05 s to come back, so they may yet be refused and tell nothing (the two
+    out since 97.2 do count as admitted). Counted as admitted, the cut would be 21 of 24."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 90.0
+    _history(pacer, *[(95.0 + i * 0.1, 2, True) for i in range(16)], (97.0, 2, False), (97.1, 2, False))
+    pacer.refusal_times.extend([0.01, 0.05])
+    for i, sent_at in enumerate((97.2, 97.21, 97.99, 97.99, 97.99)):
+        pacer.in_flight[100 + i] = _ticket(pacer, sent_at)
+    clock.now = 98.0
+    pacer.observe(_ticket(pacer, 97.9, depth=3), 429, {})
+    assert pacer.rate == pytest.approx(40 * 18 / 21)
+
+
+def test_a_slow_starts_burst_is_cut_at_most_by_half_at_first(clock):
+    """A slow start sent its window's worth at once (the last 16 in 0.015 s: 1,000 a second),
+    and all 15 sent since the first refused were 429s (a window shut, or a budget spent). Cut by
+    the whole share refused (to 50 a second), the rate of a burst lands far below any limit: the
+    first cut is halved. Paced by headers for more than a round trip, the same 429s are a rate
+    far over the limit, and are cut by the whole share."""
+    def after_a_burst(window_held: float) -> Pacer:
+        pacer = Pacer("gemini", None, "m")
+        pacer.window, pacer.cap, pacer.window_held = None, 18, window_held
+        _history(pacer, *[(99.0 + i * 0.001, 18, i < 6) for i in range(20)])
+        return pacer
+    clock.now = 99.1
+    for window_held, factor in ((99.05, 0.5), (98.0, 0.05)):
+        pacer = after_a_burst(window_held)
+        pacer.observe(_ticket(pacer, 99.02, depth=10), 429, {})
+        assert pacer.rate == pytest.approx(factor * 15 / 0.015)

@@ -30,16 +30,17 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
 3. **Otherwise a 429 cuts the rate** (requests per second), once per congestion event (a 429
    of a request sent after the last cut), from the rate the requests went out at: to the share
    of the requests sent since the last cut that the server admitted (when over its limit, that
-   share of the rate sent is the rate it admits), kept between ``HALVE`` and ``CUT``
-   (``cut_factor``); by the whole share refused, down to ``DEEPEST``, at the first cut (of the
-   answers to requests sent since the first one refused: those before met a budget not yet
-   spent, those in flight tell nothing yet; halved when they are too few) and when 429s come
-   again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over the limit,
-   still coming down), unless that cut was the least and not itself in such a descent (the
-   rate was near the limit: a wall of 429s then is a fixed window that shut, or a limit that
-   fell). 429s below the last
-   cut's rate, about as many as then, are not the rate's doing and cut nothing; more than
-   ``CUT_ROSE`` times as many are. When nothing
+   share of the rate sent is the rate it admits; one still in flight counts as admitted once
+   out longer than the last 429s took to come back), kept between ``HALVE`` and ``CUT``
+   (``cut_factor``). The first cut counts from the first request refused (those before met a
+   budget not yet spent), and is halved when too few tell the share. It goes by the whole
+   share refused, down to ``DEEPEST``, when the requests went out at a steady rate (headers
+   that promised too much), not in a slow start's bursts; so does a cut when 429s come again
+   within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over the limit, still
+   coming down), unless that cut was the least and not itself in such a descent (the rate was
+   near the limit: a wall of 429s then is a fixed window that shut, or a limit that fell).
+   429s below the last cut's rate, about as many as then, are not the rate's doing and cut
+   nothing; more than ``CUT_ROSE`` times as many are. When nothing
    sent in a round trip since the last cut got through (a fixed window shut until it reopens),
    every request waits instead, longer each time; the next cut then takes the share admitted
    times the share of the time the requests were not all waiting (they went out in bursts),
@@ -232,6 +233,7 @@ class Pacer:
         self.shut = 0  # round trips in a row in which nothing got through
         self.history: deque[Sent] = deque(maxlen=HISTORY)
         self.latencies: deque = deque(maxlen=32)
+        self.refusal_times: deque = deque(maxlen=32)  # seconds a 429 took to come back
         self.in_flight: dict[int, Ticket] = {}
         self._seq = 0
         self._loop = None
@@ -359,6 +361,7 @@ class Pacer:
         self.responses_429 += 1
         ticket.refused += 1
         self.history.append(Sent(ticket.sent_at, ticket.depth, False))
+        self.refusal_times.append(now - ticket.sent_at)
         told = retry_after(headers)
         if self.trusted and self._foreseen(ticket, readings):
             return self._spent(ticket, readings, told, now)
@@ -523,17 +526,15 @@ class Pacer:
         latency = statistics.median(self.latencies)
         if ticket.sent_at < self.last_cut + (latency if self.rate else 0.0):
             return  # one cut (or wait) per round trip: what was in flight then is still out
-        first = self.rate is None  # a blind start may have gone far over the limit
-        # At the first cut the requests may be going out far faster than their answers come
-        # back (a start paced by headers that promised too much): those in flight tell nothing.
-        since = self._since_cut(answered=first)
+        first = self.rate is None
+        since = self._since_cut(now=now)
         if self.rate and not any(since):
             self.last_cut, self.shut = now, self.shut + 1
             self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
             return
         self.shut = 0
         if not first and len(since) < MEASURED_AFTER:
-            since = self._since_cut(MEASURED_AFTER)
+            since = self._since_cut(MEASURED_AFTER, now=now)
         refused = 1 - sum(since) / len(since)
         if (self.rate and self.rate < self.peak
                 and CUT_FELL_SHORT * self.cut_share <= refused <= min(CLEARLY_OVER, CUT_ROSE * self.cut_share)):
@@ -545,8 +546,13 @@ class Pacer:
         descent = (self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
                    and not self.cut_least)
         open_share = self._open_share(now)
+        # The first cut may go deep only if the requests went out at a steady rate (paced by
+        # headers that promised too much: the slow start's window held nothing back for a round
+        # trip). A slow start sends a window's worth at once, and cut by the whole share
+        # refused, the rate of such a burst lands far below any limit.
+        steady = first and now - self.window_held > latency
         factor = (None if self.window is not None
-                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent or first else HALVE,
+                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent or steady else HALVE,
                                   open_share))
         # A blind cut (too few requests tell the share), or the deepest, or from a rate that was
         # not what held the requests back, may land far below the limit: grow fast until the next.
@@ -578,13 +584,15 @@ class Pacer:
         self.cap, self.window, self.cap_since = cap, None, clock()
         self.probe_at = self.successes + cap  # a first try above it after one round of answers
 
-    def _since_cut(self, at_least: int = 0, answered: bool = False) -> list[bool]:
+    def _since_cut(self, at_least: int = 0, now: float | None = None) -> list[bool]:
         """Whether each request sent since the last cut (before the first, since the first
         request refused: what went before it met a budget not yet spent), or the last
-        ``at_least``, was admitted; those still in flight count as admitted (a 429 comes back
-        at once), unless ``answered`` (only the answers count)."""
+        ``at_least``, was admitted. Those still in flight count as admitted once out longer
+        than any of the last 429s took to come back (``now`` given: a 429 comes back at once,
+        but a client busy sending may read it late), and tell nothing before."""
+        known = now - max(self.refusal_times, default=0.0) if now is not None else math.inf
         sent = sorted([(h.sent_at, h.admitted) for h in self.history]
-                      + ([] if answered else [(t.sent_at, True) for t in self.in_flight.values()]))
+                      + [(t.sent_at, True) for t in self.in_flight.values() if t.sent_at <= known])
         if at_least:
             return [ok for _, ok in sent[-at_least:]]
         start = self.last_cut
