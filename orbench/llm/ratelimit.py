@@ -527,14 +527,14 @@ class Pacer:
         if ticket.sent_at < self.last_cut + (latency if self.rate else 0.0):
             return  # one cut (or wait) per round trip: what was in flight then is still out
         first = self.rate is None
-        since = self._since_cut(now=now)
+        since = self._since_cut(now)
         if self.rate and not any(since):
             self.last_cut, self.shut = now, self.shut + 1
             self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
             return
         self.shut = 0
         if not first and len(since) < MEASURED_AFTER:
-            since = self._since_cut(MEASURED_AFTER, now=now)
+            since = self._since_cut(now, MEASURED_AFTER)
         refused = 1 - sum(since) / len(since)
         if (self.rate and self.rate < self.peak
                 and CUT_FELL_SHORT * self.cut_share <= refused <= min(CLEARLY_OVER, CUT_ROSE * self.cut_share)):
@@ -584,13 +584,13 @@ class Pacer:
         self.cap, self.window, self.cap_since = cap, None, clock()
         self.probe_at = self.successes + cap  # a first try above it after one round of answers
 
-    def _since_cut(self, at_least: int = 0, now: float | None = None) -> list[bool]:
+    def _since_cut(self, now: float, at_least: int = 0) -> list[bool]:
         """Whether each request sent since the last cut (before the first, since the first
         request refused: what went before it met a budget not yet spent), or the last
         ``at_least``, was admitted. Those still in flight count as admitted once out longer
-        than any of the last 429s took to come back (``now`` given: a 429 comes back at once,
-        but a client busy sending may read it late), and tell nothing before."""
-        known = now - max(self.refusal_times, default=0.0) if now is not None else math.inf
+        than any of the last 429s took to come back (a 429 comes back at once, but a client
+        busy sending may read it late), and tell nothing before."""
+        known = now - max(self.refusal_times, default=0.0)
         sent = sorted([(h.sent_at, h.admitted) for h in self.history]
                       + [(t.sent_at, True) for t in self.in_flight.values() if t.sent_at <= known])
         if at_least:
