@@ -83,7 +83,7 @@ from orbench.llm.reachability import Reachability, is_connect_failure
 
 DEFAULT_PATIENCE = 600.0
 OVERLOAD_STATUSES = frozenset({503, 529})
-SLOW_START = 8         # requests in flight before the first success (then one more per success)
+SLOW_START = 4         # requests in flight before the first success (then one more per success)
 CUT = 0.9              # the least cut of the rate at a 429: to this share of the rate sent
 HALVE = 0.5            # the cut when too few requests tell how far over the limit they went
 DEEPEST = 0.05         # the deepest cut: a blind start may have gone far over the limit
