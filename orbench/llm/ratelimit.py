@@ -48,7 +48,7 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    ``MEASURED_AFTER`` were: none admitted tells when a window reopens, not a rate). The
    rate grows by ``GROW`` per answer while it is what holds requests back (at a learned cap
    too), by ``GROW_MID`` after the first cut, a cut in a descent or after such a wait, and by
-   ``GROW_FAST`` after a blind or halving cut (the limit may be well above).
+   ``GROW_FAST`` after any other halving cut (the limit may be well above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
@@ -93,8 +93,8 @@ CUT_FELL_SHORT = 0.9   # below the last cut's rate, 429s at this share of the la
                        # did not fall with it: the rate is not to blame, it is not cut again ...
 CUT_ROSE = 1.5         # ... unless they rose above this multiple of the last cut's share
 GROW = 0.001           # rate growth per answer while the rate is what holds requests back
-GROW_FAST = 0.05       # ... after a blind or halving cut: it may have gone far below the limit
-GROW_MID = 0.005       # ... after the first measured cut, a cut in a descent (429s within
+GROW_FAST = 0.05       # ... after a halving cut (but the first): it may have gone far below the limit
+GROW_MID = 0.005       # ... after the first cut, a cut in a descent (429s within
                        # DESCENT_TRIPS of the last cut) or after a wait with nothing through
 DESCENT_TRIPS = 3      # round trips
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
@@ -554,12 +554,12 @@ class Pacer:
         factor = (None if self.window is not None
                   else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent or steady else HALVE,
                                   open_share))
-        # A blind cut (too few requests tell the share), or the deepest, or from a rate that was
-        # not what held the requests back, may land far below the limit: grow fast until the next.
-        # After a cut in a descent (by the share refused, which undershoots where refused requests
-        # count against the limit), or from requests let out in bursts after a wait (growing
-        # in each burst would send the next one faster still), faster than GROW but not so fast
-        # as to overshoot again.
+        # A halving cut (too few requests tell the share, or no more was allowed) may land far
+        # below the limit: grow fast until the next. After the first cut (the rate it cut was
+        # the start's, seldom one sustained), a cut in a descent (by the share refused, which
+        # undershoots where refused requests count against the limit), or from requests let out
+        # in bursts after a wait (growing in each burst would send the next one faster still),
+        # faster than GROW but not so fast as to overshoot again.
         if first or factor is not None and (descent or open_share < 1):
             self.growth = GROW_MID
         else:
