@@ -818,9 +818,10 @@ def test_a_storm_of_429s_saying_again_at_once_cuts_however_many_were_admitted_be
 
 
 def test_a_least_cut_in_a_descent_does_not_say_the_rate_was_near_the_limit(clock):
-    """0.2 s after a cut from a blind start, 19 of the 20 sent since were admitted (most of them
-    still out): the cut is the least (to 360 a second), but the rate is still coming down, so a
-    wall of 429s next is a descent again, cut by the whole share refused, not at most halved."""
+    """0.2 s after a cut from a blind start, 19 of the 21 sent since were admitted (a few, sent
+    while the rate was still coming down): the cut is the least (to 360 a second), but not a
+    sign the rate is near the limit, so a wall of 429s next is a descent again, cut by the whole
+    share refused, not at most halved."""
     pacer = Pacer("openai", None, "m")
     pacer.rate, pacer.window, pacer.first_cut, pacer.last_cut = 400.0, None, 98.0, 98.0
     _history(pacer, *[(98.0 + i * 0.01, 8, i != 5) for i in range(19)])
@@ -837,10 +838,10 @@ def test_a_least_cut_in_a_descent_does_not_say_the_rate_was_near_the_limit(clock
 def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     """Headers that promised more than is given: the requests went out as they allowed (40 a
     second, 30 in flight), not as the slow start's window did (it held nothing back for a round
-    trip), so the 429 that ends their trust says nothing of a cap on requests in flight. The rate is cut
-    from the rate the requests went out at: halved, as the requests sent since the first
-    refused are too few to tell a share (this one alone). A cap there would have held the rate
-    unset while 429s came. With the window holding requests back, the same 429 sets a cap
+    trip), so the 429 that ends their trust says nothing of a cap on requests in flight. The
+    rate is cut from the rate the requests went out at: halved, as the requests sent since the
+    first refused are too few to tell a share (this one alone). A cap there would have held the
+    rate unset while 429s came. With the window holding requests back, the same 429 sets a cap
     on trial."""
     pacer = Pacer("openai", None, "m")
     clock.now = 99.0

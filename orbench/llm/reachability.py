@@ -19,6 +19,7 @@ OVERLOADED_AFTER = (6, 2.0)
 
 clock = time.monotonic
 
+
 def is_connect_failure(exc: BaseException) -> bool:
     """A failure to reach the server at all: refused, unknown host, TLS, connect timeout."""
     for link in (exc, exc.__cause__, exc.__context__):
