@@ -367,11 +367,10 @@ class Pacer:
             return self._spent(ticket, readings, told, now)
         if self.trusted:
             self._stop_trusting(ticket, readings)
-            # The slow start's window held nothing back for a round trip: the headers set the
-            # number in flight, so it tells nothing of a cap. The rate is cut (and a cap, if
-            # there is one, found from the 429s to come).
-            latency = statistics.median(self.latencies) if self.latencies else math.inf
-            if self.window is not None and now - self.window_held > latency:
+            # The headers set the number in flight, not the slow start's window: it tells
+            # nothing of a cap. The rate is cut (and a cap, if there is one, found from the
+            # 429s to come).
+            if self.window is not None and self._window_idle(now):
                 self.window = None
         if told == 0 and self._refused_share() < CLEARLY_OVER:
             return 0.0  # "again at once": not a server pacing us, unless its 429s are that many
@@ -550,7 +549,7 @@ class Pacer:
         # headers that promised too much: the slow start's window held nothing back for a round
         # trip). A slow start sends a window's worth at once, and cut by the whole share
         # refused, the rate of such a burst lands far below any limit.
-        steady = first and now - self.window_held > latency
+        steady = first and self._window_idle(now)
         factor = (None if self.window is not None
                   else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent or steady else HALVE,
                                   open_share))
@@ -575,6 +574,11 @@ class Pacer:
         self.window = None
         self.last_cut, self.first_cut = now, min(self.first_cut, now)
         self.next_start = max(self.next_start, now + 1 / self.rate)
+
+    def _window_idle(self, now: float) -> bool:
+        """Whether the slow start's window has held nothing back for a round trip (something
+        else set the pace: headers, or ``--concurrency``)."""
+        return bool(self.latencies) and now - self.window_held > statistics.median(self.latencies)
 
     def _most_admitted(self) -> int:
         """The most requests in flight (itself included) at a request admitted, of those remembered."""
