@@ -293,6 +293,30 @@ def test_when_nothing_got_through_since_the_last_cut_everyone_waits_instead(cloc
     assert 98.5 + 0.1 <= pacer.hold_until <= 98.5 + 0.3  # 2 replies' time (0.2 s) +- half
 
 
+def test_a_429_while_an_earlier_request_is_still_out_is_not_a_shut_window(clock):
+    """After a wait for a shut window, two went out (cap 2): the second came back refused at
+    once, while the first (sent 0.03 s before it) was still out. Nothing since the wait is known
+    to have got in, but the first may have: no second wait (which would let out the same pair
+    again, one in and one refused, each time). Once the first is answered admitted, the next
+    429 cuts the rate."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.cap, pacer.last_cut, pacer.shut = 30.0, None, 2, 97.5, 1
+    pacer.hold_until = 98.0
+    _history(pacer, *[(96.0 + i * 0.05, 2, i % 2 == 0) for i in range(20)])
+    pacer.refusal_times.append(0.08)  # an earlier 429 took 0.08 s: the first tells nothing yet
+    first, second = _ticket(pacer, 98.0, depth=1), _ticket(pacer, 98.03, depth=2)
+    pacer.in_flight = {1: first, 2: second}
+    first.seq, second.seq = 1, 2
+    clock.now = 98.035
+    pacer.observe(second, 429, {})
+    assert pacer.shut == 1 and pacer.hold_until == 98.0 and pacer.last_cut == 97.5 and pacer.rate == 30.0
+    clock.now = 98.1
+    pacer.observe(first, 200, {})
+    clock.now = 98.12
+    pacer.observe(_ticket(pacer, 98.07, depth=1), 429, {})
+    assert pacer.shut == 0 and pacer.hold_until == 98.0 and pacer.last_cut == 98.12 and pacer.rate < 30.0
+
+
 def test_the_slow_starts_429_is_taken_for_a_cap_then_a_429_within_it_cuts_a_rate(clock):
     pacer = Pacer("openai", None, "m")
     # Slow start: 12 answered, sent 0.05 s apart (20 a second), then a 429 with 5 in flight.

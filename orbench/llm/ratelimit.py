@@ -528,6 +528,11 @@ class Pacer:
         first = self.rate is None
         since = self._since_cut(now)
         if self.rate and not any(since):
+            if any(self.last_cut <= t.sent_at < ticket.sent_at for t in self.in_flight.values()):
+                # One sent before it is still out and may have got in (a 429 comes back sooner
+                # than an answer): its answer tells whether the window shut. Taken for shut, the
+                # wait's end lets out the same pair again (one in, the next refused): no end.
+                return
             self.last_cut, self.shut = now, self.shut + 1
             self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
             return
