@@ -841,6 +841,28 @@ def test_a_storm_of_429s_saying_again_at_once_cuts_however_many_were_admitted_be
     assert calm.rate == 40.0 and calm.last_cut == 90.0
 
 
+def test_a_descent_with_too_few_sent_since_the_cut_to_tell_a_share_is_at_most_halved(clock):
+    """0.15 s after a cut, within three round trips (0.053 s each): a descent. Only 3 were sent
+    since the cut, 1 admitted. The last 10 (7 of them sent before the cut, at the faster rate)
+    say 4 of 10 admitted, which would cut 34 a second to 14; too few since the cut tell a
+    share, so the rate is halved, to 17."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.first_cut, pacer.last_cut = 34.0, None, 98.0, 98.0
+    _history(pacer, *[(97.9 + i * 0.014, 2, i % 3 == 0) for i in range(7)],
+             (98.03, 2, True), (98.06, 2, False))
+    pacer.latencies.extend([0.053] * 5)
+    clock.now = 98.15
+    pacer.observe(_ticket(pacer, 98.12, depth=2), 429, {})
+    assert pacer.rate == pytest.approx(17.0) and pacer.growth == 0.005
+    # With 10 sent since the cut (3 admitted), the same descent cuts by the share: to 34 x 3/11.
+    deep = Pacer("openai", None, "m")
+    deep.rate, deep.window, deep.first_cut, deep.last_cut = 34.0, None, 98.0, 98.0
+    _history(deep, *[(98.0 + i * 0.012, 2, i < 3) for i in range(10)])
+    deep.latencies.extend([0.053] * 5)
+    deep.observe(_ticket(deep, 98.13, depth=2), 429, {})
+    assert deep.rate == pytest.approx(34.0 * 3 / 11)
+
+
 def test_a_least_cut_in_a_descent_does_not_say_the_rate_was_near_the_limit(clock):
     """0.2 s after a cut from a blind start, 19 of the 21 sent since were admitted (a few, sent
     while the rate was still coming down): the cut is the least (to 360 a second), but not a

@@ -537,7 +537,8 @@ class Pacer:
             self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
             return
         self.shut = 0
-        if not first and len(since) < MEASURED_AFTER:
+        measured = len(since) >= MEASURED_AFTER
+        if not first and not measured:
             since = self._since_cut(now, MEASURED_AFTER)
         refused = 1 - sum(since) / len(since)
         if (self.rate and self.rate < self.peak
@@ -549,6 +550,9 @@ class Pacer:
         # fixed window that shut (it refuses all, whatever the rate) or a limit that fell.
         descent = (self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
                    and not self.cut_least)
+        # Cut by the whole share only if enough were sent since the last cut to tell it: the
+        # share of the last few, most sent before that cut at the faster rate, overstates it
+        # (a rate of 35 a second cut to 10, where 19 were admitted, took 9 s to grow back).
         open_share = self._open_share(now)
         # The first cut may go deep only if the requests went out at a steady rate (paced by
         # headers that promised too much: the slow start's window held nothing back for a round
@@ -556,7 +560,7 @@ class Pacer:
         # refused, the rate of such a burst lands far below any limit.
         steady = first and self._window_idle(now)
         factor = (None if self.window is not None
-                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent or steady else HALVE,
+                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent and measured or steady else HALVE,
                                   open_share))
         # A halving cut (too few requests tell the share, or no more was allowed) may land far
         # below the limit: grow fast until the next. After the first cut (the rate it cut was
