@@ -37,12 +37,13 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    share refused, down to ``DEEPEST``, when the requests went out at a steady rate (headers
    that promised too much), not in a slow start's bursts; so does a cut when 429s come again
    within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over the limit, still
-   coming down), unless that cut was the least and not itself in such a descent (the rate was
-   near the limit: a wall of 429s then is a fixed window that shut, or a limit that fell).
-   429s below the last cut's rate, about as many as then, are not the rate's doing and cut
-   nothing; more than ``CUT_ROSE`` times as many are. When nothing
-   sent in a round trip since the last cut got through (a fixed window shut until it reopens),
-   every request waits instead, longer each time; the next cut then takes the share admitted
+   coming down) and at least ``MEASURED_AFTER`` were sent since it, unless that cut was the
+   least and not itself in such a descent (the rate was near the limit: a wall of 429s then is
+   a fixed window that shut, or a limit that fell). 429s below the last cut's rate, about as
+   many as then, are not the rate's doing and cut nothing; more than ``CUT_ROSE`` times as
+   many are. When nothing sent in a round trip since the last cut got through, and none sent
+   before the 429 is still out (a fixed window shut until it reopens), every request waits
+   instead, longer each time; the next cut then takes the share admitted
    times the share of the time the requests were not all waiting (they went out in bursts),
    and keeps the rate no faster than the server admitted requests since the first cut (once
    ``MEASURED_AFTER`` were: none admitted tells when a window reopens, not a rate). The
