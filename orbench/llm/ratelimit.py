@@ -551,18 +551,18 @@ class Pacer:
         # fixed window that shut (it refuses all, whatever the rate) or a limit that fell.
         descent = (self.rate is not None and now - self.last_cut < DESCENT_TRIPS * latency
                    and not self.cut_least)
-        # Cut by the whole share only if enough were sent since the last cut to tell it: the
-        # share of the last few, most sent before that cut at the faster rate, overstates it
-        # (a rate of 35 a second cut to 10, where 19 were admitted, took 9 s to grow back).
         open_share = self._open_share(now)
         # The first cut may go deep only if the requests went out at a steady rate (paced by
         # headers that promised too much: the slow start's window held nothing back for a round
         # trip). A slow start sends a window's worth at once, and cut by the whole share
         # refused, the rate of such a burst lands far below any limit.
         steady = first and self._window_idle(now)
+        # A descent cuts by the whole share only if enough were sent since the last cut to tell
+        # it: the last few, most sent before that cut at the faster rate, overstate it (35 a
+        # second cut to 10 where the server admitted 19 a second took 9 s to grow back).
+        deep = (descent and measured) or steady
         factor = (None if self.window is not None
-                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if descent and measured or steady else HALVE,
-                                  open_share))
+                  else cut_factor(sum(since), len(since) - sum(since), DEEPEST if deep else HALVE, open_share))
         # A halving cut (too few requests tell the share, or no more was allowed) may land far
         # below the limit: grow fast until the next. After the first cut (the rate it cut was
         # the start's, seldom one sustained), a cut in a descent (by the share refused, which
