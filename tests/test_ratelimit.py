@@ -297,8 +297,8 @@ def test_a_429_while_an_earlier_request_is_still_out_is_not_a_shut_window(clock)
     """After a wait for a shut window, two went out (cap 2): the second came back refused at
     once, while the first (sent 0.03 s before it) was still out. Nothing since the wait is known
     to have got in, but the first may have: no second wait (which would let out the same pair
-    again, one in and one refused, each time). Once the first is answered admitted, the next
-    429 cuts the rate."""
+    again, one in and one refused, each time). The rate is cut instead: halved, as 4 of the last
+    10 were admitted and too few were sent since the wait to tell a share."""
     pacer = Pacer("openai", None, "m")
     pacer.rate, pacer.window, pacer.cap, pacer.last_cut, pacer.shut = 30.0, None, 2, 97.5, 1
     pacer.hold_until = 98.0
@@ -309,14 +309,15 @@ def test_a_429_while_an_earlier_request_is_still_out_is_not_a_shut_window(clock)
     first.seq, second.seq = 1, 2
     clock.now = 98.035
     pacer.observe(second, 429, {})
-    assert pacer.shut == 1 and pacer.hold_until == 98.0 and pacer.last_cut == 97.5 and pacer.rate == 30.0
-    clock.now = 98.1
-    pacer.observe(first, 200, {})
-    clock.now = 98.12
-    pacer.observe(_ticket(pacer, 98.07, depth=1), 429, {})
-    # 4 of the last 10 admitted, too few since the wait to tell a share: halved
-    assert pacer.shut == 0 and pacer.hold_until == 98.0 and pacer.last_cut == 98.12
+    assert pacer.shut == 0 and pacer.hold_until == 98.0 and pacer.last_cut == 98.035
     assert pacer.rate == pytest.approx(15.0)
+    # With nothing earlier still out, the same 429 is a window shut: everyone waits.
+    alone = Pacer("openai", None, "m")
+    alone.rate, alone.window, alone.cap, alone.last_cut, alone.shut = 30.0, None, 2, 97.5, 1
+    alone.hold_until = 98.0
+    _history(alone, *[(96.0 + i * 0.05, 2, i % 2 == 0) for i in range(20)])
+    alone.observe(_ticket(alone, 98.03, depth=1), 429, {})
+    assert alone.shut == 2 and alone.hold_until > 98.035 and alone.rate == 30.0
 
 
 def test_the_slow_starts_429_is_taken_for_a_cap_then_a_429_within_it_cuts_a_rate(clock):

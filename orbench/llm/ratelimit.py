@@ -528,12 +528,11 @@ class Pacer:
             return  # one cut (or wait) per round trip: what was in flight then is still out
         first = self.rate is None
         since = self._since_cut(now)
-        if self.rate and not any(since):
-            if any(self.last_cut <= t.sent_at < ticket.sent_at for t in self.in_flight.values()):
-                # One sent before it is still out and may have got in (a 429 comes back sooner
-                # than an answer): its answer tells whether the window shut. Taken for shut, the
-                # wait's end lets out the same pair again (one in, the next refused): no end.
-                return
+        # Shut only if none sent before this one is still out: one may have got in (a 429 comes
+        # back sooner than an answer), and the rate is cut instead. Taken for shut, each wait's
+        # end let out the same pair again (one in, the next refused), without end.
+        earlier_out = any(self.last_cut <= t.sent_at < ticket.sent_at for t in self.in_flight.values())
+        if self.rate and not any(since) and not earlier_out:
             self.last_cut, self.shut = now, self.shut + 1
             self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
             return
