@@ -290,7 +290,32 @@ def test_when_nothing_got_through_since_the_last_cut_everyone_waits_instead(cloc
     random.seed(1)
     pacer.observe(_ticket(pacer, 98.4, depth=2), 429, {})
     assert pacer.rate == 40.0 and pacer.shut == 1
-    assert 98.5 + 0.1 <= pacer.hold_until <= 98.5 + 0.3  # 2 replies' time (0.2 s) +- half
+    assert pacer.hold_until == pytest.approx(98.5 + 0.2)  # 2 replies' time: more than half the 0.3 s shut
+
+
+def test_a_wait_for_a_shut_window_is_half_the_time_it_has_been_shut(clock):
+    """Nothing got through since 98.2 (the first refused since the last cut). At 98.5 everyone
+    waits two replies' time (0.2 s, more than half of the 0.3 s shut); still shut at 101.2, half
+    the 3 s it has been shut (1.5 s: a window shut that long reopens within half as long again,
+    where a doubling wait, jittered, could overshoot it by a whole window). A request admitted
+    that was sent since ends the spell: the next one counts from its own first refusal."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 98.0
+    _history(pacer, *[(97.0 + i * 0.05, 2, True) for i in range(20)], (98.2, 2, False), (98.3, 2, False))
+    clock.now = 98.5
+    pacer.observe(_ticket(pacer, 98.4, depth=2), 429, {})
+    assert pacer.shut == 1 and pacer.hold_until == pytest.approx(98.7)
+    clock.now = 101.2
+    pacer.observe(_ticket(pacer, 101.0, depth=1), 429, {})
+    assert pacer.shut == 2 and pacer.hold_until == pytest.approx(101.2 + 1.5) and pacer.rate == 40.0
+    clock.now = 102.9
+    pacer.observe(_ticket(pacer, 102.8, depth=1), 200, {})  # the window reopened
+    # Later, shut again: from the first refused since the last cut (103.0), not from 98.2.
+    pacer.last_cut = 103.0
+    _history(pacer, (103.0, 1, False), (103.05, 1, False))
+    clock.now = 103.4
+    pacer.observe(_ticket(pacer, 103.2, depth=1), 429, {})
+    assert pacer.shut == 3 and pacer.hold_until == pytest.approx(103.4 + 0.2)
 
 
 def test_a_429_while_an_earlier_request_is_still_out_is_not_a_shut_window(clock):

@@ -43,9 +43,10 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    many as then, are not the rate's doing and cut nothing; more than ``CUT_ROSE`` times as
    many are. When nothing sent in a round trip since the last cut got through, and none sent
    before the 429 is still out (a fixed window shut until it reopens), every request waits
-   instead, longer each time; the next cut then takes the share admitted
-   times the share of the time the requests were not all waiting (they went out in bursts),
-   and keeps the rate no faster than the server admitted requests since the first cut (once
+   instead, for ``SHUT_WAIT`` of the time nothing has got through (at least two replies'
+   time), until one sent since gets in; the next cut then takes the share admitted times the
+   share of the time the requests were not all waiting (they went out in bursts), and keeps
+   the rate no faster than the server admitted requests since the first cut (once
    ``MEASURED_AFTER`` were: none admitted tells when a window reopens, not a rate). The
    rate grows by ``GROW`` per answer while it is what holds requests back (at a learned cap
    too), by ``GROW_MID`` after the first cut, a cut in a descent or after such a wait, and by
@@ -98,6 +99,7 @@ GROW_FAST = 0.05       # ... after a halving cut (but the first): it may have go
 GROW_MID = 0.005       # ... after the first cut, a cut in a descent (429s within
                        # DESCENT_TRIPS of the last cut) or after a wait with nothing through
 DESCENT_TRIPS = 3      # round trips
+SHUT_WAIT = 0.5        # a wait for a shut window: this share of the time it has been shut
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
 HISTORY = 256          # outcomes remembered: send time, requests in flight, admitted or not
 LATELY = 32            # the last answers whose share of 429s tells a storm from a stray 429
@@ -232,6 +234,7 @@ class Pacer:
         self.window_held = -math.inf  # when the slow start's window last held a request back
         self.cap_trial = False  # raised after tries above it passed, and not yet confirmed
         self.shut = 0  # round trips in a row in which nothing got through
+        self.spell_start: float | None = None  # since when nothing got through (sent at), if so
         self.history: deque[Sent] = deque(maxlen=HISTORY)
         self.latencies: deque = deque(maxlen=32)
         self.refusal_times: deque = deque(maxlen=32)  # seconds a 429 took to come back
@@ -408,6 +411,8 @@ class Pacer:
     def _admitted(self, ticket: Ticket, now: float) -> None:
         if not self.successes:
             self.first_answer = now
+        if self.spell_start is not None and ticket.sent_at >= self.spell_start:  # the window reopened
+            self.spell_start = None
         self.successes += 1
         self.history.append(Sent(ticket.sent_at, ticket.depth, True))
         self.latencies.append(now - ticket.sent_at)
@@ -520,7 +525,7 @@ class Pacer:
     def _cut(self, ticket: Ticket, now: float) -> None:
         """A 429 from too fast a rate: cut it, once per round trip. When nothing sent since the
         last cut got through (a window closed, a budget spent for a while), no rate would: every
-        request waits instead, longer each time (``_BACKOFF``, from two replies' time)."""
+        request waits instead (``_shut_wait``)."""
         if not self.latencies:  # nothing answered yet: only a backoff
             return
         latency = statistics.median(self.latencies)
@@ -533,8 +538,11 @@ class Pacer:
         # end let out the same pair again (one in, the next refused), without end.
         earlier_out = any(self.last_cut <= t.sent_at < ticket.sent_at for t in self.in_flight.values())
         if self.rate and not any(since) and not earlier_out:
+            if self.spell_start is None:  # shut since the first request refused after the last cut
+                self.spell_start = min((h.sent_at for h in self.history
+                                        if not h.admitted and h.sent_at >= self.last_cut), default=ticket.sent_at)
             self.last_cut, self.shut = now, self.shut + 1
-            self.hold_until = max(self.hold_until, now + backoff(self.shut, 2 * latency, _BACKOFF[1]))
+            self.hold_until = max(self.hold_until, now + self._shut_wait(now, latency))
             return
         self.shut = 0
         measured = len(since) >= MEASURED_AFTER
@@ -583,6 +591,13 @@ class Pacer:
         self.window = None
         self.last_cut, self.first_cut = now, min(self.first_cut, now)
         self.next_start = max(self.next_start, now + 1 / self.rate)
+
+    def _shut_wait(self, now: float, latency: float) -> float:
+        """Seconds every request waits for a shut window: ``SHUT_WAIT`` of the time it has been
+        shut so far (since the first request refused), at least two replies' time, at most
+        ``_BACKOFF``'s longest. A wait doubling with each round trip, jittered, could overshoot
+        the reopening by one and a half times as long as the window had been shut: a whole window lost."""
+        return min(max(2 * latency, SHUT_WAIT * (now - self.spell_start)), _BACKOFF[1])
 
     def _window_idle(self, now: float) -> bool:
         """Whether the slow start's window has held nothing back for a round trip (something
