@@ -305,8 +305,14 @@ class Pacer:
             return 0.0
         if (self.cap is not None and len(self.in_flight) == self.cap and self.successes >= self.probe_at
                 and not any(t.probe for t in self.in_flight.values())):
-            return max(0.0, self.last_send + statistics.median(self.latencies) / self.cap - now)
+            return max(0.0, self.last_send + self.latency / self.cap - now)
         return _MAX_SLEEP
+
+    @property
+    def latency(self) -> float | None:
+        """Seconds an admitted request takes to be answered: the median of the last ones (None
+        before the first)."""
+        return statistics.median(self.latencies) if self.latencies else None
 
     @property
     def send_rate(self) -> float | None:
@@ -500,7 +506,7 @@ class Pacer:
         if self.cap is None:
             # Not the blind first requests: sent at once, they meet a short-period limit as a cap.
             cap = cap_from([h for h in self.history if h.sent_at >= self.first_answer],
-                           statistics.median(self.latencies) if self.latencies else 0.0)
+                           self.latency or 0.0)
             if cap is None:
                 return False
             self._hold_cap(cap)
@@ -528,7 +534,7 @@ class Pacer:
         request waits instead (``_shut_wait``)."""
         if not self.latencies:  # nothing answered yet: only a backoff
             return
-        latency = statistics.median(self.latencies)
+        latency = self.latency
         if ticket.sent_at < self.last_cut + (latency if self.rate else 0.0):
             return  # one cut (or wait) per round trip: what was in flight then is still out
         first = self.rate is None
@@ -602,7 +608,7 @@ class Pacer:
     def _window_idle(self, now: float) -> bool:
         """Whether the slow start's window has held nothing back for a round trip (something
         else set the pace: headers, or ``--concurrency``)."""
-        return bool(self.latencies) and now - self.window_held > statistics.median(self.latencies)
+        return bool(self.latencies) and now - self.window_held > self.latency
 
     def _most_admitted(self) -> int:
         """The most requests in flight (itself included) at a request admitted, of those remembered."""
@@ -651,7 +657,7 @@ class Pacer:
         """Requests per second the last requests went out at (answered or not)."""
         times = [h.sent_at for h in self.history] + [t.sent_at for t in self.in_flight.values()]
         rate = sent_rate(times)
-        return rate if rate is not None else len(times) / statistics.median(self.latencies)
+        return rate if rate is not None else len(times) / self.latency
 
     def overloaded(self, ticket: Ticket) -> float:
         """A 503/529 "overloaded" answer: the seconds that request waits (nothing else changes),
@@ -661,7 +667,7 @@ class Pacer:
         ticket.overloads += 1
         first, longest = _OVERLOAD_BACKOFF
         if self.latencies:
-            first = statistics.median(self.latencies)
+            first = self.latency
         return backoff(ticket.overloads, first, longest)
 
     # -- the record ------------------------------------------------------------------------
