@@ -869,6 +869,24 @@ def test_a_storm_of_429s_saying_again_at_once_cuts_however_many_were_admitted_be
     assert calm.rate == 40.0 and calm.last_cut == 90.0
 
 
+def test_a_429_saying_again_at_once_among_a_runs_first_answers_is_no_storm(clock):
+    """Two admitted, then a 429 with "retry-after: 0": a third of the answers so far, but too
+    few answers to call a storm (a share counts among at least 16): sent again at once, and the
+    slow start goes on, with no cap and no rate. Four such among 16 answers are a quarter: a
+    storm, and the slow start's 429 sets a cap on trial (3 in flight then, less one)."""
+    clock.now = 97.5
+    pacer = Pacer("openai", None, "m")
+    pacer.window, pacer.successes = 6, 2
+    _history(pacer, (97.0, 1, True), (97.01, 2, True))
+    assert pacer.observe(_ticket(pacer, 97.02, depth=3), 429, {"retry-after": "0"}) == 0.0
+    assert pacer.window == 6 and pacer.cap is None and pacer.rate is None
+    storm = Pacer("openai", None, "m")
+    storm.window, storm.successes = 6, 12
+    _history(storm, *[(97.0 + i * 0.01, 2, i % 4 != 3) for i in range(15)])  # 3 of 15 refused
+    assert storm.observe(_ticket(storm, 97.2, depth=3), 429, {"retry-after": "0"}) == 0.0
+    assert storm.window is None and storm.cap == 2 and storm.cap_trial
+
+
 def test_a_descent_with_too_few_sent_since_the_cut_to_tell_a_share_is_at_most_halved(clock):
     """0.15 s after a cut, within three round trips (0.053 s each): a descent. Only 3 were sent
     since the cut, 1 admitted. The last 10 (7 of them sent before the cut, at the faster rate)

@@ -382,8 +382,10 @@ class Pacer:
             # 429s to come).
             if self.window is not None and self._window_idle(now):
                 self.window = None
-        if told == 0 and self._refused_share() < CLEARLY_OVER:
-            return 0.0  # "again at once": not a server pacing us, unless its 429s are that many
+        if told == 0 and self._refused_share(LATELY // 2) < CLEARLY_OVER:
+            # "Again at once": not a server pacing us, unless its 429s are that many (of at least
+            # half of LATELY answers: two of a run's first four answers are no storm).
+            return 0.0
         self.window = None if self.window is None else max(1, min(self.window, len(self.in_flight)))
         if not self._capped(ticket):
             self._cut(ticket, now)
@@ -445,11 +447,11 @@ class Pacer:
                 self._stop_trusting(ticket, None, refused)
                 self.rate = self._sent_rate()
 
-    def _refused_share(self) -> float:
-        """The share of 429s among the last ``LATELY`` answers (a storm after many answers
-        admitted is a storm, however few 429s the whole history holds)."""
+    def _refused_share(self, least: int = 1) -> float:
+        """The share of 429s among the last ``LATELY`` answers, or among ``least`` when fewer came
+        (a storm after many answers admitted is a storm, however few 429s the whole history holds)."""
         recent = list(self.history)[-LATELY:]
-        return sum(1 for h in recent if not h.admitted) / max(1, len(recent))
+        return sum(1 for h in recent if not h.admitted) / max(least, len(recent))
 
     def _foreseen(self, ticket: Ticket, readings: dict) -> bool:
         """Whether the 429's own headers show a budget too low for the request."""
