@@ -287,7 +287,6 @@ def test_when_nothing_got_through_since_the_last_cut_everyone_waits_instead(cloc
     pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 98.0
     _history(pacer, *[(97.0 + i * 0.05, 2, True) for i in range(20)], (98.2, 2, False), (98.3, 2, False))
     clock.now = 98.5
-    random.seed(1)
     pacer.observe(_ticket(pacer, 98.4, depth=2), 429, {})
     assert pacer.rate == 40.0 and pacer.shut == 1
     assert pacer.hold_until == pytest.approx(98.5 + 0.2)  # 2 replies' time: more than half the 0.3 s shut
@@ -296,9 +295,10 @@ def test_when_nothing_got_through_since_the_last_cut_everyone_waits_instead(cloc
 def test_a_wait_for_a_shut_window_is_half_the_time_it_has_been_shut(clock):
     """Nothing got through since 98.2 (the first refused since the last cut). At 98.5 everyone
     waits two replies' time (0.2 s, more than half of the 0.3 s shut); still shut at 101.2, half
-    the 3 s it has been shut (1.5 s: a window shut that long reopens within half as long again,
-    where a doubling wait, jittered, could overshoot it by a whole window). A request admitted
-    that was sent since ends the spell: the next one counts from its own first refusal."""
+    the 3 s it has been shut (1.5 s: a wait that grows with the time shut overshoots a reopening
+    by at most half that time, where a doubling wait, jittered, could overshoot it by a whole
+    window). A request admitted that was sent since ends the spell: the next one counts from its
+    own first refusal."""
     pacer = Pacer("openai", None, "m")
     pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 98.0
     _history(pacer, *[(97.0 + i * 0.05, 2, True) for i in range(20)], (98.2, 2, False), (98.3, 2, False))
