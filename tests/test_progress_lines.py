@@ -29,5 +29,8 @@ def test_plain_lines_when_stderr_is_not_a_terminal_and_none_when_quiet(script, e
     lines = [line for line in proc.stderr.splitlines() if line.startswith("check alignment")
              and "->" not in line]
     assert len(lines) >= 2 and all(LINE.match(line) for line in lines), proc.stderr
-    quiet = script(ALIGN, *args, "--output_file", "b.csv", "--quiet", env=env)
+    pd.DataFrame({"prompt": [f"q{i}" for i in range(8)]}).to_csv(tmp_path / "few.csv", index=False)
+    few = [arg if arg != "in.csv" else "few.csv" for arg in args]
+    quiet = script(ALIGN, *few, "--output_file", "b.csv", "--quiet", env=env)
     assert quiet.returncode == 0 and quiet.stderr == ""
+    assert len(pd.read_csv(tmp_path / "b.csv")) == 8  # long enough for two lines, had they been due

@@ -472,6 +472,25 @@ def test_a_refusal_with_the_cap_on_trial_reached_while_it_was_out_fails_the_tria
     assert pacer.cap == 3 and pacer.rate is not None
 
 
+def test_a_429_with_a_number_in_flight_never_admitted_lowers_the_cap_again(clock):
+    """A gateway allowing 26 in flight; the slow start's burst set a cap of 28 on trial. 429s at
+    28 and then at 27, both sent since, with numbers in flight never admitted: the cap is 26,
+    not a rate (before, the first failed the trial, 27, and the second cut the rate: the run went
+    on at 0.88 with 17 times the 429s). A 429 at 26, a number admitted many times, is a rate's."""
+    pacer = Pacer("openai", None, "m")
+    _history(pacer, *[(90.0 + i * 0.01, 1 + i % 26, True) for i in range(60)])
+    pacer.window, pacer.cap, pacer.cap_trial, pacer.cap_since = None, 28, True, 91.0
+    clock.now = 91.2
+    assert pacer.observe(_ticket(pacer, 91.1, depth=28), 429, {}) == 0.0
+    clock.now = 91.3
+    assert pacer.observe(_ticket(pacer, 91.25, depth=27), 429, {}) == 0.0
+    assert (pacer.cap, pacer.rate) == (26, None)
+    pacer.cap_trial = False  # confirmed meanwhile
+    clock.now = 91.5
+    pacer.observe(_ticket(pacer, 91.45, depth=26), 429, {})
+    assert pacer.cap == 26 and pacer.rate is not None
+
+
 def test_an_answer_held_by_the_rate_at_the_cap_grows_the_rate(clock):
     """A cap learned in the slow start (3) and a rate found since (40/s): an answer at the cap
     that also waited for the rate grows the rate (before, an answer at the cap never did, and a
@@ -528,19 +547,28 @@ def test_rpm_is_a_fixed_cap_inside_the_pacer(clock):
     assert pacer.describe()["rpm_cap"] == 600
 
 
-def test_slow_start_sends_a_few_until_the_first_success_then_one_more_per_success():
+@pytest.mark.parametrize("headers, window", [({}, 6), (_headers(3000, 2999, "20ms"), 7)],
+                         ids=["bare", "headers"])
+def test_slow_start_sends_a_few_until_the_first_success_then_more_per_success(headers, window):
+    """4 until the first answer; then 2 more per success (the number in flight triples each
+    round trip: growing by one, a run bound by 64 in flight spent 3 of its first 4 round trips
+    below it), 3 more while headers with room are believed (their budgets pace the rate)."""
     async def scenario():
         pacer = Pacer("openai", None, "m")
-        tickets = [_ticket(pacer) for _ in range(ratelimit.SLOW_START + 2)]
+        tickets = [_ticket(pacer) for _ in range(10)]
         first = [asyncio.ensure_future(pacer.acquire(t)) for t in tickets]
         await asyncio.sleep(0.05)
         sent = sum(task.done() for task in first)
-        pacer.observe(tickets[0], 200, {})  # one answer: one leaves, one more may be out
-        await asyncio.wait_for(asyncio.gather(*first), 5)
-        return sent, pacer.window, pacer.waited_requests
+        pacer.observe(tickets[0], 200, headers)  # one answer: one leaves, more may be out
+        await asyncio.sleep(0.05)
+        done = sum(task.done() for task in first)
+        for task in first:
+            task.cancel()
+        return sent, pacer.window, len(pacer.in_flight), pacer.waited_requests, done
 
-    sent, window, held = asyncio.run(scenario())
-    assert sent == ratelimit.SLOW_START and window == ratelimit.SLOW_START + 1
+    sent, grown, in_flight, held, done = asyncio.run(scenario())
+    assert sent == 4 and grown == window and in_flight == window
+    assert done == window + 1  # the one answered and those in flight; the rest wait for room
     assert held == 0  # not a wait for the provider's limit
 
 

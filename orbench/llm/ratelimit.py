@@ -24,9 +24,10 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    (``cap_from``), at most C are sent at once, and one request above C is tried now and then
    (after ``PROBE_EVERY`` answers, twice as long after each refused try). The slow start's
    first 429 sets a cap on trial (the number then in flight less one, not below the most in
-   flight at an admitted request: requests may reach the server out of order); the 429s of
-   requests sent alongside it lower it to the least refused less one, a 429 with that many out
-   fails the trial, and only a request sent since the cap was set confirms it.
+   flight at an admitted request: requests may reach the server out of order); a 429 with
+   fewer out, a number never admitted, lowers it to that number less one (the 429s of a burst
+   come back in any order), a 429 with the cap reached while out fails the trial (one less),
+   and only a request sent since the cap was set confirms it.
 3. **Otherwise a 429 cuts the rate** (requests per second), once per congestion event (a 429
    of a request sent after the last cut), from the rate the requests went out at: to the share
    of the requests sent since the last cut that the server admitted (when over its limit, that
@@ -57,8 +58,9 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    as providers count them before generation: prompt characters / 4 plus ``max_tokens``); a
    429 they foresaw holds every request as told (``retry-after-ms``, ``retry-after``, the
    exhausted budget's refill or reset) and cuts the refill estimate by ``HEADER_CUT``.
-5. **Slow start**: until the first success only ``SLOW_START`` requests go out, then one more
-   per success, until a 429 says where the limit is.
+5. **Slow start**: until the first success only ``SLOW_START`` requests go out, then ``RAMP``
+   more per success (``RAMP_TRUSTED`` while the headers are believed: their budgets already pace
+   the rate, and only a cap they do not show is left to find), until a 429 says where the limit is.
 6. **Overload is not a rate limit**: a 503/529 answer makes that request wait (exponential
    backoff with jitter) and changes nothing else; it is counted apart from the 429s.
 7. ``--rpm`` is a fixed cap on the rate.
@@ -85,7 +87,9 @@ from orbench.llm.reachability import Reachability, is_connect_failure
 
 DEFAULT_PATIENCE = 600.0
 OVERLOAD_STATUSES = frozenset({503, 529})
-SLOW_START = 4         # requests in flight before the first success (then one more per success)
+SLOW_START = 4         # requests in flight before the first success, then RAMP more per success
+RAMP = 2               # (the number in flight triples each round trip) ...
+RAMP_TRUSTED = 3       # ... while the headers are believed: their budgets pace the rate already
 CUT = 0.9              # the least cut of the rate at a 429: to this share of the rate sent
 HALVE = 0.5            # the cut when too few requests tell how far over the limit they went
 DEEPEST = 0.05         # the deepest cut: a blind start may have gone far over the limit
@@ -425,7 +429,7 @@ class Pacer:
         self.history.append(Sent(ticket.sent_at, ticket.depth, True))
         self.latencies.append(now - ticket.sent_at)
         if self.window is not None and self.cap is None:
-            self.window += 1
+            self.window += RAMP_TRUSTED if self.trusted else RAMP
         if ticket.probe and self.cap is not None:  # admitted above the cap: try again at once,
             self.probe_at, self.probe_streak = self.successes, self.probe_streak + 1
             if self.probe_streak >= 2:  # and twice in a row is a higher cap (on trial), or, with
@@ -519,9 +523,10 @@ class Pacer:
             self.probe_every = min(PROBE_MAX, self.probe_every * 2)
             self.probe_at = self.successes + self.probe_every
             return True
-        if ticket.sent_at < self.cap_since and self._most_admitted() <= ticket.depth - 1 < self.cap:
-            # Sent alongside the 429 that set the cap (a burst of them after a clump of answers,
-            # answered in any order), refused with fewer out: the cap is lower.
+        if self._most_admitted() <= ticket.depth - 1 < self.cap:
+            # Refused with fewer out than the cap, and never admitted with that many out (sent
+            # alongside the 429 that set the cap, their 429s answered in any order; or sent
+            # since a failed trial lowered it by one): the cap is lower.
             self.cap = ticket.depth - 1
             return True
         if self.cap_trial and ticket.depth <= self.cap <= ticket.peak and self.cap > 1:
