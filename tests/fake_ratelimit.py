@@ -16,7 +16,9 @@ request by its :class:`Shape`:
 
 Headers (``style``): ``openai`` (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``,
 ``retry-after`` and ``retry-after-ms`` on a 429), ``anthropic`` (``anthropic-ratelimit-*`` with
-RFC 3339 resets, whole-second ``retry-after``) or ``none`` (bare 429s). What they say can be
+RFC 3339 resets, whole-second ``retry-after``), ``gemini`` (no header; a 429's body says when a
+request's worth is free in a ``google.rpc.RetryInfo`` detail, ``"retryDelay": "1.234s"``, as
+Gemini's quota errors do) or ``none`` (bare 429s). What they say can be
 bent: ``reset="next"`` makes the reset mean "until one more request's worth is free" instead
 of "until the budget is full again"; ``claim`` multiplies the reported limit and remaining (a
 limit that promises more than is given); ``remaining_only`` sends the remaining count alone
@@ -178,24 +180,25 @@ class FakeRateLimited:
             limit.share = share
         self.shared_since = now
 
-    def decide(self, costs: dict[str, float]) -> tuple[str, dict]:
-        """``ok``, ``overloaded``, ``capped`` or ``limited``, and the headers to send."""
+    def decide(self, costs: dict[str, float]) -> tuple[str, dict, float]:
+        """``ok``, ``overloaded``, ``capped`` or ``limited``, the headers to send, and (limited)
+        the seconds until the request's worth is free."""
         shape = self.shape
         with self._lock:
             self.received += 1
             if shape.overload_only or (shape.overload_every and self.received % shape.overload_every == 0):
                 self.overloaded += 1
-                return "overloaded", {}
+                return "overloaded", {}, 0.0
             if shape.cap and self.in_flight >= shape.cap:
                 self.capped += 1
-                return "capped", {}
+                return "capped", {}, 0.0
             now = time.monotonic()
             for limit in self.limits.values():
                 limit.update(now)
             wait = max((limit.wait_for(costs[name]) for name, limit in self.limits.items()), default=0.0)
             if wait > 0:
                 self.rejected += 1
-                return "limited", self._headers(costs, wait)
+                return "limited", self._headers(costs, wait), wait
             for name, limit in self.limits.items():
                 limit.take(costs[name])
             self.ok += 1
@@ -204,7 +207,7 @@ class FakeRateLimited:
             self.admitted.append(now)
             if shape.share_after and self.ok == shape.share_after:  # another job starts
                 self._share(shape.share, now)
-            return "ok", self._headers(costs, 0.0)
+            return "ok", self._headers(costs, 0.0), 0.0
 
     def done(self) -> None:
         with self._lock:
@@ -217,7 +220,7 @@ class FakeRateLimited:
 
     def _headers(self, costs: dict, wait: float) -> dict:
         shape, headers = self.shape, {}
-        if shape.style == "none":
+        if shape.style in ("none", "gemini"):
             return headers
         for name, limit in self.limits.items():
             kinds = [name] if name == "requests" or shape.style == "openai" else \
@@ -271,6 +274,16 @@ def _request(path: str, body: dict) -> tuple[str, str, int, str]:
     chars = sum(len(str(m.get("content", ""))) for m in messages) + len(str(body.get("system") or ""))
     protocol = "anthropic" if path.rstrip("/").endswith("/messages") else "openai"
     return protocol, body.get("model", ""), chars, str(messages[-1].get("content", "")) if messages else ""
+
+
+def _gemini_quota_error(wait: float) -> dict:
+    """Gemini's answer to a spent per-minute quota: the wait only in the body."""
+    delay = f"{wait:.3f}s"
+    return {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED",
+                      "message": f"You exceeded your current quota. Please retry in {delay}.",
+                      "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                                   "violations": [{"quotaId": "GenerateRequestsPerMinutePerProjectPerModel"}]},
+                                  {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay}]}}
 
 
 def _max_tokens(body: dict) -> int:
@@ -346,9 +359,11 @@ class _Handler(BaseHTTPRequestHandler):
         protocol, model, chars, prompt = _request(self.path.split("?")[0], body)
         max_tokens = _max_tokens(body)
         costs = {"requests": 1, "tokens": math.ceil(chars / 4) + max_tokens}
-        outcome, headers = self.fake.decide(costs)
+        outcome, headers, wait = self.fake.decide(costs)
         if outcome != "ok":
             status, payload = _ERRORS[(protocol, outcome)]
+            if outcome == "limited" and self.fake.shape.style == "gemini":
+                payload = _gemini_quota_error(wait)
             return self._json(status, payload, headers)
         try:
             time.sleep(self.fake.latency())

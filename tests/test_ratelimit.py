@@ -318,6 +318,41 @@ def test_a_wait_for_a_shut_window_is_half_the_time_it_has_been_shut(clock):
     assert pacer.shut == 3 and pacer.hold_until == pytest.approx(103.4 + 0.2)
 
 
+def test_a_shut_window_is_waited_out_as_long_as_the_429_asks_if_longer(clock):
+    """Nothing got through since 98.2; the 429 that says so asks for 20 s (Gemini's per-minute
+    quota, in its body): everyone waits 20 s, not two replies' time (each try before the
+    reopening is one more 429). A 429 asking for less than the shut wait waits the shut wait."""
+    pacer = Pacer("gemini", None, "m")
+    pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 98.0
+    _history(pacer, *[(97.0 + i * 0.05, 2, True) for i in range(20)], (98.2, 2, False), (98.3, 2, False))
+    clock.now = 98.5
+    pacer.observe(_ticket(pacer, 98.4, depth=2), 429, {}, told_in_body=20.0)
+    assert pacer.shut == 1 and pacer.hold_until == pytest.approx(118.5)
+    pacer.hold_until, pacer.last_cut = 0.0, 98.0
+    pacer.observe(_ticket(pacer, 98.45, depth=2), 429, {"retry-after-ms": "1"}, told_in_body=20.0)
+    assert pacer.hold_until == pytest.approx(98.7)  # a header outranks the body; 0.2 s is longer
+
+
+def test_the_wait_in_a_gemini_429_body_is_read():
+    import httpx
+
+    body = {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Please retry in 47.4s.",
+                      "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                                   "violations": [{"quotaValue": "4000000"}]},
+                                  {"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                   "retryDelay": "47.434392449s"}]}}
+    assert ratelimit.told_in_body(httpx.Response(429, json=body)) == pytest.approx(47.434392449)
+    assert ratelimit.told_in_body(httpx.Response(429, json=[body])) == pytest.approx(47.434392449)
+    spaced = b'{"details": [{"retryDelay" : "38s"}]}'
+    assert ratelimit.told_in_body(httpx.Response(429, content=spaced)) == 38.0
+    assert ratelimit.told_in_body(httpx.Response(429, json={"error": {"code": 429}})) is None
+
+    async def chunks():
+        yield b'{"retryDelay": "5s"}'
+
+    assert ratelimit.told_in_body(httpx.Response(429, content=chunks())) is None  # not read: unknown
+
+
 def test_a_429_while_an_earlier_request_is_still_out_is_not_a_shut_window(clock):
     """After a wait for a shut window, two went out (cap 2): the second came back refused at
     once, while the first (sent 0.03 s before it) was still out. Nothing since the wait is known
@@ -693,6 +728,19 @@ def test_the_429s_outrank_the_headers_and_a_cap_on_requests_in_flight_is_found(
         assert paced["learned_requests_per_minute"] > 0
     if "reset" in shape:
         assert paced["why"].startswith("a 429 came while its headers showed"), paced["why"]
+
+
+def test_a_gemini_quota_429_is_waited_out_as_its_body_says(script, env, limited, tmp_path):
+    """Gemini sends no Retry-After: a spent quota's 429 says when it reopens in its body
+    (``google.rpc.RetryInfo``). A window of 8 requests per 1.5 s, 12 rows: the requests refused
+    wait for the reopening the body names (5 429s in all), not for backoffs that double from
+    0.25 s (15-16 429s when the body was not read)."""
+    server = limited(rpm=8, window=1.5, fixed=True, style="gemini", latency=0.05)
+    prompts = _input(tmp_path, 12)
+    proc = _run(script, env, "gemini/gemini-test", "--concurrency", "16", "--max_retries", "0")
+    paced = _finished(proc, tmp_path, prompts)
+    assert paced["responses_429"] == server.rejected and server.ok == 12
+    assert server.rejected <= 8, server.rejected
 
 
 def test_overload_is_waited_out_and_counted_apart_from_429s(script, env, limited, tmp_path):

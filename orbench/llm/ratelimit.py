@@ -8,7 +8,7 @@ again, and so is a 503/529 "overloaded" answer, without spending the SDK's retri
 ``--patience`` seconds have passed since the request's first such answer. Once a rate or a cap
 paces the requests, a 429 among few goes back in line at once (the pacer's limits space it);
 among many (``CLEARLY_OVER`` of the last ``LATELY`` answers) it waits as its
-``retry-after`` says.
+``retry-after`` says (Gemini sends none: its body's ``RetryInfo`` says it instead).
 
 One pacer per (provider, base URL, model) follows these rules, in this order of authority:
 
@@ -45,7 +45,7 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    many are. When nothing sent in a round trip since the last cut got through, and none sent
    before the 429 is still out (a fixed window shut until it reopens), every request waits
    instead, for ``SHUT_WAIT`` of the time nothing has got through (at least two replies'
-   time), until one sent since gets in; the next cut then takes the share admitted times the
+   time, and as long as the 429 asks if longer), until one sent since gets in; the next cut then takes the share admitted times the
    share of the time the requests were not all waiting (they went out in bursts), and keeps
    the rate no faster than the server admitted requests since the first cut (once
    ``MEASURED_AFTER`` were: none admitted tells when a window reopens, not a rate). The
@@ -75,6 +75,7 @@ import asyncio
 import contextlib
 import math
 import random
+import re
 import statistics
 import time
 from collections import deque
@@ -361,9 +362,10 @@ class Pacer:
                     bucket.refund(ticket.cost(name))
 
     # -- answers ---------------------------------------------------------------------------
-    def observe(self, ticket: Ticket, status: int, headers) -> float | None:
+    def observe(self, ticket: Ticket, status: int, headers, told_in_body: float | None = None) -> float | None:
         """Take in a reply; for a 429, the seconds that request waits before it is sent again,
-        else None."""
+        else None. ``told_in_body``: the wait a 429's body asks for (Gemini's ``RetryInfo``),
+        taken when no header asks for one."""
         now = clock()
         earlier = [t for seq, t in self.in_flight.items() if seq < ticket.seq]
         self.release(ticket)
@@ -377,6 +379,8 @@ class Pacer:
         self.history.append(Sent(ticket.sent_at, ticket.depth, False))
         self.refusal_times.append(now - ticket.sent_at)
         told = retry_after(headers)
+        if told is None:
+            told = told_in_body
         if self.trusted and self._foreseen(ticket, readings):
             return self._spent(ticket, readings, told, now)
         if self.trusted:
@@ -392,7 +396,7 @@ class Pacer:
             return 0.0
         self.window = None if self.window is None else max(1, min(self.window, len(self.in_flight)))
         if not self._capped(ticket):
-            self._cut(ticket, now)
+            self._cut(ticket, now, told)
         return self._again_in(ticket, told)
 
     def _again_in(self, ticket: Ticket, told: float | None) -> float:
@@ -535,10 +539,11 @@ class Pacer:
             return True
         return ticket.depth > self.cap  # sent when the cap was higher; within it, the rate is to blame
 
-    def _cut(self, ticket: Ticket, now: float) -> None:
+    def _cut(self, ticket: Ticket, now: float, told: float | None = None) -> None:
         """A 429 from too fast a rate: cut it, once per round trip. When nothing sent since the
         last cut got through (a window closed, a budget spent for a while), no rate would: every
-        request waits instead (``_shut_wait``)."""
+        request waits instead (``_shut_wait``, or as long as the 429 asks if longer: Gemini's
+        per-minute quota says when it reopens, tens of seconds, and each try before is a 429)."""
         if not self.latencies:  # nothing answered yet: only a backoff
             return
         latency = self.latency
@@ -555,7 +560,7 @@ class Pacer:
                 self.spell_start = min((h.sent_at for h in self.history
                                         if not h.admitted and h.sent_at >= self.last_cut), default=ticket.sent_at)
             self.last_cut, self.shut = now, self.shut + 1
-            self.hold_until = max(self.hold_until, now + self._shut_wait(now, latency))
+            self.hold_until = max(self.hold_until, now + max(self._shut_wait(now, latency), told or 0.0))
             return
         self.shut = 0
         measured = len(since) >= MEASURED_AFTER
@@ -783,6 +788,19 @@ def attached(ticket: Ticket):
         _CURRENT.reset(token)
 
 
+_RETRY_DELAY = re.compile(rb'"retryDelay"\s*:\s*"(\d+(?:\.\d*)?)s"')
+
+
+def told_in_body(response) -> float | None:
+    """The wait a 429's body asks for: Gemini sends no ``Retry-After`` but a
+    ``google.rpc.RetryInfo`` detail, ``"retryDelay": "47.434s"`` (a protobuf duration)."""
+    try:
+        found = _RETRY_DELAY.search(response.content)
+    except Exception:  # noqa: BLE001 - a streamed body: nothing to read
+        return None
+    return float(found.group(1)) if found else None
+
+
 def _quota_exhausted(response) -> bool:
     """A 429 that waiting will not fix (OpenAI's "insufficient_quota": out of credit)."""
     try:
@@ -818,7 +836,8 @@ async def send(request, attempt):
             if status == 429 and _quota_exhausted(response):
                 pacer.release(ticket)
                 return response
-            wait = pacer.observe(ticket, status, response.headers)
+            wait = pacer.observe(ticket, status, response.headers,
+                                 told_in_body(response) if status == 429 else None)
         if wait is None:
             return response
         now = clock()
