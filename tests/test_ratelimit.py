@@ -48,6 +48,7 @@ def test_absolute_resets_rfc3339_http_date_and_epoch():
     assert parse_duration(moment.isoformat().replace("+00:00", "Z"), now) == pytest.approx(12.5)
     assert parse_duration("Tue, 14 Nov 2023 22:13:40 GMT", now) == pytest.approx(20.0)
     assert parse_duration(str(now + 3), now) == pytest.approx(3.0)
+    assert parse_duration(str(int((now + 4.5) * 1000)), now) == pytest.approx(4.5)  # epoch ms
     past = (datetime.fromtimestamp(now, tz=timezone.utc) - timedelta(seconds=5)).isoformat()
     assert parse_duration(past, now) == 0.0
 

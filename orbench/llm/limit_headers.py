@@ -26,7 +26,8 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
 
 def parse_duration(text: str, now_wall: float | None = None) -> float | None:
     """Seconds from now in a reset or retry header: ``"6m0s"``, ``"20ms"``, ``"1.5"``, an
-    RFC 3339 time (Anthropic), an HTTP date, or epoch seconds. None when unreadable."""
+    RFC 3339 time (Anthropic), an HTTP date, epoch seconds, or epoch milliseconds (some
+    gateways: read as seconds, a reset thousands of years away). None when unreadable."""
     text = (text or "").strip()
     if not text:
         return None
@@ -38,6 +39,8 @@ def parse_duration(text: str, now_wall: float | None = None) -> float | None:
     else:
         if not math.isfinite(value):
             return None
+        if value > 1e11:  # epoch milliseconds: 1e11 epoch seconds is the year 5138
+            value /= 1000
         return max(0.0, value - now_wall) if value > 1e9 else max(0.0, value)
     parts = _DURATION.findall(text)
     if parts and "".join(n + u for n, u in parts) == text.replace(" ", ""):
