@@ -16,13 +16,13 @@ request by its :class:`Shape`:
 
 Headers (``style``): ``openai`` (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``,
 ``retry-after`` and ``retry-after-ms`` on a 429), ``anthropic`` (``anthropic-ratelimit-*`` with
-RFC 3339 resets, whole-second ``retry-after``), ``gemini`` (no header; a 429's body says when a
-request's worth is free in a ``google.rpc.RetryInfo`` detail, ``"retryDelay": "1.234s"``, as
-Gemini's quota errors do) or ``none`` (bare 429s). What they say can be
-bent: ``reset="next"`` makes the reset mean "until one more request's worth is free" instead
-of "until the budget is full again"; ``claim`` multiplies the reported limit and remaining (a
-limit that promises more than is given); ``remaining_only`` sends the remaining count alone
-(and ``retry-after`` on a 429). Latency is ``latency`` seconds, varied by +-``jitter`` of it.
+RFC 3339 resets, whole-second ``retry-after``), ``gemini`` (no header; a Gemini 429's body says
+when a request's worth is free in a ``google.rpc.RetryInfo`` detail, ``"retryDelay": "1.234s"``,
+as Gemini's quota errors do) or ``none`` (bare 429s). What they say can be bent:
+``reset="next"`` makes the reset mean "until one more request's worth is free" instead of
+"until the budget is full again"; ``claim`` multiplies the reported limit and remaining (a limit
+that promises more than is given); ``remaining_only`` sends the remaining count alone (and
+``retry-after`` on a 429). Latency is ``latency`` seconds, varied by +-``jitter`` of it.
 
     python tests/fake_ratelimit.py --rpm 150 --window 3 --burst 0.0167 --reset next --latency 0.05
 """
@@ -362,7 +362,7 @@ class _Handler(BaseHTTPRequestHandler):
         outcome, headers, wait = self.fake.decide(costs)
         if outcome != "ok":
             status, payload = _ERRORS[(protocol, outcome)]
-            if outcome == "limited" and self.fake.shape.style == "gemini":
+            if outcome == "limited" and protocol == "gemini" and self.fake.shape.style == "gemini":
                 payload = _gemini_quota_error(wait)
             return self._json(status, payload, headers)
         try:

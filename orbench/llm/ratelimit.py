@@ -45,13 +45,14 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    many are. When nothing sent in a round trip since the last cut got through, and none sent
    before the 429 is still out (a fixed window shut until it reopens), every request waits
    instead, for ``SHUT_WAIT`` of the time nothing has got through (at least two replies'
-   time, and as long as the 429 asks if longer), until one sent since gets in; the next cut then takes the share admitted times the
-   share of the time the requests were not all waiting (they went out in bursts), and keeps
-   the rate no faster than the server admitted requests since the first cut (once
-   ``MEASURED_AFTER`` were: none admitted tells when a window reopens, not a rate). The
-   rate grows by ``GROW`` per answer while it is what holds requests back (at a learned cap
-   too), by ``GROW_MID`` after the first cut, a cut in a descent or after such a wait, and by
-   ``GROW_FAST`` after any other halving cut (the limit may be well above).
+   time, and as long as the 429 asks if longer), until one sent since gets in; the next cut
+   then takes the share admitted times the share of the time the requests were not all
+   waiting (they went out in bursts), and keeps the rate no faster than the server admitted
+   requests since the first cut (once ``MEASURED_AFTER`` were: none admitted tells when a
+   window reopens, not a rate). The rate grows by ``GROW`` per answer while it is what holds
+   requests back (at a learned cap too), by ``GROW_MID`` after the first cut, a cut in a
+   descent or after such a wait, and by ``GROW_FAST`` after any other halving cut (the limit
+   may be well above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
