@@ -319,10 +319,11 @@ def test_a_wait_for_a_shut_window_is_half_the_time_it_has_been_shut(clock):
     assert pacer.shut == 3 and pacer.hold_until == pytest.approx(103.4 + 0.2)
 
 
-def test_a_shut_window_is_waited_out_as_long_as_the_429_asks_if_longer(clock):
-    """Nothing got through since 98.2; the 429 that says so asks for 20 s (Gemini's per-minute
-    quota, in its body): everyone waits 20 s, not two replies' time (each try before the
-    reopening is one more 429). A 429 asking for less than the shut wait waits the shut wait."""
+def test_a_shut_window_is_waited_out_as_long_as_a_gemini_429_body_says_if_longer(clock):
+    """Nothing got through since 98.2; the 429 that says so asks for 20 s in its body (Gemini's
+    per-minute quota): everyone waits 20 s, not two replies' time (each try before the
+    reopening is one more 429). A header's retry-after outranks the body, and sets no such wait:
+    some gateways send a flat 60 s whatever the limit."""
     pacer = Pacer("gemini", None, "m")
     pacer.rate, pacer.window, pacer.last_cut = 40.0, None, 98.0
     _history(pacer, *[(97.0 + i * 0.05, 2, True) for i in range(20)], (98.2, 2, False), (98.3, 2, False))
@@ -330,8 +331,8 @@ def test_a_shut_window_is_waited_out_as_long_as_the_429_asks_if_longer(clock):
     pacer.observe(_ticket(pacer, 98.4, depth=2), 429, {}, told_in_body=20.0)
     assert pacer.shut == 1 and pacer.hold_until == pytest.approx(118.5)
     pacer.hold_until, pacer.last_cut = 0.0, 98.0
-    pacer.observe(_ticket(pacer, 98.45, depth=2), 429, {"retry-after-ms": "1"}, told_in_body=20.0)
-    assert pacer.hold_until == pytest.approx(98.7)  # a header outranks the body; 0.2 s is longer
+    pacer.observe(_ticket(pacer, 98.45, depth=2), 429, {"retry-after": "60"}, told_in_body=20.0)
+    assert pacer.hold_until == pytest.approx(98.7)  # the shut wait: two replies' time
 
 
 def test_the_wait_in_a_gemini_429_body_is_read():

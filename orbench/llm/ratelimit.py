@@ -45,12 +45,12 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    many are. When nothing sent in a round trip since the last cut got through, and none sent
    before the 429 is still out (a fixed window shut until it reopens), every request waits
    instead, for ``SHUT_WAIT`` of the time nothing has got through (at least two replies'
-   time, and as long as the 429 asks if longer), until one sent since gets in; the next cut
-   then takes the share admitted times the share of the time the requests were not all
-   waiting (they went out in bursts), and keeps the rate no faster than the server admitted
-   requests since the first cut (once ``MEASURED_AFTER`` were: none admitted tells when a
-   window reopens, not a rate). The rate grows by ``GROW`` per answer while it is what holds
-   requests back (at a learned cap too), by ``GROW_MID`` after the first cut, a cut in a
+   time, or as long as a Gemini 429's body says if longer), until one sent since gets in; the
+   next cut then takes the share admitted times the share of the time the requests were not
+   all waiting (they went out in bursts), and keeps the rate no faster than the server
+   admitted requests since the first cut (once ``MEASURED_AFTER`` were: none admitted tells
+   when a window reopens, not a rate). The rate grows by ``GROW`` per answer while it is what
+   holds requests back (at a learned cap too), by ``GROW_MID`` after the first cut, a cut in a
    descent or after such a wait, and by ``GROW_FAST`` after any other halving cut (the limit
    may be well above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
@@ -380,6 +380,7 @@ class Pacer:
         self.history.append(Sent(ticket.sent_at, ticket.depth, False))
         self.refusal_times.append(now - ticket.sent_at)
         told = retry_after(headers)
+        reopens_in = told_in_body if told is None else None
         if told is None:
             told = told_in_body
         if self.trusted and self._foreseen(ticket, readings):
@@ -397,7 +398,7 @@ class Pacer:
             return 0.0
         self.window = None if self.window is None else max(1, min(self.window, len(self.in_flight)))
         if not self._capped(ticket):
-            self._cut(ticket, now, told)
+            self._cut(ticket, now, reopens_in)
         return self._again_in(ticket, told)
 
     def _again_in(self, ticket: Ticket, told: float | None) -> float:
@@ -540,11 +541,13 @@ class Pacer:
             return True
         return ticket.depth > self.cap  # sent when the cap was higher; within it, the rate is to blame
 
-    def _cut(self, ticket: Ticket, now: float, told: float | None = None) -> None:
+    def _cut(self, ticket: Ticket, now: float, reopens_in: float | None = None) -> None:
         """A 429 from too fast a rate: cut it, once per round trip. When nothing sent since the
         last cut got through (a window closed, a budget spent for a while), no rate would: every
-        request waits instead (``_shut_wait``, or as long as the 429 asks if longer: Gemini's
-        per-minute quota says when it reopens, tens of seconds, and each try before is a 429)."""
+        request waits instead (``_shut_wait``, or ``reopens_in`` if longer: the wait a Gemini
+        429's body names, its quota's own count of the time left, often tens of seconds, each
+        try before it one more 429; not a header's ``retry-after``, which some gateways send
+        flat, 60 s whatever the limit)."""
         if not self.latencies:  # nothing answered yet: only a backoff
             return
         latency = self.latency
@@ -561,7 +564,7 @@ class Pacer:
                 self.spell_start = min((h.sent_at for h in self.history
                                         if not h.admitted and h.sent_at >= self.last_cut), default=ticket.sent_at)
             self.last_cut, self.shut = now, self.shut + 1
-            self.hold_until = max(self.hold_until, now + max(self._shut_wait(now, latency), told or 0.0))
+            self.hold_until = max(self.hold_until, now + max(self._shut_wait(now, latency), reopens_in or 0.0))
             return
         self.shut = 0
         measured = len(since) >= MEASURED_AFTER
