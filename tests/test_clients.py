@@ -132,6 +132,26 @@ def test_auth_and_model_errors_are_fatal_and_not_retried(client, fake, status, f
     assert fake.count() == 1
 
 
+@pytest.mark.parametrize("model, status, rule, keys", [
+    (GPT, 429, {"error_code": "insufficient_quota",
+                "error_message": "You exceeded your current quota, please check your plan and billing details."},
+     "OPENAI_API_KEY"),
+    (CLAUDE, 400, {"error_message": "Your credit balance is too low to access the Anthropic API. Please go "
+                                    "to Plans & Billing to upgrade or purchase credits."},
+     "ANTHROPIC_API_KEY or CLAUDE_API_KEY"),
+])
+def test_an_account_out_of_credit_stops_the_run_at_its_first_answer(client, fake, model, status, rule, keys):
+    """No wait fixes it and every row would fail alike: one request (not the SDK's retries of a
+    429) and a stop naming the key's variable. Before, each row failed on its own, the 429 after
+    the SDK's retries, and the run went on asking for every row."""
+    fake.add_rule(status=status, **rule)
+    with pytest.raises(FatalProviderError) as info:
+        complete(client, Request.user(model, "x"))
+    assert str(info.value) == (f"{model.provider.name} says the account is out of credit (HTTP {status}): "
+                               f"add credit, or set {keys} to another key")
+    assert fake.count() == 1
+
+
 def test_anthropic_401_names_both_variables(client, fake):
     fake.add_rule(status=401)
     with pytest.raises(FatalProviderError, match="ANTHROPIC_API_KEY or CLAUDE_API_KEY"):

@@ -91,6 +91,9 @@ BLOCK_MARKERS = (
     "responsible ai", "safety system",
 )
 # Error codes that say the request itself is wrong for this model, so every row would fail alike.
+# An account out of credit: OpenAI's 429 "insufficient_quota", Anthropic's 400 "Your credit
+# balance is too low to access the Anthropic API".
+CREDIT_MARKERS = ("insufficient_quota", "credit balance is too low")
 SETUP_MARKERS = ("unsupported_parameter", "unsupported_value", "model_not_found", "invalid_model",
                  "unknown_parameter", "does not exist")
 
@@ -139,6 +142,9 @@ def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
         return ErrorClass(Outcome.STOP, f"{provider.name} has no model {spec.model!r} at "
                                         f"{base_url or 'its default address'} (HTTP 404): check the "
                                         f"model name and the base URL")
+    if status in (400, 429) and any(m in text for m in CREDIT_MARKERS):  # every row would fail alike
+        return ErrorClass(Outcome.STOP, f"{provider.name} says the account is out of credit (HTTP {status}): "
+                                        f"add credit, or set {keys} to another key")
     if status == 429:
         return ErrorClass(Outcome.RATE_LIMIT, f"HTTP 429 from {provider.name} (rate limited after "
                                               f"retries): {short_message(exc)}")
