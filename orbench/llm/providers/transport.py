@@ -90,10 +90,10 @@ BLOCK_MARKERS = (
     "content_filter", "content_policy", "content management policy", "prohibited_content",
     "responsible ai", "safety system",
 )
-# Error codes that say the request itself is wrong for this model, so every row would fail alike.
-# An account out of credit: OpenAI's 429 "insufficient_quota", Anthropic's 400 "Your credit
-# balance is too low to access the Anthropic API".
+# An account out of credit, so every row would fail alike: OpenAI's 429 "insufficient_quota",
+# Anthropic's 400 "Your credit balance is too low to access the Anthropic API".
 CREDIT_MARKERS = ("insufficient_quota", "credit balance is too low")
+# Error codes that say the request itself is wrong for this model, so every row would fail alike.
 SETUP_MARKERS = ("unsupported_parameter", "unsupported_value", "model_not_found", "invalid_model",
                  "unknown_parameter", "does not exist")
 
