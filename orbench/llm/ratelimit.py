@@ -378,10 +378,9 @@ class Pacer:
         ticket.refused += 1
         self.history.append(Sent(ticket.sent_at, ticket.depth, False))
         self.refusal_times.append(now - ticket.sent_at)
-        told = retry_after(headers)
-        reopens_in = told_in_body if told is None else None
-        if told is None:
-            told = told_in_body
+        told, reopens_in = retry_after(headers), None
+        if told is None:  # only a wait in the body may also hold a shut window (see _cut)
+            told = reopens_in = told_in_body
         if self.trusted and self._foreseen(ticket, readings):
             return self._spent(ticket, readings, told, now)
         if self.trusted:
@@ -623,7 +622,8 @@ class Pacer:
     def _window_idle(self, now: float) -> bool:
         """Whether the slow start's window has held nothing back for a round trip (something
         else set the pace: headers, or ``--concurrency``)."""
-        return bool(self.latencies) and now - self.window_held > self.latency
+        latency = self.latency
+        return latency is not None and now - self.window_held > latency
 
     def _most_admitted(self) -> int:
         """The most requests in flight (itself included) at a request admitted, of those remembered."""
@@ -681,9 +681,8 @@ class Pacer:
         self.responses_overloaded += 1
         ticket.overloads += 1
         first, longest = _OVERLOAD_BACKOFF
-        if self.latencies:
-            first = self.latency
-        return backoff(ticket.overloads, first, longest)
+        latency = self.latency
+        return backoff(ticket.overloads, first if latency is None else latency, longest)
 
     # -- the record ------------------------------------------------------------------------
     def signal(self) -> tuple[str, str]:
@@ -794,22 +793,24 @@ def attached(ticket: Ticket):
 _RETRY_DELAY = re.compile(rb'"retryDelay"\s*:\s*"(\d+(?:\.\d*)?)s"')
 
 
+def _body(response) -> bytes:
+    """A reply's body, or nothing for a streamed one not yet read (a 429 then paces as usual)."""
+    try:
+        return response.content
+    except Exception:  # noqa: BLE001 - httpx's ResponseNotRead, by whichever copy of httpx
+        return b""
+
+
 def told_in_body(response) -> float | None:
     """The wait a 429's body asks for: Gemini sends no ``Retry-After`` but a
     ``google.rpc.RetryInfo`` detail, ``"retryDelay": "47.434s"`` (a protobuf duration)."""
-    try:
-        found = _RETRY_DELAY.search(response.content)
-    except Exception:  # noqa: BLE001 - a streamed body: nothing to read
-        return None
+    found = _RETRY_DELAY.search(_body(response))
     return float(found.group(1)) if found else None
 
 
 def _quota_exhausted(response) -> bool:
     """A 429 that waiting will not fix (OpenAI's "insufficient_quota": out of credit)."""
-    try:
-        return b"insufficient_quota" in response.content
-    except Exception:  # noqa: BLE001 - a streamed body: treat as a pacing 429
-        return False
+    return b"insufficient_quota" in _body(response)
 
 
 async def send(request, attempt):
