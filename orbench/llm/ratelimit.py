@@ -60,8 +60,10 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    429 they foresaw holds every request as told (``retry-after-ms``, ``retry-after``, the
    exhausted budget's refill or reset) and cuts the refill estimate by ``HEADER_CUT``.
 5. **Slow start**: until the first success only ``SLOW_START`` requests go out, then ``RAMP``
-   more per success (the number in flight triples each round trip), until a 429 says where the
-   limit is.
+   more per success (the number in flight triples each round trip), one while headers are
+   believed (a start that outgrows a short-period limit's burst behind them is a 429 per
+   request over it, against the tighter budget of 429s that carry headers, and read as a cap),
+   until a 429 says where the limit is.
 6. **Overload is not a rate limit**: a 503/529 answer makes that request wait (exponential
    backoff with jitter) and changes nothing else; it is counted apart from the 429s.
 7. ``--rpm`` is a fixed cap on the rate.
@@ -90,7 +92,7 @@ from orbench.llm.reachability import Reachability, is_connect_failure
 DEFAULT_PATIENCE = 600.0
 OVERLOAD_STATUSES = frozenset({503, 529})
 SLOW_START = 4         # requests in flight before the first success, then RAMP more per success
-RAMP = 2               # (the number in flight triples each round trip)
+RAMP = 2               # (the number in flight triples each round trip); one while headers are believed
 CUT = 0.9              # the least cut of the rate at a 429: to this share of the rate sent
 HALVE = 0.5            # the cut when too few requests tell how far over the limit they went
 DEEPEST = 0.05         # the deepest cut: a blind start may have gone far over the limit
@@ -433,7 +435,7 @@ class Pacer:
         self.history.append(Sent(ticket.sent_at, ticket.depth, True))
         self.latencies.append(now - ticket.sent_at)
         if self.window is not None and self.cap is None:
-            self.window += RAMP
+            self.window += 1 if self.trusted else RAMP
         if ticket.probe and self.cap is not None:  # admitted above the cap: try again at once,
             self.probe_at, self.probe_streak = self.successes, self.probe_streak + 1
             if self.probe_streak >= 2:  # and twice in a row is a higher cap (on trial), or, with
