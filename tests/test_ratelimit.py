@@ -1036,6 +1036,25 @@ def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     assert held.trusted is False and held.cap == 30 and held.rate is None
 
 
+def test_429s_too_many_while_following_the_headers_cut_the_rate_to_what_was_admitted(clock):
+    """Headers that promise twice a fixed window's count: each window's worth goes out in a burst
+    and ends in 429s. When they pass a tenth of the answers, trust ends and the rate is cut as at
+    a congestion event: the share admitted (45 of 50) of the rate the last requests went out at
+    (a burst, 1,000 a second), and no faster than the server admitted requests over the whole
+    history (45 in the second since the first was sent). Taken as it was sent, the rate let the
+    next window's burst out as fast as before."""
+    pacer = Pacer("openai", None, "m")
+    pacer.trusted = True
+    _history(pacer, *[(100.0 + i * 0.02, 8, True) for i in range(34)],
+             *[(100.975 + i * 0.001, 20, i < 10) for i in range(15)])
+    clock.now = 101.0
+    pacer.observe(_ticket(pacer, 100.99, depth=20), 200, {})
+    assert pacer.trusted is False
+    assert pacer.signal()[1].startswith("5 of the last 50 answers were 429s while following")
+    assert pacer.rate == pytest.approx(45.0)
+    assert pacer.growth == ratelimit.GROW_MID and pacer.last_cut == 101.0 and pacer.window is None
+
+
 def test_requests_in_flight_count_as_admitted_only_once_out_longer_than_a_429_takes(clock):
     """The cut of the first test, with three more requests sent 0.01 s ago and still out: the
     last 429s took 0.05 s to come back, so they may yet be refused and tell nothing (the two

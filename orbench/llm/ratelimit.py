@@ -455,7 +455,15 @@ class Pacer:
             refused = sum(1 for sent in self.history if not sent.admitted)
             if refused >= 5 and refused > DISTRUST_SHARE * (len(self.history) - refused):
                 self._stop_trusting(ticket, None, refused)
-                self.rate = self._sent_rate()
+                # A congestion event: the rate is cut to the share admitted of the rate the
+                # requests went out at, and no faster than the server admitted them in all that
+                # time (the headers may have let them out in bursts: a window's worth at once).
+                admitted = len(self.history) - refused
+                span = max(now - min(h.sent_at for h in self.history), 1e-3)
+                self.rate = max(_MIN_RATE, min(self._sent_rate() * admitted / len(self.history),
+                                               admitted / span))
+                self.growth, self.window = GROW_MID, None
+                self.last_cut, self.first_cut = now, min(self.first_cut, now)
 
     def _refused_share(self, least: int = 1) -> float:
         """The share of 429s among the last ``LATELY`` answers, or among ``least`` when fewer came
