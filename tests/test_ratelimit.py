@@ -265,6 +265,31 @@ def test_after_a_wait_for_a_shut_window_the_cut_counts_the_wait_and_keeps_to_wha
     assert plain.rate == pytest.approx(300 * 12 / 21)
 
 
+def test_after_a_cut_that_followed_a_wait_the_rate_regrows_fast_to_nine_tenths_of_its_last_peak(clock):
+    """The cut of the test above (300/s to 10.8/s, the rate admitted since the first cut): the
+    window drained at 300/s, so the limit is likely a little below that. The rate grows back by
+    0.5 % an answer held by it up to nine tenths of 300/s, then by 0.1 %, and the next windows
+    drain seldom. Growing by 0.5 % beyond (30 % a second at 60 answers a second) drained every
+    window: fixed windows of 60 a second behind headers claiming twice that met 0.08 429s per
+    success, and 0.04 so."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.first_cut, pacer.last_cut, pacer.hold_until = 300.0, None, 90.0, 98.0, 98.4
+    _history(pacer, *[(90.0 + i * 0.05, 4, i % 2 == 0) for i in range(160)],
+             *[(98.4 + i * 0.004, 4, i < 12) for i in range(20)])
+    clock.now = 98.5
+    pacer.observe(_ticket(pacer, 98.48, depth=4), 429, {})
+    cut = 92 / 8.5
+    assert pacer.rate == pytest.approx(cut)
+    clock.now = 98.6
+    pacer.observe(_ticket(pacer, 98.55, rate_bound=True), 200, {})
+    assert pacer.rate == pytest.approx(cut * 1.005)
+    pacer.rate = 269.0
+    pacer.observe(_ticket(pacer, 98.56, rate_bound=True), 200, {})
+    assert pacer.rate == pytest.approx(269.0 * 1.005)
+    pacer.observe(_ticket(pacer, 98.57, rate_bound=True), 200, {})  # past 270/s
+    assert pacer.rate == pytest.approx(269.0 * 1.005 * 1.001)
+
+
 def test_429s_that_rose_since_the_last_cut_are_the_rates_doing_even_below_its_rate(clock):
     """Below the last cut's rate (100/s), 429s as many as then (2 %) are not the rate's doing and
     the rate is left alone; 429s that rose to 6 of 40 (15 %, over 1.5 x 2 %) are: it is cut."""
@@ -1053,6 +1078,24 @@ def test_429s_too_many_while_following_the_headers_cut_the_rate_to_what_was_admi
     assert pacer.signal()[1].startswith("5 of the last 50 answers were 429s while following")
     assert pacer.rate == pytest.approx(45.0)
     assert pacer.growth == ratelimit.GROW_MID and pacer.last_cut == 101.0 and pacer.window is None
+
+
+def test_429s_past_one_in_twenty_answers_while_following_the_headers_end_their_trust(clock):
+    """The goal is at most one 429 per twenty successes: headers that let more through (each
+    429 showing its budget spent, so each one foreseen) are not followed for the rest of the run.
+    8 of 150 (5.6 %) ends their trust; 7 of 150 (4.9 %) does not, nor 4 of 50 (8 %, fewer than
+    five: a start's burst)."""
+    def following(refused: int, answers: int) -> Pacer:
+        pacer = Pacer("openai", None, "m")
+        pacer.trusted = True
+        _history(pacer, *[(100.0 + i * 0.01, 8, i % 9 != 4 or i >= 9 * refused) for i in range(answers - 1)])
+        clock.now = 102.0
+        pacer.observe(_ticket(pacer, 101.9, depth=8), 200, {})
+        assert sum(1 for h in pacer.history if not h.admitted) == refused
+        return pacer
+    assert following(8, 150).trusted is False
+    assert following(7, 150).trusted is True
+    assert following(4, 50).trusted is True
 
 
 def test_requests_in_flight_count_as_admitted_only_once_out_longer_than_a_429_takes(clock):

@@ -14,10 +14,12 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
 
 1. **The 429s are the truth.** Headers are a hint: while every 429 comes with headers showing
    the budget it needed spent, the pacer follows the headers (below). A 429 that finds room in
-   every budget its headers report (or reports none), or 429s more often than one per ten
-   answers while following the headers, ends that trust for the rest of the run (the rate is
-   then cut, unless the slow start's window held the requests back: the number in flight was
-   the headers' doing, not a cap's); the meta file says which signal the pacer ended up
+   every budget its headers report (or reports none), or 429s more often than one per twenty
+   answers while following the headers, ends that trust for the rest of the run, and the rate
+   is cut: at such a 429 unless the slow start's window held the requests back (the number in
+   flight was the headers' doing, not a cap's); at too many 429s to the share admitted of the
+   rate sent, and no faster than the server admitted requests meanwhile (the headers may have
+   let a window's worth out at once). The meta file says which signal the pacer ended up
    following and why.
 2. **A cap on requests in flight** is learned from where the 429s start: when every 429 of the
    recent past came with more than C requests in flight and requests at C keep being admitted
@@ -51,8 +53,9 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    admitted requests since the first cut (once ``MEASURED_AFTER`` were: none admitted tells
    when a window reopens, not a rate). The rate grows by ``GROW`` per answer while it is what
    holds requests back (at a learned cap too), by ``GROW_MID`` after the first cut, a cut in a
-   descent or after such a wait, and by ``GROW_FAST`` after any other halving cut (the limit
-   may be well above).
+   descent or after such a wait (after a wait, only up to ``CUT`` of the rate cut: the window
+   shut at that rate, and growing fast past it shut the next windows too), and by ``GROW_FAST``
+   after any other halving cut (the limit may be well above).
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
@@ -113,7 +116,7 @@ LATELY = 32            # the last answers whose share of 429s tells a storm from
 PROBE_EVERY = 50       # answers between tries above a learned concurrency cap
 PROBE_MAX = 800
 HEADER_CUT = 0.85      # the headers' refill estimate after a 429 they foresaw
-DISTRUST_SHARE = 0.1   # 429s per answer, while following the headers, that end their trust
+DISTRUST_SHARE = 0.05  # 429s per answer, while following the headers, that end their trust
 _MAX_SLEEP = 0.5       # re-check the gates at least this often while waiting
 _MIN_RATE = 1 / 60     # requests per second the rate is never cut below
 _BACKOFF = (0.25, 8.0)       # a 429 with nothing to go on: first and longest wait, seconds
@@ -226,6 +229,7 @@ class Pacer:
         # What the 429s taught: a rate (requests per second), a cap on requests in flight.
         self.rate: float | None = None
         self.growth = GROW_FAST  # per answer: fast until a cut finds the limit close by
+        self.regrow_to = math.inf  # ... up to this rate, GROW above it
         self.cap: int | None = None
         self.cap_since = -math.inf  # when the cap was last set
         self.window: int | None = SLOW_START  # slow start: requests in flight allowed
@@ -447,7 +451,7 @@ class Pacer:
             self.cap_trial = False
         if (not ticket.probe and self.rate and ticket.rate_bound
                 and (not self.fixed_rate or self.rate < self.fixed_rate)):
-            self.rate *= 1 + self.growth  # held by the rate (at the cap too): it may be higher
+            self.rate *= 1 + (self.growth if self.rate < self.regrow_to else GROW)  # held by the rate (at the cap too): it may be higher
         if (self.cap and self.rate and len(self.history) == HISTORY
                 and all(h.depth < self.cap for h in self.history)):
             self.cap = None  # not reached in all that time, under a rate: forgotten (found again if real)
@@ -611,6 +615,9 @@ class Pacer:
         else:
             self.growth = GROW_FAST if factor is None or factor <= HALVE else GROW
         self.peak, self.cut_share = self.rate or self._sent_rate(), refused
+        # After a wait, the window shut at the rate cut: fast growth only to just below it (past
+        # it, 0.5 % an answer shut every window, at 0.08 429s per success where GROW met 0.04).
+        self.regrow_to = CUT * self.peak if open_share < 1 and not (first or descent) else math.inf
         rate = (factor or HALVE) * self.peak
         if open_share < 1:  # requests let out in bursts: no faster than the server admitted them
             rate = min(rate, self._admitted_rate(now))
