@@ -1063,7 +1063,7 @@ def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
 
 def test_429s_too_many_while_following_the_headers_cut_the_rate_to_what_was_admitted(clock):
     """Headers that promise twice a fixed window's count: each window's worth goes out in a burst
-    and ends in 429s. When they pass a tenth of the answers, trust ends and the rate is cut as at
+    and ends in 429s. When they pass one in twenty answers, trust ends and the rate is cut as at
     a congestion event: the share admitted (45 of 50) of the rate the last requests went out at
     (a burst, 1,000 a second), and no faster than the server admitted requests over the whole
     history (45 in the second since the first was sent). Taken as it was sent, the rate let the

@@ -451,7 +451,8 @@ class Pacer:
             self.cap_trial = False
         if (not ticket.probe and self.rate and ticket.rate_bound
                 and (not self.fixed_rate or self.rate < self.fixed_rate)):
-            self.rate *= 1 + (self.growth if self.rate < self.regrow_to else GROW)  # held by the rate (at the cap too): it may be higher
+            # Held by the rate (at the cap too): it may be higher.
+            self.rate *= 1 + (self.growth if self.rate < self.regrow_to else GROW)
         if (self.cap and self.rate and len(self.history) == HISTORY
                 and all(h.depth < self.cap for h in self.history)):
             self.cap = None  # not reached in all that time, under a rate: forgotten (found again if real)
