@@ -103,6 +103,9 @@ def scenarios() -> list[Scenario]:
                  sdk="gemini"),
         Scenario("fixed-10s-c32", Shape(rpm=RPM / 60 * 10 / SCALE, window=10 / SCALE, fixed=True,
                                         remaining_only=True, latency=0.05), rows=1500),
+        # A gateway's fixed 20 s windows (1 s here) in front of headers that claim twice the count.
+        Scenario("fixed-lying-c32", Shape(rpm=RPM / 60 * 20 / SCALE, window=20 / SCALE, fixed=True,
+                                          claim=2.0, latency=0.05, jitter=0.3)),
     ]
 
 
