@@ -106,6 +106,11 @@ def scenarios() -> list[Scenario]:
         # A gateway's fixed 20 s windows (1 s here) in front of headers that claim twice the count.
         Scenario("fixed-lying-c32", Shape(rpm=RPM / 60 * 20 / SCALE, window=20 / SCALE, fixed=True,
                                           claim=2.0, latency=0.05, jitter=0.3)),
+        # A gateway's sliding log of the last minute's admissions: a burst is refused until it
+        # ages out, then admitted again at once (its echo), with honest headers and with none.
+        Scenario("sliding-minute-c32", per_minute(RPM, sliding=True, latency=0.05, jitter=0.3)),
+        Scenario("sliding-bare-c64", Shape(rpm=RPM / 60 * 40 / SCALE, window=40 / SCALE, sliding=True,
+                                           style="none", latency=0.05, jitter=0.3), concurrency=64),
     ]
 
 
@@ -161,7 +166,7 @@ def allowed_seconds(s: Scenario, rows: int) -> float:
     limits = [(limit / unit) for limit, unit in limits if limit]
     if limits:
         count = min(limits)  # requests per window
-        if shape.fixed:  # a window admits whole requests: 6.7 a window is 6
+        if shape.fixed or shape.sliding:  # a window admits whole requests: 6.7 a window is 6
             count = max(1, math.floor(count))
             floors.append((math.ceil(rows / count) - 1) * shape.window)
         else:

@@ -10,8 +10,10 @@ request by its :class:`Shape`:
 - **Rate limits**: requests (``rpm``) and tokens (``tpm``, a request costs its prompt
   characters / 4 plus its ``max_tokens``, counted before generation) per ``window`` seconds, as
   token buckets (capacity ``burst`` x the limit: a per-minute limit enforced over shorter
-  periods when ``burst`` < 1; the headers still report the whole limit) or as ``fixed`` windows
-  (counts reset every ``window`` seconds). ``share_after`` admissions in, another job on the key
+  periods when ``burst`` < 1; the headers still report the whole limit), as ``fixed`` windows
+  (counts reset every ``window`` seconds) or as ``sliding`` windows (a log of the last
+  ``window`` seconds' admissions, as a gateway's Redis limiter keeps it: a request is admitted
+  when the log's count leaves room for it). ``share_after`` admissions in, another job on the key
   takes ``share`` of the refill (the headers do not say so).
 
 Headers (``style``): ``openai`` (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``,
@@ -38,6 +40,7 @@ import re
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,6 +58,7 @@ class Shape:
     tpm: float = 0
     window: float = 60.0
     fixed: bool = False
+    sliding: bool = False
     burst: float = 1.0
     style: str = "openai"
     reset: str = "full"
@@ -136,6 +140,43 @@ class _Window:
         return max(0.0, self.start + self.window - self.now)
 
 
+class _Sliding:
+    """A sliding window log: at most ``limit`` admitted over any ``window`` seconds."""
+
+    def __init__(self, limit: float, window: float, burst: float, now: float):
+        self.limit, self.window, self.share = limit, window, 0.0
+        self.log: deque[tuple[float, float]] = deque()  # (admitted at, cost)
+        self.used, self.now = 0.0, now
+
+    def update(self, now: float) -> None:
+        self.now = now
+        while self.log and self.log[0][0] <= now - self.window:
+            self.used -= self.log.popleft()[1]
+
+    def wait_for(self, cost: float) -> float:
+        """Seconds until enough of the log has aged out to admit ``cost``."""
+        over = self.used + cost - self.limit
+        for at, spent in self.log:
+            if over <= 0:
+                break
+            over -= spent
+            if over <= 0:
+                return max(1e-3, at + self.window - self.now)
+        return 0.0 if self.used + cost <= self.limit else self.window
+
+    def take(self, cost: float) -> None:
+        self.log.append((self.now, cost))
+        self.used += cost
+
+    def remaining(self) -> float:
+        return max(0.0, self.limit - self.used)
+
+    def reset_in(self, cost: float, meaning: str) -> float:
+        if meaning == "next":
+            return self.wait_for(cost)
+        return max(0.0, self.log[-1][0] + self.window - self.now) if self.log else 0.0
+
+
 class FakeRateLimited:
     """The server and its limits; ``start()`` binds 127.0.0.1 on a free port."""
 
@@ -144,7 +185,7 @@ class FakeRateLimited:
         self._lock = threading.Lock()
         self._random = random.Random(self.shape.seed)
         now = time.monotonic()
-        kind = _Window if self.shape.fixed else _Bucket
+        kind = _Sliding if self.shape.sliding else _Window if self.shape.fixed else _Bucket
         self.limits = {name: kind(limit, self.shape.window, self.shape.burst, now)
                        for name, limit in (("requests", self.shape.rpm), ("tokens", self.shape.tpm)) if limit}
         self.ok = self.rejected = self.capped = self.overloaded = 0

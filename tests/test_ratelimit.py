@@ -16,6 +16,7 @@ import socket
 import time
 from datetime import datetime, timedelta, timezone
 
+import fake_ratelimit
 import pandas as pd
 import pytest
 from fake_ratelimit import FakeRateLimited, Shape
@@ -106,6 +107,21 @@ def test_a_budget_with_no_refill_known_is_spent_until_the_time_a_429_names():
     bucket.full_at = 2.0                                     # a 429 said: 1.7 s from 0.3
     assert bucket.wait(1, now=0.3, scale=1.0) == pytest.approx(1.7)
     assert bucket.wait(1, now=2.0, scale=1.0) == 0.0 and bucket.level == 24  # full again, as first seen
+
+
+def test_the_fakes_sliding_log_admits_its_count_in_any_window():
+    """The bench's sliding window (a gateway's log of the last ``window`` seconds): 3 a second
+    taken at 0.0, 0.2 and 0.4 leave no room until the first ages out at 1.0, then one."""
+    log = fake_ratelimit._Sliding(3, 1.0, 1.0, now=0.0)
+    for at in (0.0, 0.2, 0.4):
+        log.update(at)
+        assert log.wait_for(1) == 0.0
+        log.take(1)
+    log.update(0.5)
+    assert log.remaining() == 0 and log.wait_for(1) == pytest.approx(0.5)
+    assert log.wait_for(2) == pytest.approx(0.7)  # two must age out: until 1.2
+    log.update(1.0)
+    assert log.remaining() == 1 and log.wait_for(1) == 0.0 and log.wait_for(2) == pytest.approx(0.2)
 
 
 class Clock:
@@ -1078,6 +1094,55 @@ def test_429s_too_many_while_following_the_headers_cut_the_rate_to_what_was_admi
     assert pacer.signal()[1].startswith("5 of the last 50 answers were 429s while following")
     assert pacer.rate == pytest.approx(45.0)
     assert pacer.growth == ratelimit.GROW_MID and pacer.last_cut == 101.0 and pacer.window is None
+
+
+def test_a_wait_of_every_request_is_no_part_of_the_rate_a_cut_starts_from(clock):
+    """A sliding window's worth (150) went out in the first half second, then the headers held
+    every request until the window began to slide open, 2.5 s later; the 15 let out at once then
+    met 10 429s (the window frees requests as the first ones age out), which ends the headers'
+    trust. The last 16 sends span the wait: taken as a rate, 6 a second (the old cut: 5.6 a
+    second, where the server admits 50). Since the wait the requests went out as a burst, so
+    the rate is the server's since the first request: 155 admitted in 3.01 s."""
+    pacer = Pacer("openai", None, "m")
+    pacer.trusted = True
+    _history(pacer, *[(100.0 + i * 0.5 / 149, 31, True) for i in range(150)])
+    pacer.last_send, pacer.hold_until = 100.5, 103.0
+    burst = []
+    for i in range(15):
+        clock.now = 103.0 + i * 0.0005
+        burst.append(_ticket(pacer))
+        asyncio.run(pacer.acquire(burst[-1]))
+    assert [t.sent_at for t in burst] == [103.0 + i * 0.0005 for i in range(15)]
+    assert pacer.resumed == 103.0  # the first request sent after the wait
+    for i, ticket in enumerate(burst[:-1]):
+        pacer.release(ticket)
+        pacer.history.append(Sent(ticket.sent_at, ticket.depth, i >= 10))
+    clock.now = 103.01
+    pacer.observe(burst[-1], 200, {})
+    assert pacer.trusted is False and pacer.signal()[1].startswith("10 of the last 165 answers were 429s")
+    assert pacer.rate == pytest.approx(155 / 3.01)
+
+
+def test_the_first_cut_after_a_wait_of_every_request_starts_from_what_was_admitted(clock):
+    """As above, with no headers to trust (a wait a 429 asked for): the first cut takes the share
+    admitted since the first 429 (4 of 15) of the server's rate since the first request (154 in
+    3.01 s), not of the last 16 sends' rate across the wait (6 a second: 1.6 a second after the
+    cut) nor of the burst's since (2,000 a second)."""
+    pacer = Pacer("openai", None, "m")
+    pacer.window = None
+    _history(pacer, *[(100.0 + i * 0.5 / 149, 31, True) for i in range(150)])
+    pacer.last_send, pacer.hold_until = 100.5, 103.0
+    burst = []
+    for i in range(15):
+        clock.now = 103.0 + i * 0.0005
+        burst.append(_ticket(pacer))
+        asyncio.run(pacer.acquire(burst[-1]))
+    for i, ticket in enumerate(burst[:-1]):
+        pacer.release(ticket)
+        pacer.history.append(Sent(ticket.sent_at, ticket.depth, i >= 10))
+    clock.now = 103.01
+    pacer.observe(burst[-1], 429, {})
+    assert pacer.rate == pytest.approx(4 / 15 * 154 / 3.01)
 
 
 def test_429s_past_one_in_twenty_answers_while_following_the_headers_end_their_trust(clock):

@@ -31,8 +31,10 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    come back in any order), a 429 with the cap reached while out fails the trial (one less),
    and only a request sent since the cap was set confirms it.
 3. **Otherwise a 429 cuts the rate** (requests per second), once per congestion event (a 429
-   of a request sent after the last cut), from the rate the requests went out at: to the share
-   of the requests sent since the last cut that the server admitted (when over its limit, that
+   of a request sent after the last cut), from the rate the requests went out at (since the
+   last wait of every request, and then no faster than the server admitted them since the
+   first: after a wait they go out at once, a burst): to the share of the requests sent since
+   the last cut that the server admitted (when over its limit, that
    share of the rate sent is the rate it admits; one still in flight counts as admitted once
    out longer than the last 429s took to come back), kept between ``HALVE`` and ``CUT``
    (``cut_factor``). The first cut counts from the first request refused (those before met a
@@ -236,6 +238,7 @@ class Pacer:
         self.probe_every, self.probe_at, self.probe_streak = PROBE_EVERY, PROBE_EVERY, 0
         self.next_start = self.last_send = 0.0
         self.hold_until = 0.0
+        self.resumed = -math.inf  # the first request sent after the last wait of every request
         self.last_cut = -math.inf  # the last cut of the rate, or wait of every request
         self.first_cut = math.inf
         self.peak, self.cut_share = math.inf, 1.0  # the rate cut last, and the share of 429s then
@@ -348,6 +351,8 @@ class Pacer:
             for name, bucket in self.buckets.items():
                 bucket.take(ticket.cost(name), now, self.scale)
                 ticket.sent_before[name] = bucket.sent
+        if self.last_send < self.hold_until <= now:
+            self.resumed = now
         ticket.sent_at = self.last_send = now
         ticket.depth = ticket.peak = len(self.in_flight) + 1
         for other in self.in_flight.values():
@@ -464,9 +469,8 @@ class Pacer:
                 # requests went out at, and no faster than the server admitted them in all that
                 # time (the headers may have let them out in bursts: a window's worth at once).
                 admitted = len(self.history) - refused
-                span = max(now - min(h.sent_at for h in self.history), 1e-3)
                 self.rate = max(_MIN_RATE, min(self._sent_rate() * admitted / len(self.history),
-                                               admitted / span))
+                                               self._admitted_since_first(now)))
                 self.growth, self.window = GROW_MID, None
                 self.last_cut, self.first_cut = now, min(self.first_cut, now)
 
@@ -615,7 +619,7 @@ class Pacer:
             self.growth = GROW_MID
         else:
             self.growth = GROW_FAST if factor is None or factor <= HALVE else GROW
-        self.peak, self.cut_share = self.rate or self._sent_rate(), refused
+        self.peak, self.cut_share = self.rate or self._first_rate(now), refused
         # After a wait, the window shut at the rate cut: fast growth only to just below it (past
         # it, 0.5 % an answer shut every window, at 0.08 429s per success where GROW met 0.04).
         self.regrow_to = CUT * self.peak if open_share < 1 and not (first or descent) else math.inf
@@ -686,11 +690,27 @@ class Pacer:
             return math.inf
         return admitted / max(now - min(h.sent_at for h in sent), 1e-3)
 
+    def _first_rate(self, now: float) -> float:
+        """The rate the first cut cuts: the rate the last requests went out at, and, when they
+        went out after a wait of every request (at once: a burst's rate), no faster than the
+        server admitted requests since the first was sent."""
+        rate = self._sent_rate()
+        if self.resumed > -math.inf:
+            rate = min(rate, self._admitted_since_first(now))
+        return rate
+
+    def _admitted_since_first(self, now: float) -> float:
+        """Requests per second admitted since the first request remembered was sent."""
+        admitted = sum(1 for h in self.history if h.admitted)
+        return admitted / max(now - min(h.sent_at for h in self.history), 1e-3)
+
     def _sent_rate(self) -> float:
-        """Requests per second the last requests went out at (answered or not)."""
+        """Requests per second the last requests went out at (answered or not), since the last
+        wait of every request ended (a wait is no part of the rate they go out at)."""
         times = [h.sent_at for h in self.history] + [t.sent_at for t in self.in_flight.values()]
+        times = [t for t in times if t >= self.resumed]
         rate = sent_rate(times)
-        return rate if rate is not None else len(times) / self.latency
+        return rate if rate is not None else max(1, len(times)) / self.latency
 
     def overloaded(self, ticket: Ticket) -> float:
         """A 503/529 "overloaded" answer: the seconds that request waits (nothing else changes),
