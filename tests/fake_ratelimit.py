@@ -72,6 +72,10 @@ class Shape:
     share: float = 0.0
     share_after: int = 0
     seed: int = 0
+    retry: str = "auto"
+    refuse_latency: float = 0.0
+    queue: float = 0.0
+    lift_after: int = 0
 
 
 def _openai_duration(seconds: float) -> str:
@@ -193,6 +197,9 @@ class FakeRateLimited:
         self.admitted: list[float] = []
         self.shared_since: float | None = None
         self._server: ThreadingHTTPServer | None = None
+        self.queue_free = now  # the queue (``queue``): when the next request's turn comes
+        if self.shape.lift_after and self.shape.share:  # another job on the key from the start
+            self._share(self.shape.share, now)
 
     @property
     def url(self) -> str:
@@ -234,21 +241,32 @@ class FakeRateLimited:
                 self.capped += 1
                 return "capped", {}, 0.0
             now = time.monotonic()
-            for limit in self.limits.values():
-                limit.update(now)
-            wait = max((limit.wait_for(costs[name]) for name, limit in self.limits.items()), default=0.0)
-            if wait > 0:
-                self.rejected += 1
-                return "limited", self._headers(costs, wait), wait
-            for name, limit in self.limits.items():
-                limit.take(costs[name])
+            delay = 0.0
+            if shape.queue:  # a queue in front of the limit (nginx's limit_req with a burst)
+                gap = shape.window / shape.rpm
+                turn = max(now, self.queue_free)
+                if turn - now > shape.queue * gap:
+                    self.rejected += 1
+                    return "limited", self._headers(costs, turn - now - shape.queue * gap), turn - now
+                self.queue_free, delay = turn + gap, turn - now
+            else:
+                for limit in self.limits.values():
+                    limit.update(now)
+                wait = max((limit.wait_for(costs[name]) for name, limit in self.limits.items()), default=0.0)
+                if wait > 0:
+                    self.rejected += 1
+                    return "limited", self._headers(costs, wait), wait
+                for name, limit in self.limits.items():
+                    limit.take(costs[name])
             self.ok += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.admitted.append(now)
             if shape.share_after and self.ok == shape.share_after:  # another job starts
                 self._share(shape.share, now)
-            return "ok", self._headers(costs, 0.0), 0.0
+            if shape.lift_after and self.ok == shape.lift_after:  # ... or ends
+                self._share(0.0, now)
+            return "ok", self._headers(costs, 0.0), delay
 
     def done(self) -> None:
         with self._lock:
@@ -261,6 +279,8 @@ class FakeRateLimited:
 
     def _headers(self, costs: dict, wait: float) -> dict:
         shape, headers = self.shape, {}
+        if wait > 0 and shape.retry in ("exact", "flat"):
+            headers["retry-after"] = str(max(1, math.ceil(wait)) if shape.retry == "exact" else 60)
         if shape.style in ("none", "gemini"):
             return headers
         for name, limit in self.limits.items():
@@ -279,7 +299,7 @@ class FakeRateLimited:
                 if not shape.remaining_only:
                     headers[f"{pre}limit{post}"] = str(int(limit.limit * shape.claim))
                     headers[f"{pre}reset{post}"] = stamp
-        if wait > 0:
+        if wait > 0 and shape.retry == "auto":
             headers["retry-after"] = str(max(1, math.ceil(wait)))
             if shape.style == "openai":
                 headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
@@ -401,13 +421,15 @@ class _Handler(BaseHTTPRequestHandler):
         max_tokens = _max_tokens(body)
         costs = {"requests": 1, "tokens": math.ceil(chars / 4) + max_tokens}
         outcome, headers, wait = self.fake.decide(costs)
+        if outcome != "ok" and self.fake.shape.refuse_latency:
+            time.sleep(self.fake.shape.refuse_latency)
         if outcome != "ok":
             status, payload = _ERRORS[(protocol, outcome)]
             if outcome == "limited" and protocol == "gemini" and self.fake.shape.style == "gemini":
                 payload = _gemini_quota_error(wait)
             return self._json(status, payload, headers)
         try:
-            time.sleep(self.fake.latency())
+            time.sleep(wait + self.fake.latency())  # ``wait``: its turn in the queue
         finally:
             self.fake.done()  # no longer in flight once the answer is ready to go
         self._json(200, _answer(protocol, model, f"Fake answer to: {prompt}", costs["tokens"] - max_tokens),

@@ -9,6 +9,7 @@ mean something else, with none), caps requests in flight and answers "overloaded
 """
 
 import asyncio
+import contextlib
 import json
 import math
 import random
@@ -595,6 +596,51 @@ def test_a_429_asking_for_no_wait_is_sent_again_at_once_unless_429s_abound(clock
     assert pacer.rate < 40.0
 
 
+def test_a_429s_wait_ends_once_three_requests_sent_after_it_got_in(clock):
+    """A gateway's flat "retry-after: 60", whatever its limit: the refused request waits only
+    until three requests sent after its 429 were admitted (the server has room, and the pacer's
+    rate spaces the request from then on). Answers to requests sent before the 429 tell nothing:
+    they may have got in before a window shut."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window = 40.0, None
+    pacer.latencies.extend([0.05] * 3)
+    refused = _ticket(pacer, 99.99)
+    refused.not_before, refused.refused_at = 160.0, 100.0
+
+    def ends() -> bool:
+        async def wait():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(pacer._own_wait(refused), 0.2)
+                return True
+            return False
+        return asyncio.run(wait())
+
+    for sent_at in (99.95, 99.98, 100.01, 100.02):  # two of them sent before the 429
+        pacer.observe(_ticket(pacer, sent_at), 200, {})
+    assert not ends()  # the clock stands still: it would wait the whole minute
+    pacer.observe(_ticket(pacer, 100.03), 200, {})
+    assert ends()
+    overload = _ticket(pacer, 100.0, not_before=101.0)  # an overload's backoff is not cut short
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(asyncio.wait_for(pacer._own_wait(overload), 0.2))
+
+
+def test_the_slow_start_spreads_its_window_over_a_replys_time(clock):
+    """Once a reply's time is known, the slow start's window goes out spaced over it, not at
+    once: a limit enforced over a short period (a gateway's 30 a second, one at a time) refuses
+    a burst whatever the number in flight, and its 429s then read as a cap of one or two."""
+    pacer = Pacer("openai", None, "m")
+    first = _ticket(pacer)
+    pacer._book(first, 100.0)
+    assert pacer._wait(_ticket(pacer), 100.0)[0] == 0.0  # before the first answer: no spacing
+    clock.now = 101.0
+    pacer.observe(first, 200, {})  # 1 s a reply; the window grows to 6
+    assert pacer.window == 6
+    pacer._book(_ticket(pacer), 101.0)
+    assert pacer._wait(_ticket(pacer), 101.0)[0] == pytest.approx(1 / 6)
+    assert pacer._wait(_ticket(pacer), 101.1)[0] == pytest.approx(1 / 6 - 0.1)
+
+
 def test_overload_makes_that_request_wait_and_changes_nothing_else(clock):
     pacer = Pacer("anthropic", None, "m")
     pacer.rate, pacer.cap = 20.0, 6
@@ -640,7 +686,7 @@ def test_slow_start_sends_a_few_until_the_first_success_then_more_per_success(he
         await asyncio.sleep(0.05)
         sent = sum(task.done() for task in first)
         pacer.observe(tickets[0], 200, headers)  # one answer: one leaves, more may be out
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)  # they go out spread over a reply's time (0.05 s)
         done = sum(task.done() for task in first)
         for task in first:
             task.cancel()
@@ -1104,7 +1150,7 @@ def test_a_wait_of_every_request_is_no_part_of_the_rate_a_cut_starts_from(clock)
     second, where the server admits 50). Since the wait the requests went out as a burst, so
     the rate is the server's since the first request: 155 admitted in 3.01 s."""
     pacer = Pacer("openai", None, "m")
-    pacer.trusted = True
+    pacer.trusted, pacer.window = True, None  # the slow start long over
     _history(pacer, *[(100.0 + i * 0.5 / 149, 31, True) for i in range(150)])
     pacer.last_send, pacer.hold_until = 100.5, 103.0
     burst = []

@@ -115,6 +115,7 @@ SHUT_WAIT = 0.5        # a wait for a shut window: this share of the time it has
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
 HISTORY = 256          # outcomes remembered: send time, requests in flight, admitted or not
 LATELY = 32            # the last answers whose share of 429s tells a storm from a stray 429
+ADMITTED_SINCE = 3     # requests sent after a 429 and admitted that end its request's wait
 PROBE_EVERY = 50       # answers between tries above a learned concurrency cap
 PROBE_MAX = 800
 HEADER_CUT = 0.85      # the headers' refill estimate after a 429 they foresaw
@@ -156,6 +157,7 @@ class Ticket:
     sent_before: dict = field(default_factory=dict)
     first_wait: float | None = None  # its first 429 or overload answer
     not_before: float = 0.0
+    refused_at: float | None = None  # when its wait is a 429's: the time of that 429
     refused: int = 0
     overloads: int = 0
 
@@ -251,6 +253,7 @@ class Pacer:
         self.spell_start: float | None = None  # since when nothing got through (sent at), if so
         self.history: deque[Sent] = deque(maxlen=HISTORY)
         self.latencies: deque = deque(maxlen=32)
+        self.admitted_sends: deque = deque(maxlen=ADMITTED_SINCE)  # send times of the last admitted
         self.refusal_times: deque = deque(maxlen=32)  # seconds a 429 took to come back
         self.in_flight: dict[int, Ticket] = {}
         self._seq = 0
@@ -269,8 +272,7 @@ class Pacer:
     # -- sending ---------------------------------------------------------------------------
     async def acquire(self, ticket: Ticket) -> None:
         """Wait until the request may go, then book it."""
-        if ticket.not_before > clock():  # its own wait: a retry-after or an overload backoff
-            await asyncio.sleep(ticket.not_before - clock())
+        await self._own_wait(ticket)
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # a Client may serve several event loops, one after another
             self._loop, self._turn, self._freed = loop, asyncio.Lock(), asyncio.Event()
@@ -290,6 +292,17 @@ class Pacer:
                 self.waited += now - started
                 self.waited_requests += 1
             self._book(ticket, now)
+
+    async def _own_wait(self, ticket: Ticket) -> None:
+        """Sleep out the request's own wait (a 429's ``retry-after``, an overload backoff). A
+        429's ends early once ``ADMITTED_SINCE`` requests sent after it were admitted: the server
+        has room, whatever the wait said (some gateways send a flat ``retry-after: 60`` whatever
+        the limit), and the pacer's own limits space the request from then on."""
+        while (left := ticket.not_before - clock()) > 0:
+            if ticket.refused_at is not None and sum(
+                    1 for at in self.admitted_sends if at > ticket.refused_at) >= ADMITTED_SINCE:
+                return
+            await asyncio.sleep(min(left, self.latency or _MAX_SLEEP, _MAX_SLEEP))
 
     def _wait(self, ticket: Ticket, now: float) -> tuple[float, bool]:
         """Seconds until the request may go (at most a nap: a reply may change it), and whether
@@ -311,11 +324,15 @@ class Pacer:
 
     def _room(self, now: float) -> float:
         """Seconds until one more request may be in flight (``_MAX_SLEEP``: until one leaves):
-        the slow start's window or the learned cap, plus one try above the cap when it is due.
+        the slow start's window (its requests spaced over a reply's time once that is known: a
+        limit enforced over a short period refuses a burst however few are in flight) or the
+        learned cap, plus one try above the cap when it is due.
         The try goes a cap's share of a reply's time after the last request, not in a burst: a
         rate limit enforced over a short period would refuse a burst whatever the number in flight."""
         limit = self.window if self.window is not None else self.cap
         if limit is None or len(self.in_flight) < limit:
+            if self.window is not None and self.latencies:  # the slow start's window spread over
+                return max(0.0, self.last_send + self.latency / self.window - now)  # a reply's time
             return 0.0
         if (self.cap is not None and len(self.in_flight) == self.cap and self.successes >= self.probe_at
                 and not any(t.probe for t in self.in_flight.values())):
@@ -442,6 +459,7 @@ class Pacer:
             self.spell_start = None
         self.successes += 1
         self.history.append(Sent(ticket.sent_at, ticket.depth, True))
+        self.admitted_sends.append(ticket.sent_at)
         self.latencies.append(now - ticket.sent_at)
         if self.window is not None and self.cap is None:
             self.window += 1 if self.trusted else RAMP
@@ -890,6 +908,7 @@ async def send(request, attempt):
             pacer.gave_up += 1
             return response
         ticket.not_before = now + wait
+        ticket.refused_at = now if status == 429 else None
         if status == 429:
             pacer.resent += 1
         await response.aclose()
