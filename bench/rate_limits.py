@@ -5,7 +5,8 @@ and gateways do: token buckets and fixed windows on requests and tokens, enforce
 periods than the headers say, headers whose reset means "until the next request" or whose limit
 promises more than is given, bare 429s, Gemini's quota 429s (no header, the wait in the body),
 a cap on requests in flight, 503/529 "overloaded" answers, a limit that halves once the pacer
-has settled) in its own process for each scenario,
+has settled or doubles, sliding logs, a queue in front of a limit, bare 429s with a flat or an
+exact ``retry-after``, replies that take a second) in its own process for each scenario,
 runs the rows through the stage runner and ``Client`` in process (the real openai, anthropic or
 google-genai SDK) with the cache off and no ``--rpm``, and prints one line per scenario beside
 the goals: >= 0.90 of the allowed rate, <= 0.05 429s per success (0.2 where the 429s carry no
@@ -15,14 +16,15 @@ Time is scaled down 20 x: the provider's "minute" is 3 s (``--window``), so 3,00
 requests per 3 s, still 50 requests a second; a limit "enforced over 1 s" holds 1/60 of it.
 "Allowed" is the time the server's capacity needs for the rows that succeeded, plus one reply's
 latency: a bucket starts full, as a provider's does (``(rows - bucket) / refill``, and when
-another job takes half the key mid-run, the rows after that at half the rate), a fixed window
+another job takes half the key mid-run, the rows after that at half the rate, or before it
+ends, the rows before), a queue has no burst (``rows / rate``), a fixed window or a sliding log
 admits its whole count at its start, a cap on requests in flight admits ``cap / latency`` per
 second, and a client never runs more than ``--concurrency`` requests at once. The ratio is
 allowed time / wall time (a fixed window's burst can make it a little over 1).
 
 The named scenarios are the issue's; ``--random N`` also runs N seeds of every shape with its
-numbers drawn afresh (limits x0.5-2, enforcement windows 1-60 s, caps 4-48, concurrency 32 and
-64, the SDK among the three), so no rule is tuned to one server's numbers. The last lines time
+numbers drawn afresh (limits x0.5-2, enforcement windows 1-60 s, caps 4-48, replies of 0.05-1.2
+s, concurrency 32 and 64, the SDK among the three), so no rule is tuned to one server's numbers. The last lines time
 how fast a run stops at an address that answers only "overloaded", and at a closed port.
 
     python bench/rate_limits.py                      # the named scenarios, this checkout
@@ -148,6 +150,43 @@ def randomised(seed: int) -> list[Scenario]:
                     fields["overload_every"] = rng.randint(5, 30)
                 shape = Shape(window=MINUTE, **limit, **fields)
             found.append(Scenario(f"random-{kind}-s{seed}-c{concurrency}", shape, sdk, concurrency))
+    return found + more_randomised(seed)
+
+
+def more_randomised(seed: int) -> list[Scenario]:
+    """The shapes the first rounds did not model, once per concurrency, numbers drawn by ``seed``
+    (its own draws: the shapes above keep theirs): a sliding log; a queue in front of the limit
+    (nginx's ``limit_req`` with a burst: early requests wait at the server, the rest get 429s);
+    replies that take 0.3-1.2 s; bare 429s with only a ``retry-after``, exact or a flat minute;
+    a limit that doubles mid-run (another job on the key ends); a cap on requests in flight
+    behind a rate limit, either of them the tighter."""
+    rng = random.Random(1000 + seed)
+    found = []
+    for concurrency in (32, 64):
+        for kind in ("sliding", "queue", "long", "retry", "lift", "cap-rate"):
+            sdk = rng.choice(["openai", "anthropic", "gemini"])
+            style = rng.choice([sdk, "none"])
+            rate = RPM / 60 * rng.uniform(0.5, 2)
+            period = rng.uniform(1, 60) / SCALE
+            fields = {"style": style, "latency": 0.05, "jitter": 0.3, "seed": seed}
+            short = {"rpm": rate * MINUTE, "window": MINUTE, "burst": min(1.0, period / MINUTE)}
+            if kind == "sliding":
+                shape = Shape(rpm=rate * period, window=period, sliding=True, **fields)
+            elif kind == "queue":
+                shape = Shape(rpm=rate * MINUTE, window=MINUTE, queue=rng.randint(2, 20),
+                              retry=rng.choice(["auto", "exact"]), **{**fields, "style": "none"})
+            elif kind == "long":
+                fields.update(latency=rng.uniform(0.3, 1.2), jitter=0.5)
+                shape = Shape(reset="next", **short, **fields)
+            elif kind == "retry":
+                shape = Shape(retry=rng.choice(["exact", "flat"]), **short, **{**fields, "style": "none"})
+            elif kind == "lift":
+                shape = Shape(share=0.5, lift_after=rng.randint(200, 500), reset="next", **short, **fields)
+            else:
+                cap = rng.randint(4, 48)
+                fields["latency"] = cap / rate * rng.uniform(0.6, 1.5)
+                shape = Shape(cap=cap, **short, **{**fields, "style": "none"})
+            found.append(Scenario(f"random-{kind}-s{seed}-c{concurrency}", shape, sdk, concurrency))
     return found
 
 
@@ -171,7 +210,12 @@ def allowed_seconds(s: Scenario, rows: int) -> float:
             floors.append((math.ceil(rows / count) - 1) * shape.window)
         else:
             rate, bucket = count / shape.window, count * shape.burst
-            if shape.share_after and rows > shape.share_after:
+            if shape.queue:  # no burst: the queue's requests wait their turn at the server
+                floors.append(rows / rate)
+            elif shape.lift_after and shape.share:  # half the rate until the other job ends
+                first = max(0.0, min(rows, shape.lift_after) - bucket)
+                floors.append(first / (rate * (1 - shape.share)) + max(0, rows - shape.lift_after) / rate)
+            elif shape.share_after and rows > shape.share_after:
                 first = max(0.0, shape.share_after - bucket) / rate
                 floors.append(first + (rows - shape.share_after) / (rate * (1 - shape.share)))
             else:

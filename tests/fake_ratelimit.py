@@ -14,7 +14,11 @@ request by its :class:`Shape`:
   (counts reset every ``window`` seconds) or as ``sliding`` windows (a log of the last
   ``window`` seconds' admissions, as a gateway's Redis limiter keeps it: a request is admitted
   when the log's count leaves room for it). ``share_after`` admissions in, another job on the key
-  takes ``share`` of the refill (the headers do not say so).
+  takes ``share`` of the refill (the headers do not say so); with ``lift_after``, that job holds
+  ``share`` from the start and ends that many admissions in (the limit doubles, say).
+- **A queue** (``queue`` > 0, nginx's ``limit_req`` with a burst): requests are admitted one per
+  ``window / rpm`` seconds; one that comes early waits its turn at the server (its answer comes
+  that much later) while no more than ``queue`` turns are ahead of it, else it gets a 429.
 
 Headers (``style``): ``openai`` (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``,
 ``retry-after`` and ``retry-after-ms`` on a 429), ``anthropic`` (``anthropic-ratelimit-*`` with
@@ -24,7 +28,11 @@ as Gemini's quota errors do) or ``none`` (bare 429s). What they say can be bent:
 ``reset="next"`` makes the reset mean "until one more request's worth is free" instead of
 "until the budget is full again"; ``claim`` multiplies the reported limit and remaining (a limit
 that promises more than is given); ``remaining_only`` sends the remaining count alone (and
-``retry-after`` on a 429). Latency is ``latency`` seconds, varied by +-``jitter`` of it.
+``retry-after`` on a 429). ``retry`` sets a 429's ``retry-after`` whatever the style: ``exact``
+(the whole seconds until a request's worth is free), ``flat`` (60, whatever the limit, as some
+gateways send it), ``auto`` (as the style sends it). Latency is ``latency`` seconds, varied by
++-``jitter`` of it; a 429 or an overload answer takes ``refuse_latency`` seconds (a gateway
+that asks the provider first).
 
     python tests/fake_ratelimit.py --rpm 150 --window 3 --burst 0.0167 --reset next --latency 0.05
 """
