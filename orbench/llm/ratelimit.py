@@ -110,6 +110,7 @@ GROW = 0.001           # rate growth per answer while the rate is what holds req
 GROW_FAST = 0.05       # ... after a halving cut (but the first): it may have gone far below the limit
 GROW_MID = 0.005       # ... after the first cut, a cut in a descent (429s within
                        # DESCENT_TRIPS of the last cut) or after a wait with nothing through
+ACCELERATE = 50        # answers past the rate cut last in which the growth doubles (to GROW_FAST)
 DESCENT_TRIPS = 3      # round trips
 SHUT_WAIT = 0.5        # a wait for a shut window: this share of the time it has been shut
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
@@ -244,6 +245,7 @@ class Pacer:
         self.last_cut = -math.inf  # the last cut of the rate, or wait of every request
         self.first_cut = math.inf
         self.peak, self.cut_share = math.inf, 1.0  # the rate cut last, and the share of 429s then
+        self.above = 0  # answers since the rate grew past the rate cut last
         self.cut_least = False  # whether the last cut was the least (CUT): the rate was near the limit
         self.first_answer = math.inf
         self.cap_holds = 0  # requests the cap held back (a cap never reached is not what paced)
@@ -475,7 +477,11 @@ class Pacer:
         if (not ticket.probe and self.rate and ticket.rate_bound
                 and (not self.fixed_rate or self.rate < self.fixed_rate)):
             # Held by the rate (at the cap too): it may be higher.
-            self.rate *= 1 + (self.growth if self.rate < self.regrow_to else GROW)
+            growth = self.growth if self.rate < self.regrow_to else GROW
+            if self.rate > self.peak:  # past the rate last cut with no 429 since: the limit rose
+                self.above += 1        # (another job on the key ended): faster and faster
+                growth = min(GROW_MID, max(growth, GROW * 2 ** (self.above / ACCELERATE)))
+            self.rate *= 1 + growth
         if (self.cap and self.rate and len(self.history) == HISTORY
                 and all(h.depth < self.cap for h in self.history)):
             self.cap = None  # not reached in all that time, under a rate: forgotten (found again if real)
@@ -512,17 +518,19 @@ class Pacer:
             for bucket in self.buckets.values():
                 if bucket.level is not None:
                     bucket.level, bucket.at = min(bucket.level, 0.0), now
+        waits = []
+        for name, reading in readings.items():
+            rate = self.buckets[name].rate
+            if reading.remaining is not None and reading.remaining < max(1.0, ticket.cost(name)):
+                waits.append(ticket.cost(name) / (rate * self.scale) if rate else reading.reset)
+        known = [w for w in waits if w is not None]
         if told is not None:  # a budget with no refill known is full again then
             for bucket in self.buckets.values():
                 if not bucket.rate:
                     bucket.full_at = now + told
+            if known:  # ... but a whole-second retry-after (Anthropic's) is coarser than the budgets
+                told = min(told, max(known))
         else:
-            waits = []
-            for name, reading in readings.items():
-                rate = self.buckets[name].rate
-                if reading.remaining is not None and reading.remaining < max(1.0, ticket.cost(name)):
-                    waits.append(ticket.cost(name) / (rate * self.scale) if rate else reading.reset)
-            known = [w for w in waits if w is not None]
             told = min(max(known), 60.0) if known else backoff(ticket.refused, *_BACKOFF)
         self.hold_until = max(self.hold_until, now + told)
         return told
@@ -637,7 +645,7 @@ class Pacer:
             self.growth = GROW_MID
         else:
             self.growth = GROW_FAST if factor is None or factor <= HALVE else GROW
-        self.peak, self.cut_share = self.rate or self._first_rate(now), refused
+        self.peak, self.cut_share, self.above = self.rate or self._first_rate(now), refused, 0
         # After a wait, the window shut at the rate cut: fast growth only to just below it (past
         # it, 0.5 % an answer shut every window, at 0.08 429s per success where GROW met 0.04).
         self.regrow_to = CUT * self.peak if open_share < 1 and not (first or descent) else math.inf
