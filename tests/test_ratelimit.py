@@ -209,6 +209,21 @@ def test_a_429_the_headers_foresaw_holds_everyone_as_told_and_cuts_their_refill(
     assert pacer.signal() == ("headers", "every 429 came with headers showing its budget spent")
 
 
+def test_a_whole_second_retry_after_holds_no_longer_than_the_budgets_refill_needs(clock):
+    """Anthropic's retry-after is whole seconds ("1" where a request's worth is free in 21 ms):
+    the hold is the budgets' own wait when that is shorter; a millisecond retry-after stands."""
+    pacer = Pacer("anthropic", None, "m")
+    pacer.observe(_ticket(pacer, 100.0), 200, _headers(60, 48, "250ms"))  # refilling 48 per second
+    assert pacer.buckets["requests"].rate == pytest.approx(48.0)
+    told = pacer.observe(_ticket(pacer, 100.0), 429, {**_headers(60, 0, "1250ms"), "retry-after": "1"})
+    assert told == pytest.approx(1 / (48 * 0.85)) and pacer.hold_until == pytest.approx(100.0 + told)
+    clock.now = 102.0  # remaining-only budgets know no refill: the retry-after is all there is
+    other = Pacer("anthropic", None, "m")
+    other.observe(_ticket(other, 101.0), 200, {"x-ratelimit-remaining-requests": "5"})
+    assert other.observe(_ticket(other, 101.5), 429, {"x-ratelimit-remaining-requests": "0",
+                                                       "retry-after": "2"}) == 2.0
+
+
 def test_a_429_while_the_headers_show_room_ends_their_trust(clock):
     pacer = Pacer("openai", None, "m")
     pacer.observe(_ticket(pacer, 99.9), 200, _headers(3000, 2990, "20ms"))
@@ -305,6 +320,25 @@ def test_after_a_cut_that_followed_a_wait_the_rate_regrows_fast_to_nine_tenths_o
     assert pacer.rate == pytest.approx(269.0 * 1.005)
     pacer.observe(_ticket(pacer, 98.57, rate_bound=True), 200, {})  # past 270/s
     assert pacer.rate == pytest.approx(269.0 * 1.005 * 1.001)
+
+
+def test_past_the_rate_cut_last_with_no_429_the_growth_doubles_every_fifty_answers(clock):
+    """Another job on the key ended and the limit doubled: growing by GROW (0.1 % an answer), 200
+    answers past the rate cut last take it only to 1.22 x (693 answers to double: runs at 0.78-0.81
+    of allowed); past that rate each 50 answers held by it double the growth, up to GROW_MID,
+    and 200 answers double the rate. Below it, and after the next cut, the growth is as before."""
+    pacer = Pacer("openai", None, "m")
+    pacer.rate, pacer.window, pacer.peak, pacer.growth = 19.0, None, 20.0, ratelimit.GROW
+    pacer.observe(_ticket(pacer, 99.0, rate_bound=True), 200, {})
+    assert pacer.rate == pytest.approx(19.0 * 1.001) and pacer.above == 0
+    pacer.rate = 20.0 * 1.0001
+    for i in range(200):
+        pacer.observe(_ticket(pacer, 99.0 + i * 0.01, rate_bound=True), 200, {})
+    assert 1.9 < pacer.rate / 20.0 < 2.1 and pacer.above == 200
+    _history(pacer, *[(101.0 + i * 0.01, 2, i % 4 != 0) for i in range(20)])
+    clock.now, pacer.last_cut = 101.3, 90.0
+    pacer.observe(_ticket(pacer, 101.25, depth=2), 429, {})
+    assert pacer.above == 0 and pacer.peak == pytest.approx(40.0, rel=0.05)
 
 
 def test_429s_that_rose_since_the_last_cut_are_the_rates_doing_even_below_its_rate(clock):
@@ -600,7 +634,8 @@ def test_a_429s_wait_ends_once_three_requests_sent_after_it_got_in(clock):
     """A gateway's flat "retry-after: 60", whatever its limit: the refused request waits only
     until three requests sent after its 429 were admitted (the server has room, and the pacer's
     rate spaces the request from then on). Answers to requests sent before the 429 tell nothing:
-    they may have got in before a window shut."""
+    they may have got in before a window shut. With nothing out and nothing sent for 8 s (a run's
+    last rows all waiting), one request goes; an overload's backoff is never cut short."""
     pacer = Pacer("openai", None, "m")
     pacer.rate, pacer.window = 40.0, None
     pacer.latencies.extend([0.05] * 3)
@@ -620,25 +655,46 @@ def test_a_429s_wait_ends_once_three_requests_sent_after_it_got_in(clock):
     assert not ends()  # the clock stands still: it would wait the whole minute
     pacer.observe(_ticket(pacer, 100.03), 200, {})
     assert ends()
-    overload = _ticket(pacer, 100.0, not_before=101.0)  # an overload's backoff is not cut short
+    # At a run's end no request may be left to tell: with none out and none sent for 8 s, one asks.
+    pacer.admitted_sends.clear()
+    pacer.last_send, clock.now = 100.5, 108.4
+    assert not ends()
+    clock.now = 108.5
+    assert ends()
+    pacer._book(_ticket(pacer), 108.5)  # it went: the rest wait for its answer
+    clock.now = 120.0
+    assert not ends()
+    overload = _ticket(pacer, 100.0, not_before=130.0)  # an overload's backoff is not cut short
     with pytest.raises(asyncio.TimeoutError):
         asyncio.run(asyncio.wait_for(pacer._own_wait(overload), 0.2))
 
 
-def test_the_slow_start_spreads_its_window_over_a_replys_time(clock):
-    """Once a reply's time is known, the slow start's window goes out spaced over it, not at
+def test_after_a_429_the_slow_start_spreads_its_window_over_a_replys_time(clock):
+    """Once a 429 came, the slow start's window goes out spread over a reply's time, not at
     once: a limit enforced over a short period (a gateway's 30 a second, one at a time) refuses
-    a burst whatever the number in flight, and its 429s then read as a cap of one or two."""
-    pacer = Pacer("openai", None, "m")
-    first = _ticket(pacer)
-    pacer._book(first, 100.0)
-    assert pacer._wait(_ticket(pacer), 100.0)[0] == 0.0  # before the first answer: no spacing
+    a burst whatever the number in flight, and at 1 s a reply its 429s read as a cap of one or
+    two (a run at 0.05 of allowed). Before any 429 it goes out at once (spread, a server with
+    no limit took 15 % longer)."""
+    calm = Pacer("openai", None, "m")
+    first = _ticket(calm)
+    calm._book(first, 100.0)
     clock.now = 101.0
-    pacer.observe(first, 200, {})  # 1 s a reply; the window grows to 6
-    assert pacer.window == 6
+    calm.observe(first, 200, {})  # 1 s a reply; the window grows to 6
+    calm._book(_ticket(calm), 101.0)
+    assert calm.window == 6 and calm._wait(_ticket(calm), 101.0)[0] == 0.0  # no 429: at once
+
+    pacer = Pacer("openai", None, "m")
+    first, refused = _ticket(pacer), _ticket(pacer, depth=2)
+    pacer._book(first, 100.0)
+    pacer._book(refused, 100.0)
+    clock.now = 100.01
+    pacer.observe(refused, 429, {})  # a burst of two: one refused
+    clock.now = 101.0
+    pacer.observe(first, 200, {})
+    assert pacer.window == 3
     pacer._book(_ticket(pacer), 101.0)
-    assert pacer._wait(_ticket(pacer), 101.0)[0] == pytest.approx(1 / 6)
-    assert pacer._wait(_ticket(pacer), 101.1)[0] == pytest.approx(1 / 6 - 0.1)
+    assert pacer._wait(_ticket(pacer), 101.0)[0] == pytest.approx(1 / 3)
+    assert pacer._wait(_ticket(pacer), 101.1)[0] == pytest.approx(1 / 3 - 0.1)
 
 
 def test_overload_makes_that_request_wait_and_changes_nothing_else(clock):
@@ -686,7 +742,7 @@ def test_slow_start_sends_a_few_until_the_first_success_then_more_per_success(he
         await asyncio.sleep(0.05)
         sent = sum(task.done() for task in first)
         pacer.observe(tickets[0], 200, headers)  # one answer: one leaves, more may be out
-        await asyncio.sleep(0.2)  # they go out spread over a reply's time (0.05 s)
+        await asyncio.sleep(0.05)
         done = sum(task.done() for task in first)
         for task in first:
             task.cancel()

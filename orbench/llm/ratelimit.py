@@ -68,7 +68,8 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    more per success (the number in flight triples each round trip), one while headers are
    believed (a start that outgrows a short-period limit's burst behind them is a 429 per
    request over it, against the tighter budget of 429s that carry headers, and read as a cap),
-   until a 429 says where the limit is.
+   until a 429 says where the limit is. Once a 429 came, its requests go out spread over a
+   reply's time, not in bursts.
 6. **Overload is not a rate limit**: a 503/529 answer makes that request wait (exponential
    backoff with jitter) and changes nothing else; it is counted apart from the 429s.
 7. ``--rpm`` is a fixed cap on the rate.
@@ -238,6 +239,7 @@ class Pacer:
         self.cap: int | None = None
         self.cap_since = -math.inf  # when the cap was last set
         self.window: int | None = SLOW_START  # slow start: requests in flight allowed
+        self.spread = False  # ... sent spread over a reply's time, since a 429 came during it
         self.probe_every, self.probe_at, self.probe_streak = PROBE_EVERY, PROBE_EVERY, 0
         self.next_start = self.last_send = 0.0
         self.hold_until = 0.0
@@ -245,7 +247,7 @@ class Pacer:
         self.last_cut = -math.inf  # the last cut of the rate, or wait of every request
         self.first_cut = math.inf
         self.peak, self.cut_share = math.inf, 1.0  # the rate cut last, and the share of 429s then
-        self.above = 0  # answers since the rate grew past the rate cut last
+        self.above = 0  # answers since the rate grew past the rate cut last, with no 429 since
         self.cut_least = False  # whether the last cut was the least (CUT): the rate was near the limit
         self.first_answer = math.inf
         self.cap_holds = 0  # requests the cap held back (a cap never reached is not what paced)
@@ -297,13 +299,17 @@ class Pacer:
 
     async def _own_wait(self, ticket: Ticket) -> None:
         """Sleep out the request's own wait (a 429's ``retry-after``, an overload backoff). A
-        429's ends early once ``ADMITTED_SINCE`` requests sent after it were admitted: the server
-        has room, whatever the wait said (some gateways send a flat ``retry-after: 60`` whatever
-        the limit), and the pacer's own limits space the request from then on."""
+        429's ends early once ``ADMITTED_SINCE`` requests sent after it were admitted (the server
+        has room, whatever the wait said: some gateways send a flat ``retry-after: 60`` whatever
+        the limit, and the pacer's own limits space the request from then on), or when nothing
+        has been sent or is out for ``_BACKOFF``'s longest wait (no answer will come to tell:
+        one request at a time asks, as a shut window's wait would)."""
         while (left := ticket.not_before - clock()) > 0:
-            if ticket.refused_at is not None and sum(
-                    1 for at in self.admitted_sends if at > ticket.refused_at) >= ADMITTED_SINCE:
-                return
+            if ticket.refused_at is not None:
+                if sum(1 for at in self.admitted_sends if at > ticket.refused_at) >= ADMITTED_SINCE:
+                    return
+                if not self.in_flight and clock() - max(self.last_send, ticket.refused_at) >= _BACKOFF[1]:
+                    return
             await asyncio.sleep(min(left, self.latency or _MAX_SLEEP, _MAX_SLEEP))
 
     def _wait(self, ticket: Ticket, now: float) -> tuple[float, bool]:
@@ -326,15 +332,16 @@ class Pacer:
 
     def _room(self, now: float) -> float:
         """Seconds until one more request may be in flight (``_MAX_SLEEP``: until one leaves):
-        the slow start's window (its requests spaced over a reply's time once that is known: a
-        limit enforced over a short period refuses a burst however few are in flight) or the
-        learned cap, plus one try above the cap when it is due.
+        the slow start's window (its requests spread over a reply's time once a 429 came: a
+        limit enforced over a short period refuses a burst however few are in flight, and at 1 s
+        a reply its 429s read as a cap of one or two) or the learned cap, plus one try above the
+        cap when it is due.
         The try goes a cap's share of a reply's time after the last request, not in a burst: a
         rate limit enforced over a short period would refuse a burst whatever the number in flight."""
         limit = self.window if self.window is not None else self.cap
         if limit is None or len(self.in_flight) < limit:
-            if self.window is not None and self.latencies:  # the slow start's window spread over
-                return max(0.0, self.last_send + self.latency / self.window - now)  # a reply's time
+            if self.window is not None and self.latencies and self.spread:
+                return max(0.0, self.last_send + self.latency / self.window - now)
             return 0.0
         if (self.cap is not None and len(self.in_flight) == self.cap and self.successes >= self.probe_at
                 and not any(t.probe for t in self.in_flight.values())):
@@ -405,6 +412,8 @@ class Pacer:
                 self._admitted(ticket, now)
             return None
         self.responses_429 += 1
+        self.above = 0  # at the limit, whether or not this 429 cuts the rate
+        self.spread = True
         ticket.refused += 1
         self.history.append(Sent(ticket.sent_at, ticket.depth, False))
         self.refusal_times.append(now - ticket.sent_at)
@@ -412,7 +421,7 @@ class Pacer:
         if told is None:  # only a wait in the body may also hold a shut window (see _cut)
             told = reopens_in = told_in_body
         if self.trusted and self._foreseen(ticket, readings):
-            return self._spent(ticket, readings, told, now)
+            return self._spent(ticket, readings, told, now, whole=headers.get("retry-after-ms") is None)
         if self.trusted:
             self._stop_trusting(ticket, readings)
             # The headers set the number in flight, not the slow start's window: it tells
@@ -509,8 +518,10 @@ class Pacer:
         return any(r.remaining is not None and r.remaining < max(1.0, ticket.cost(name))
                    for name, r in readings.items())
 
-    def _spent(self, ticket: Ticket, readings: dict, told: float | None, now: float) -> float:
-        """A 429 the headers foresaw: every request waits as told; the refill estimate is cut."""
+    def _spent(self, ticket: Ticket, readings: dict, told: float | None, now: float, whole: bool = False) -> float:
+        """A 429 the headers foresaw: every request waits as told (a ``retry-after`` in ``whole``
+        seconds no longer than the budgets' refill needs: Anthropic's "1" held every request a
+        second where a sliding log of 48 a second frees one in 21 ms); the refill estimate is cut."""
         self.window = None
         if ticket.sent_at > self.last_cut:  # one cut per congestion event
             self.last_cut = now
@@ -528,7 +539,7 @@ class Pacer:
             for bucket in self.buckets.values():
                 if not bucket.rate:
                     bucket.full_at = now + told
-            if known:  # ... but a whole-second retry-after (Anthropic's) is coarser than the budgets
+            if whole and known:
                 told = min(told, max(known))
         else:
             told = min(max(known), 60.0) if known else backoff(ticket.refused, *_BACKOFF)
