@@ -8,7 +8,9 @@ again, and so is a 503/529 "overloaded" answer, without spending the SDK's retri
 ``--patience`` seconds have passed since the request's first such answer. Once a rate or a cap
 paces the requests, a 429 among few goes back in line at once (the pacer's limits space it);
 among many (``CLEARLY_OVER`` of the last ``LATELY`` answers) it waits as its
-``retry-after`` says (Gemini sends none: its body's ``RetryInfo`` says it instead).
+``retry-after`` says (Gemini sends none: its body's ``RetryInfo`` says it instead), until
+``ADMITTED_SINCE`` requests sent after it got in (a flat ``retry-after: 60`` is no limit's) or,
+with nothing out and nothing sent for a while, as the one request that asks.
 
 One pacer per (provider, base URL, model) follows these rules, in this order of authority:
 
@@ -57,13 +59,16 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    holds requests back (at a learned cap too), by ``GROW_MID`` after the first cut, a cut in a
    descent or after such a wait (after a wait, only up to ``CUT`` of the rate cut: the window
    shut at that rate, and growing fast past it shut the next windows too), and by ``GROW_FAST``
-   after any other halving cut (the limit may be well above).
+   after any other halving cut (the limit may be well above). Past the rate last cut, with no
+   429 since (the limit rose: another job on the key ended), the growth doubles every
+   ``ACCELERATE`` answers, up to ``GROW_MID``.
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
    as providers count them before generation: prompt characters / 4 plus ``max_tokens``); a
-   429 they foresaw holds every request as told (``retry-after-ms``, ``retry-after``, the
-   exhausted budget's refill or reset) and cuts the refill estimate by ``HEADER_CUT``.
+   429 they foresaw holds every request as told (``retry-after-ms``, ``retry-after`` but no
+   longer than the exhausted budgets' refill needs: its whole seconds are coarse, the exhausted
+   budget's refill or reset) and cuts the refill estimate by ``HEADER_CUT``.
 5. **Slow start**: until the first success only ``SLOW_START`` requests go out, then ``RAMP``
    more per success (the number in flight triples each round trip), one while headers are
    believed (a start that outgrows a short-period limit's burst behind them is a 429 per
