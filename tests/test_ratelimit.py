@@ -1132,6 +1132,43 @@ def test_a_descent_with_too_few_sent_since_the_cut_to_tell_a_share_is_at_most_ha
     assert deep.rate == pytest.approx(34.0 * 3 / 11)
 
 
+def test_a_cap_holding_requests_back_cuts_the_first_429_as_a_bursts(clock):
+    """The slow start's burst set a cap of 18 (a sliding log's 429s read as one); from then on
+    the cap lets requests out as answers come, in bursts, and a 429 there is cut as a burst's:
+    at most halved. Cut by the whole share refused (to 5 %), a short-period limit of 92 a second
+    was met at 20 and took 15 s to grow back. Once the cap holds nothing back for a round trip,
+    the pace is steady again."""
+    pacer = Pacer("gemini", None, "m")
+    pacer.window, pacer.cap, pacer.successes = None, 18, 30
+    _history(pacer, *[(99.0 + i * 0.001, 18, i < 6) for i in range(20)])
+    for i in range(18):
+        pacer.in_flight[100 + i] = _ticket(pacer, 99.0 + i * 0.001, depth=18)
+    clock.now = 99.05
+    assert pacer._wait(_ticket(pacer), 99.05)[0] > 0 and pacer.flight_held == 99.05
+    pacer.in_flight.clear()
+    clock.now = 99.1  # 0.05 s later: within a round trip (0.1 s) of the cap's hold
+    pacer.observe(_ticket(pacer, 99.02, depth=10), 429, {})
+    assert pacer.rate == pytest.approx(0.5 * 15 / 0.015)
+
+
+def test_a_few_429s_in_a_descent_cut_by_their_share_and_grow_slowly_after(clock):
+    """At 0.45 s a reply, a 429 within three round trips of the last cut is a descent; 3 of 21
+    refused is no wall, and the rate grows by GROW after its cut, not GROW_MID (a 429 in six
+    answers every 0.1 s, each taken for a descent and grown fast after, ran a cap behind a rate
+    at a 429 per five answers). A wall (8 of 21 refused) still grows by GROW_MID."""
+    def cut_after(refused: int) -> Pacer:
+        pacer = Pacer("openai", None, "m")
+        pacer.rate, pacer.window, pacer.last_cut, pacer.peak = 40.0, None, 98.0, 50.0
+        _history(pacer, *[(98.5 + i * 0.02, 4, i >= refused) for i in range(20)])
+        pacer.latencies.extend([0.45] * 10)
+        clock.now = 99.0
+        pacer.observe(_ticket(pacer, 98.95, depth=4), 429, {})
+        return pacer
+    few, wall = cut_after(2), cut_after(7)
+    assert few.rate == pytest.approx(40.0 * 18 / 21) and few.growth == ratelimit.GROW
+    assert wall.rate == pytest.approx(40.0 * 13 / 21) and wall.growth == ratelimit.GROW_MID
+
+
 def test_a_least_cut_in_a_descent_does_not_say_the_rate_was_near_the_limit(clock):
     """0.2 s after a cut from a blind start, 19 of the 21 sent since were admitted (a few, sent
     while the rate was still coming down): the cut is the least (to 360 a second), but not a
@@ -1162,7 +1199,7 @@ def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     clock.now = 99.0
     pacer.observe(_ticket(pacer, 98.9), 200, _headers(6000, 5990, "20ms"))
     assert pacer.trusted is True
-    pacer.window, pacer.successes, pacer.window_held = 40, 40, 99.5  # 0.2 s ago: two round trips
+    pacer.window, pacer.successes, pacer.flight_held = 40, 40, 99.5  # 0.2 s ago: two round trips
     _history(pacer, *[(98.0 + i * 0.025, 30, True) for i in range(40)])
     for i in range(29):
         pacer.in_flight[100 + i] = _ticket(pacer, 99.0 + i * 0.025, depth=30)
@@ -1173,7 +1210,7 @@ def test_a_429_that_ends_the_headers_trust_cuts_the_rate_and_sets_no_cap(clock):
     assert pacer.rate == pytest.approx(20.0) and pacer.growth == 0.005
     held = Pacer("openai", None, "m")
     held.observe(_ticket(held, 98.9), 200, _headers(6000, 5990, "20ms"))
-    held.window, held.successes, held.window_held = 40, 40, 99.7
+    held.window, held.successes, held.flight_held = 40, 40, 99.7
     _history(held, *[(98.0 + i * 0.025, 30, True) for i in range(40)])
     held.observe(_ticket(held, 99.725, depth=30), 429, told)
     assert held.trusted is False and held.cap == 30 and held.rate is None
@@ -1286,13 +1323,13 @@ def test_a_slow_starts_burst_is_cut_at_most_by_half_at_first(clock):
     the whole share refused (to 50 a second), the rate of a burst lands far below any limit: the
     first cut is halved. Paced by headers for more than a round trip, the same 429s are a rate
     far over the limit, and are cut by the whole share."""
-    def after_a_burst(window_held: float) -> Pacer:
+    def after_a_burst(flight_held: float) -> Pacer:
         pacer = Pacer("gemini", None, "m")
-        pacer.window, pacer.cap, pacer.window_held = None, 18, window_held
+        pacer.window, pacer.cap, pacer.flight_held = None, 18, flight_held
         _history(pacer, *[(99.0 + i * 0.001, 18, i < 6) for i in range(20)])
         return pacer
     clock.now = 99.1
-    for window_held, factor in ((99.05, 0.5), (98.0, 0.05)):
-        pacer = after_a_burst(window_held)
+    for flight_held, factor in ((99.05, 0.5), (98.0, 0.05)):
+        pacer = after_a_burst(flight_held)
         pacer.observe(_ticket(pacer, 99.02, depth=10), 429, {})
         assert pacer.rate == pytest.approx(factor * 15 / 0.015)

@@ -256,7 +256,7 @@ class Pacer:
         self.cut_least = False  # whether the last cut was the least (CUT): the rate was near the limit
         self.first_answer = math.inf
         self.cap_holds = 0  # requests the cap held back (a cap never reached is not what paced)
-        self.window_held = -math.inf  # when the slow start's window last held a request back
+        self.flight_held = -math.inf  # when the slow start's window or a cap last held a request back
         self.cap_trial = False  # raised after tries above it passed, and not yet confirmed
         self.shut = 0  # round trips in a row in which nothing got through
         self.spell_start: float | None = None  # since when nothing got through (sent at), if so
@@ -329,10 +329,9 @@ class Pacer:
             waits += [b.wait(ticket.cost(n), now, self.scale) for n, b in self.buckets.items()]
             waits = [w if w < math.inf else (_MAX_SLEEP if self.in_flight else 0.0) for w in waits]
         room = self._room(now)
-        if room > 0 and self.window is None:
-            self.cap_holds += 1
-        elif room > 0:
-            self.window_held = now
+        if room > 0:
+            self.flight_held = now
+            self.cap_holds += self.window is None
         return max(*waits, room), room <= 0 or self.window is None
 
     def _room(self, now: float) -> float:
@@ -432,7 +431,7 @@ class Pacer:
             # The headers set the number in flight, not the slow start's window: it tells
             # nothing of a cap. The rate is cut (and a cap, if there is one, found from the
             # 429s to come).
-            if self.window is not None and self._window_idle(now):
+            if self.window is not None and self._flight_idle(now):
                 self.window = None
         if told == 0 and self._refused_share(LATELY // 2) < CLEARLY_OVER:
             # "Again at once": not a server pacing us, unless its 429s are that many (of at least
@@ -644,7 +643,7 @@ class Pacer:
         # headers that promised too much: the slow start's window held nothing back for a round
         # trip). A slow start sends a window's worth at once, and cut by the whole share
         # refused, the rate of such a burst lands far below any limit.
-        steady = first and self._window_idle(now)
+        steady = first and self._flight_idle(now)
         # A descent cuts by the whole share only if enough were sent since the last cut to tell
         # it: the last few, most sent before that cut at the faster rate, overstate it (35 a
         # second cut to 10 where the server admitted 19 a second took 9 s to grow back).
@@ -656,8 +655,10 @@ class Pacer:
         # the start's, seldom one sustained), a cut in a descent (by the share refused, which
         # undershoots where refused requests count against the limit), or from requests let out
         # in bursts after a wait (growing in each burst would send the next one faster still),
-        # faster than GROW but not so fast as to overshoot again.
-        if first or factor is not None and (descent or open_share < 1):
+        # faster than GROW but not so fast as to overshoot again. Not after a few 429s in a
+        # descent: at 0.45 s a reply, a 429 in six answers every 0.1 s, each taken for a
+        # descent, grew the rate fast after every cut (a 429 per five answers all run long).
+        if first or factor is not None and (descent and refused >= CLEARLY_OVER or open_share < 1):
             self.growth = GROW_MID
         else:
             self.growth = GROW_FAST if factor is None or factor <= HALVE else GROW
@@ -683,11 +684,13 @@ class Pacer:
         the reopening by one and a half times as long as the window had been shut: a whole window lost."""
         return min(max(2 * latency, SHUT_WAIT * (now - self.spell_start)), _BACKOFF[1])
 
-    def _window_idle(self, now: float) -> bool:
-        """Whether the slow start's window has held nothing back for a round trip (something
-        else set the pace: headers, or ``--concurrency``)."""
+    def _flight_idle(self, now: float) -> bool:
+        """Whether neither the slow start's window nor a cap on requests in flight has held
+        anything back for a round trip (something else set the pace: headers, or
+        ``--concurrency``; a cap the slow start's burst suggested lets requests out as answers
+        come, in bursts)."""
         latency = self.latency
-        return latency is not None and now - self.window_held > latency
+        return latency is not None and now - self.flight_held > latency
 
     def _most_admitted(self) -> int:
         """The most requests in flight (itself included) at a request admitted, of those remembered."""
