@@ -42,7 +42,7 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    (``cut_factor``). The first cut counts from the first request refused (those before met a
    budget not yet spent), and is halved when too few tell the share. It goes by the whole
    share refused, down to ``DEEPEST``, when the requests went out at a steady rate (headers
-   that promised too much), not in a slow start's bursts; so does a cut when 429s come again
+   that promised too much), not in a slow start's bursts or as a cap let them out; so does a cut when 429s come again
    within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over the limit, still
    coming down) and at least ``MEASURED_AFTER`` were sent since it, unless that cut was the
    least and not itself in such a descent (the rate was near the limit: a wall of 429s then is
@@ -57,7 +57,7 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    admitted requests since the first cut (once ``MEASURED_AFTER`` were: none admitted tells
    when a window reopens, not a rate). The rate grows by ``GROW`` per answer while it is what
    holds requests back (at a learned cap too), by ``GROW_MID`` after the first cut, a cut in a
-   descent or after such a wait (after a wait, only up to ``CUT`` of the rate cut: the window
+   descent with ``CLEARLY_OVER`` of its requests refused, or after such a wait (after a wait, only up to ``CUT`` of the rate cut: the window
    shut at that rate, and growing fast past it shut the next windows too), and by ``GROW_FAST``
    after any other halving cut (the limit may be well above). Past the rate last cut, with no
    429 since (the limit rose: another job on the key ended), the growth doubles every
@@ -114,9 +114,9 @@ CUT_FELL_SHORT = 0.9   # below the last cut's rate, 429s at this share of the la
 CUT_ROSE = 1.5         # ... unless they rose above this multiple of the last cut's share
 GROW = 0.001           # rate growth per answer while the rate is what holds requests back
 GROW_FAST = 0.05       # ... after a halving cut (but the first): it may have gone far below the limit
-GROW_MID = 0.005       # ... after the first cut, a cut in a descent (429s within
+GROW_MID = 0.005       # ... after the first cut, a cut in a descent (CLEARLY_OVER 429s within
                        # DESCENT_TRIPS of the last cut) or after a wait with nothing through
-ACCELERATE = 50        # answers past the rate cut last in which the growth doubles (to GROW_FAST)
+ACCELERATE = 50        # answers past the rate cut last in which the growth doubles (to GROW_MID)
 DESCENT_TRIPS = 3      # round trips
 SHUT_WAIT = 0.5        # a wait for a shut window: this share of the time it has been shut
 RECENT_SENDS = 16      # the requests whose spacing tells the rate they went out at
