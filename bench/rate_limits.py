@@ -23,9 +23,9 @@ second, and a client never runs more than ``--concurrency`` requests at once. Th
 allowed time / wall time (a fixed window's burst can make it a little over 1).
 
 The named scenarios are the issue's; ``--random N`` also runs N seeds of every shape with its
-numbers drawn afresh (limits x0.5-2, enforcement windows 1-60 s, caps 4-48, replies of 0.05-1.2
-s, concurrency 32 and 64, the SDK among the three), so no rule is tuned to one server's numbers. The last lines time
-how fast a run stops at an address that answers only "overloaded", and at a closed port.
+numbers drawn afresh (limits x0.5-2, enforcement windows 1-60 s, caps 4-48, replies of
+0.05-1.2 s, concurrency 32 and 64, the SDK among the three), so no rule is tuned to one
+server's numbers. The last lines time how fast a run stops at an address that answers only "overloaded", and at a closed port.
 
     python bench/rate_limits.py                      # the named scenarios, this checkout
     python bench/rate_limits.py --random 3           # ... and 3 seeds of every randomised shape
