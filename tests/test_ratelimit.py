@@ -656,7 +656,7 @@ def test_a_429s_wait_ends_once_three_requests_sent_after_it_got_in(clock):
     pacer.observe(_ticket(pacer, 100.03), 200, {})
     assert ends()
     # At a run's end no request may be left to tell: with none out and none sent for 8 s, one asks.
-    pacer.admitted_sends.clear()
+    pacer.history.clear()
     pacer.last_send, clock.now = 100.5, 108.4
     assert not ends()
     clock.now = 108.5

@@ -42,26 +42,26 @@ One pacer per (provider, base URL, model) follows these rules, in this order of 
    (``cut_factor``). The first cut counts from the first request refused (those before met a
    budget not yet spent), and is halved when too few tell the share. It goes by the whole
    share refused, down to ``DEEPEST``, when the requests went out at a steady rate (headers
-   that promised too much), not in a slow start's bursts or as a cap let them out; so does a cut when 429s come again
-   within ``DESCENT_TRIPS`` round trips of a cut (a blind start far over the limit, still
-   coming down) and at least ``MEASURED_AFTER`` were sent since it, unless that cut was the
-   least and not itself in such a descent (the rate was near the limit: a wall of 429s then is
-   a fixed window that shut, or a limit that fell). 429s below the last cut's rate, about as
-   many as then, are not the rate's doing and cut nothing; more than ``CUT_ROSE`` times as
-   many are. When nothing sent in a round trip since the last cut got through, and none sent
-   before the 429 is still out (a fixed window shut until it reopens), every request waits
-   instead, for ``SHUT_WAIT`` of the time nothing has got through (at least two replies'
-   time, or as long as a Gemini 429's body says if longer), until one sent since gets in; the
-   next cut then takes the share admitted times the share of the time the requests were not
-   all waiting (they went out in bursts), and keeps the rate no faster than the server
+   that promised too much), not in a slow start's bursts or as a cap let them out; so does a
+   cut when 429s come again within ``DESCENT_TRIPS`` round trips of a cut (a blind start far
+   over the limit, still coming down) and at least ``MEASURED_AFTER`` were sent since it,
+   unless that cut was the least and not itself in such a descent (the rate was near the
+   limit: a wall of 429s then is a fixed window that shut, or a limit that fell). 429s below the
+   last cut's rate, about as many as then, are not the rate's doing and cut nothing; more than
+   ``CUT_ROSE`` times as many are. When nothing sent in a round trip since the last cut got
+   through, and none sent before the 429 is still out (a fixed window shut until it reopens),
+   every request waits instead, for ``SHUT_WAIT`` of the time nothing has got through (at least
+   two replies' time, or as long as a Gemini 429's body says if longer), until one sent since
+   gets in; the next cut then takes the share admitted times the share of the time the requests
+   were not all waiting (they went out in bursts), and keeps the rate no faster than the server
    admitted requests since the first cut (once ``MEASURED_AFTER`` were: none admitted tells
    when a window reopens, not a rate). The rate grows by ``GROW`` per answer while it is what
    holds requests back (at a learned cap too), by ``GROW_MID`` after the first cut, a cut in a
-   descent with ``CLEARLY_OVER`` of its requests refused, or after such a wait (after a wait, only up to ``CUT`` of the rate cut: the window
-   shut at that rate, and growing fast past it shut the next windows too), and by ``GROW_FAST``
-   after any other halving cut (the limit may be well above). Past the rate last cut, with no
-   429 since (the limit rose: another job on the key ended), the growth doubles every
-   ``ACCELERATE`` answers, up to ``GROW_MID``.
+   descent with ``CLEARLY_OVER`` of its requests refused, or after such a wait (after a wait,
+   only up to ``CUT`` of the rate cut: the window shut at that rate, and growing fast past it
+   shut the next windows too), and by ``GROW_FAST`` after any other halving cut (the limit may
+   be well above). Past the rate last cut, with no 429 since (the limit rose: another job on
+   the key ended), the growth doubles every ``ACCELERATE`` answers, up to ``GROW_MID``.
 4. **Headers, while trusted**, form a token bucket per budget (requests, tokens, ...): capacity
    ``limit``, refill ``(limit - remaining) / reset``, level re-read from ``remaining`` on every
    reply minus what was sent since. A request waits until its budgets cover it (tokens counted
@@ -262,7 +262,6 @@ class Pacer:
         self.spell_start: float | None = None  # since when nothing got through (sent at), if so
         self.history: deque[Sent] = deque(maxlen=HISTORY)
         self.latencies: deque = deque(maxlen=32)
-        self.admitted_sends: deque = deque(maxlen=ADMITTED_SINCE)  # send times of the last admitted
         self.refusal_times: deque = deque(maxlen=32)  # seconds a 429 took to come back
         self.in_flight: dict[int, Ticket] = {}
         self._seq = 0
@@ -311,7 +310,8 @@ class Pacer:
         one request at a time asks, as a shut window's wait would)."""
         while (left := ticket.not_before - clock()) > 0:
             if ticket.refused_at is not None:
-                if sum(1 for at in self.admitted_sends if at > ticket.refused_at) >= ADMITTED_SINCE:
+                admitted = sum(1 for h in self.history if h.admitted and h.sent_at > ticket.refused_at)
+                if admitted >= ADMITTED_SINCE:
                     return
                 if not self.in_flight and clock() - max(self.last_send, ticket.refused_at) >= _BACKOFF[1]:
                     return
@@ -474,7 +474,6 @@ class Pacer:
             self.spell_start = None
         self.successes += 1
         self.history.append(Sent(ticket.sent_at, ticket.depth, True))
-        self.admitted_sends.append(ticket.sent_at)
         self.latencies.append(now - ticket.sent_at)
         if self.window is not None and self.cap is None:
             self.window += 1 if self.trusted else RAMP
