@@ -6,7 +6,7 @@ or repacked weight buffers are used. The server has no flag for that setting, an
 with AMX (Sapphire Rapids and later) its AMX path crashes on the first request. ``--model``
 defaults to the bundled SmolLM2-135M GGUF (the ``local`` extra). Needs the ``server`` extra.
 
-Example (then point any stage at it, as README "Your own endpoint" says)::
+Example (then point any stage at it, as docs/endpoints.md says)::
 
     python scripts/llama_server.py --host 127.0.0.1 --port 8080 --model_alias smollm2
     python alignment_checker/check_alignment.py --model openai-compatible/smollm2 \

@@ -1,6 +1,6 @@
 """inspect_ai against your own OpenAI-compatible endpoint (issue 30, item 6).
 
-What the README says, run against the loopback fake: inspect's ``openai-api/<name>/<model>``
+What docs/inspect.md says, run against the loopback fake: inspect's ``openai-api/<name>/<model>``
 with ``<NAME>_BASE_URL`` talks chat completions and completes the task; inspect's ``openai/``
 provider calls ``/responses``, which such a server does not serve, and the converter then says the
 run completed no sample (and what to use instead), not "not written by an orbench task".
@@ -24,7 +24,7 @@ CONVERT = "analysis/inspect_to_csv.py"
 def test_your_own_endpoint_through_openai_api_and_a_run_that_completed_nothing(env, fake, script, tmp_path,
                                                                                monkeypatch):
     fake.add_rule(text="I'm sorry, but I can't help with that.")
-    monkeypatch.setenv("LLAMA_BASE_URL", fake.openai_url)  # what the README tells a user to set
+    monkeypatch.setenv("LLAMA_BASE_URL", fake.openai_url)  # what docs/inspect.md tells a user to set
     monkeypatch.setenv("LLAMA_API_KEY", "unused")
     logs = inspect_eval(or_bench_hard_1k(), model="openai-api/llama/smollm2", limit=2,
                         log_dir=str(tmp_path / "ok"), display="none")

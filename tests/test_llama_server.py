@@ -1,6 +1,6 @@
 """Stage 4 and the report against a real OpenAI-compatible server: llama.cpp's, from llama-cpp-python.
 
-The README's "Your own endpoint" section, run as written: ``scripts/llama_server.py`` (the
+The "Your own endpoint" page (docs/endpoints.md), run as written: ``scripts/llama_server.py`` (the
 server of ``llama-cpp-python[server]``, loaded with plain weights) serves the bundled SmolLM2
 on 127.0.0.1, stage 4 sends two prompts to it through the OpenAI SDK with
 ``--model openai-compatible/smollm2 --base_url http://127.0.0.1:PORT/v1 --matcher smollm``,
