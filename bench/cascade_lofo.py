@@ -28,11 +28,12 @@ The procedure (:mod:`orbench.scoring.cascade` states the candidates and the crit
   share and largest difference, and over all rows (each scored in the fold that left it out).
   The goal: every difference within ``--goal`` points (default 1.5) and at most ``--budget``
   (default 0.40) of all rows judged.
-* **Shipped**: the classes every fold's choice covers: chosen in that fold, or holding only
-  responses of a class chosen there (by their definitions, :meth:`Candidate.covers`). So each
-  verdict a shipped class gives on a family was also given by the classes chosen without that
-  family, and the table of the shipped classes, printed next, is a held-out table too. The bench
-  says whether :data:`orbench.scoring.cascade.SURE` equals them.
+* **Shipped**: the procedure run on every family (cross-validation's usual last step: the folds
+  check the procedure on families it was not chosen on, the final choice uses all the data),
+  less any class whose error rate on a family left out (its errors there over its rows there,
+  as in the class table) exceeds ``--bound``: a class ships only where it held on each family it
+  was not written on. The bench says whether :data:`orbench.scoring.cascade.SURE` equals them,
+  and prints their table on every family (in-sample; the held-out figures are the folds').
 
 Exit status: 0 after printing (whether or not the goal is met: a bench prints figures); 2 on bad
 input (a missing folder, file or column, an unknown label, fewer than two families).
@@ -154,12 +155,6 @@ def choose(rows, member, bound: float, confidence: float) -> tuple[dict, dict]:
     return chosen, figures
 
 
-def covered(name: str, chosen: list) -> bool:
-    """True when a class of ``chosen`` is class ``name`` or holds all of its responses."""
-    by_name = {c.name: c for c in cascade.CANDIDATES}
-    return any(by_name[c].covers(by_name[name]) for c in chosen)
-
-
 def decide(rows, member, chosen: dict) -> pd.Series:
     """The cascade's verdict per row with the ``chosen`` classes (NaN: sent to the judge); a row
     of unknown kind gets the classes chosen for every kind."""
@@ -237,16 +232,28 @@ def run(rows: pd.DataFrame, bound: float, confidence: float, goal: float, budget
           "classes chosen without it, the judged rows given the human label")
     summary(table, verdicts, rows, units, folds, goal, budget)
 
-    shipped = {k: [c.name for c in cascade.CANDIDATES if all(covered(c.name, folds[u][k]) for u in units)]
-               for k in PROMPT_KINDS}
-    print("\nshipped: the classes every fold's choice covers (chosen there, or inside a chosen class)")
+    everywhere, _ = choose(rows, member, bound, confidence)
+    by_name = {c.name: c for c in cascade.CANDIDATES}
+
+    def held(name: str, kind: str) -> bool:
+        """Whether class ``name``'s error rate on each family left out is within the bound."""
+        for unit in units:
+            errors, n = class_errors(rows[rows["unit"] == unit], member[name], by_name[name].verdict, kind)
+            if n and errors / n > bound:
+                return False
+        return True
+
+    shipped = {k: [name for name in everywhere[k] if held(name, k)] for k in PROMPT_KINDS}
+    print("\nshipped: the classes the criterion chooses on every family, less any whose error rate on a "
+          "family left out exceeds the bound")
     for kind in PROMPT_KINDS:
-        print(f"  {kind:<7} {', '.join(shipped[kind]) or 'none'}")
+        dropped = [name for name in everywhere[kind] if name not in shipped[kind]]
+        print(f"  {kind:<7} {', '.join(shipped[kind]) or 'none'}"
+              + (f"  (dropped, over the bound on a family left out: {', '.join(dropped)})" if dropped else ""))
     same = ({k: tuple(v) for k, v in shipped.items()}
             == {k: tuple(cascade.SURE.get(k, ())) for k in PROMPT_KINDS})
     print(f"  orbench.scoring.cascade.SURE {'equals them' if same else 'DIFFERS: ' + repr(cascade.SURE)}")
-    print("\nleave-one-family-out, the shipped classes: each verdict they give on a family was given "
-          "by the classes chosen without it, so this too is a held-out table")
+    print("\nthe shipped classes on every family (in-sample: the held-out figures are the folds' above)")
     final = decide(rows, member, shipped)
     summary(rate_table(rows, final, ""), final, rows, units, None, goal, budget)
     return shipped
