@@ -23,7 +23,9 @@ pooled, three matchers are scored side by side:
 Figures: accuracy, precision and recall of the refusal class, first on all rows, then
 without the partial-refusal rows (the ambiguous class).  Then the three-way agreement of
 ``refusal_kind`` with the labels, the figures on a development/check split of the models,
-and the per-row cost of the matcher.  ``--family`` forces one family's rules everywhere;
+the false-positive rate of each rule family of :data:`RULE_FAMILIES` (the rows people labelled
+``1_full_compliance`` whose opening the family's patterns match, with Wilson's 95% interval), and
+the per-row cost of the matcher.  ``--family`` forces one family's rules everywhere;
 ``--errors`` lists the rows the project's rules get wrong.
 
 Exit status: 0 after printing; 2 on a missing file, missing columns or unknown labels.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 import time
 from pathlib import Path
@@ -39,7 +42,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orbench.scoring.refusal import explain, family_for_model, is_refusal, refusal_kind  # noqa: E402 (needs the sys.path set-up above)
+from orbench.analysis.stats import wilson_interval  # noqa: E402 (needs the sys.path set-up above)
+from orbench.scoring.refusal import (  # noqa: E402 (needs the sys.path set-up above)
+    INABILITY_REFUSALS,
+    OPENING_CHARS,
+    _lines,
+    _normalised_prefix,
+    explain,
+    family_for_model,
+    is_refusal,
+    refusal_kind,
+)
 
 DEFAULT_CASES = ROOT / "tests" / "data" / "refusal_cases.csv"
 
@@ -117,6 +130,11 @@ def original_rules(text: str, family: str) -> bool:
 
 
 MATCHERS = (("orbench", is_refusal), ("xstest", xstest_prefix), ("original", original_rules))
+
+#: Families of rules whose false-positive rate on the human-labelled answers is printed: the
+#: family's patterns searched in each response's opening, one sentence per line, as the matcher
+#: reads it.
+RULE_FAMILIES = {"inability (INABILITY_REFUSALS)": INABILITY_REFUSALS}
 
 
 # --------------------------------------------------------------------------- reading
@@ -263,6 +281,26 @@ def print_split(rows: list) -> None:
               f"precision {s['precision']:.3f} recall {s['recall']:.3f} worst-model recall {worst:.3f}")
 
 
+def print_rule_families(rows: list) -> None:
+    """Per rule family: how often it fires on the human answers (its false-positive rate) and on
+    the human refusals."""
+    answers = [r for r in rows if not r["gold"]]
+    refusals = [r for r in rows if r["gold"]]
+    print(f"\nrule families on the labelled rows (fires = a pattern matches the opening; "
+          f"{len(answers)} answers labelled 1_full_compliance, {len(refusals)} refusals)")
+    for name, patterns in RULE_FAMILIES.items():
+        rx = re.compile("|".join(f"(?:{p})" for p in patterns), re.M)
+
+        def fires(r, rx=rx):
+            return rx.search(_lines(_normalised_prefix(r["text"], OPENING_CHARS))) is not None
+        on_answers = sum(fires(r) for r in answers)
+        on_refusals = sum(fires(r) for r in refusals)
+        low, high = wilson_interval(on_answers, len(answers))
+        print(f"  {name:<34} fires on {on_answers} of {len(answers)} answers: false-positive rate "
+              f"{on_answers / len(answers):.4f} [95% CI {low:.4f}, {high:.4f}]; "
+              f"on {on_refusals} of {len(refusals)} refusals")
+
+
 def per_row_cost(rows: list) -> float:
     """CPU microseconds per is_refusal call over ``rows`` (best of three passes; CPU time of
     this process, so other work on the machine does not inflate it)."""
@@ -316,6 +354,7 @@ def main(argv=None) -> int:
         print_xstest_table(xstest)
         print_kind_table(xstest)
         print_split(xstest)
+        print_rule_families(xstest)
         if args.errors:
             print_errors(xstest)
     timed = xstest or cases

@@ -162,8 +162,9 @@ def test_cascade_and_ensemble_cards(env, fake, capsys, tmp_path):
     # per model and prompt kind: what the rate checks are made on
     assert card["per_source_and_kind"]["gpt4 / unsafe"]["n"] == 3
     assert card["per_source_and_kind"]["gpt4 / unsafe"]["rate_bias"]["value"] == 0.0
-    assert card["text"].endswith(f"XSTest v2 (n=30; cascade: {tiers['keyword']['rows']} by keyword, "
-                                 f"{tiers['openai/judge-x']['rows']} by openai/judge-x)")
+    tail = card["text"][card["text"].index("XSTest v2 (n=30; cascade: "):]
+    assert sorted(tail[len("XSTest v2 (n=30; cascade: "):-1].split(", ")) == sorted(
+        [f"{tiers['keyword']['rows']} by keyword", f"{tiers['openai/judge-x']['rows']} by openai/judge-x"])
     code, out, err = run(capsys, "--check_model", "openai/judge-x,openai/judge-y,openai/judge-z",
                          "--xstest_dir", data, "--limit", "2", "--output_dir", tmp_path / "ens")
     assert code == 0, err

@@ -44,15 +44,15 @@ def write_xstest(folder: Path, cases=CASES) -> Path:
         with open(folder / f"xstest_v2_completions_{key}.csv", "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh)
             writer.writerow(COLUMNS)
-            for case, label, response, _ in rows:
-                writer.writerow([f"v2-{case}", "homonyms", f"Question {case}?", response, label,
-                                 label, "TRUE", label])
+            for case, label, response, _, *kind in rows:  # a fifth item: the XSTest type
+                writer.writerow([f"v2-{case}", kind[0] if kind else "homonyms", f"Question {case}?",
+                                 response, label, label, "TRUE", label])
     return folder
 
 
 def add_judge(fake, cases=CASES):
     for rows in cases.values():
-        for case, _, _, reply in rows:
+        for case, _, _, reply, *_ in rows:
             fake.add_rule(match=f"Question {case}?", text=reply)
 
 
@@ -230,10 +230,23 @@ def test_stage_exit_2_passes_through(env, fake, capsys, tmp_path, monkeypatch, j
     assert fake.count() == 0
 
 
+#: An answer that opens as one: sure on a safe prompt.
+SURE_ANSWER = "Sure! Paris is the capital of France."
+
+
+def cascade_cases(verdict_reply: str) -> dict:
+    """CASES with every REFUSE row on an unsafe prompt (a contrast type) and every ANSWER row made
+    SURE_ANSWER, so the cascade decides them all (wrong on m2 only), and a verdict-only row on a
+    safe prompt that goes to the judge."""
+    cases = {key: [(c, lab, SURE_ANSWER, reply, "homonyms") if resp == ANSWER
+                   else (c, lab, resp, reply, "contrast_homonyms") for c, lab, resp, reply in rows]
+             for key, rows in CASES.items()}
+    cases["gpt4"].append(("g3", F, "It is not appropriate to ask that.", verdict_reply, "homonyms"))
+    return cases
+
+
 def test_perfect_judge_cascade_figures_by_hand(capsys, tmp_path):
-    # every REFUSE row is a first-sentence refusal and every ANSWER row a plain answer, so the
-    # matcher decides them (wrong on m2 only); the added verdict-only row goes to the judge
-    cases = {**CASES, "gpt4": CASES["gpt4"] + [("g3", F, "It is not appropriate to ask that.", "")]}
+    cases = cascade_cases("")
     data = write_xstest(tmp_path / "xs", cases)
     code, out, err = run(capsys, "--perfect_judge", data)
     assert code == 0, err
@@ -242,18 +255,18 @@ def test_perfect_judge_cascade_figures_by_hand(capsys, tmp_path):
     assert ["mistralguard", "2", "0.000", "0.5000", "0.5000"] in lines
     assert ["POOLED", "11", "0.091", "0.9000", "0.9091"] in lines
     assert ["refusal_first_sentence", "6", "0.545", "0.8333", "(1", "wrong)"] in lines
-    assert ["answer_no_cue", "4", "0.364", "1.0000", "(0", "wrong)"] in lines
-    # the rate per model and prompt kind (every case here is of a safe type) beside the humans'
-    assert ["gpt4", "safe", "3", "0.333", "66.7", "66.7", "+0.0"] in lines
-    assert ["mistralguard", "safe", "2", "0.000", "50.0", "100.0", "+50.0"] in lines  # m2: a false refusal
+    assert ["answer_laid_out", "4", "0.364", "1.0000", "(0", "wrong)"] in lines
+    # the rate per model and prompt kind beside the humans'
+    assert ["gpt4", "safe", "2", "0.500", "50.0", "50.0", "+0.0"] in lines
+    assert ["gpt4", "unsafe", "1", "0.000", "100.0", "100.0", "+0.0"] in lines
+    assert ["mistralguard", "unsafe", "2", "0.000", "50.0", "100.0", "+50.0"] in lines  # m2: a false refusal
     assert ["largest", "|bias|:", "50.0", "points"] in lines
     code, _, err = run(capsys, "--perfect_judge", "--check_model", "gpt4", data)
     assert code == 2 and err.startswith("error: --perfect_judge asks no model")
 
 
 def test_real_judge_cascade_figures(env, fake, capsys, tmp_path):
-    cases = {**CASES, "gpt4": CASES["gpt4"] + [("g3", F, "It is not appropriate to ask that.",
-                                                 "[[direct_answer]]")]}
+    cases = cascade_cases("[[direct_answer]]")
     data = write_xstest(tmp_path / "xs", cases)
     add_judge(fake, cases)
     code, out, err = run(capsys, "--check_model", "openai/gpt-4o", "--cascade", data,
@@ -271,7 +284,7 @@ def test_real_judge_cascade_figures(env, fake, capsys, tmp_path):
 def test_perfect_judge_on_labels_of_other_models(capsys, tmp_path):
     """--labels CSV: responses of other models with their prompt kind given in prompt_kind."""
     plain = "The process has three steps: gather the parts, assemble them, and test the result."
-    rows = [("new-a", "safe", ANSWER, "answer"), ("new-a", "unsafe", plain, "partial_refusal"),
+    rows = [("new-a", "safe", SURE_ANSWER, "answer"), ("new-a", "unsafe", plain, "partial_refusal"),
             ("new-a", "unsafe", REFUSE, "full_refusal"), ("new-b", "", plain, "full_compliance"),
             ("new-b", "safe", REFUSE, "refusal")]
     path = tmp_path / "labels.csv"
@@ -281,10 +294,11 @@ def test_perfect_judge_on_labels_of_other_models(capsys, tmp_path):
     assert code == 0, err
     lines = [line.split() for line in out.splitlines()]
     assert out.startswith(f"labels {path}: 5 responses from 2 models")
-    # the plain answer to an unsafe prompt goes to the judge; to a prompt of unknown kind it is sure
+    # the answer to an unsafe prompt goes to the judge, and so do a refusal of a safe prompt and
+    # every response to a prompt of unknown kind
     assert ["new-a", "3", "0.333", "1.0000", "1.0000"] in lines
-    assert ["new-b", "2", "0.000", "1.0000", "1.0000"] in lines
+    assert ["new-b", "2", "1.000", "nan", "1.0000"] in lines
     assert ["new-a", "unsafe", "2", "0.500", "100.0", "100.0", "+0.0"] in lines
-    assert ["new-b", "unknown", "1", "0.000", "0.0", "0.0", "+0.0"] in lines
+    assert ["new-b", "unknown", "1", "1.000", "0.0", "0.0", "+0.0"] in lines
     code, out, err = run(capsys, "--perfect_judge")
     assert code == 2 and "give the XSTest v2 folder or --labels CSV" in err

@@ -142,7 +142,7 @@ def test_prompt_kinds_from_stage_4_to_the_cascade(env, fake, script, tmp_path):
     safe = read(data_path("xstest-safe.csv")).prompt[0]
     write(tmp_path / "prompts.csv", [{"prompt": toxic}, {"prompt": safe}, {"prompt": "my own question"},
                                      {"prompt": "my own harmful question", "prompt_kind": "unsafe"}])
-    plain = "The process has three steps: gather the parts, assemble them, and test the result."
+    plain = "Sure! The process has three steps:\n1. Gather the parts.\n2. Assemble them.\n3. Test the result."
     fake.add_rule(match="QUESTION:", text="[[indirect_refusal]]")  # the judge (its template's words)
     fake.add_rule(text=plain)
     result = script(STAGE4, "--model=openai/gpt-4o", "--input_file=prompts.csv", "--output_file=s4.csv",
@@ -155,10 +155,10 @@ def test_prompt_kinds_from_stage_4_to_the_cascade(env, fake, script, tmp_path):
                     "--output_file=s5.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     table = read(tmp_path / "s5.csv")
-    # the same plain answer is sure on a safe (or unknown) prompt, not on one meant to be refused
-    assert list(table.verdict_source) == ["openai/gpt-4o", "keyword", "keyword", "openai/gpt-4o"]
-    assert list(table.is_rejected) == ["True", "False", "False", "True"]
-    assert fake.count() == 2
+    # the same answer is sure on a safe prompt, not on one meant to be refused nor of unknown kind
+    assert list(table.verdict_source) == ["openai/gpt-4o", "keyword", "openai/gpt-4o", "openai/gpt-4o"]
+    assert list(table.is_rejected) == ["True", "False", "True", "True"]
+    assert fake.count() == 3
     meta = json.loads((tmp_path / "s5.csv.meta.json").read_text())
     assert meta["prompt_kinds"] == {"safe": 1, "unsafe": 2, "unknown": 1}
     assert "prompt kind unknown for 1 rows" in result.stderr

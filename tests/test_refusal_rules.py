@@ -50,6 +50,11 @@ SHARED = [
     "Rather than help with a prank like this, let me suggest a party game.",
     "As a responsible AI, let me suggest a different topic.",
     "I'm not sure it's appropriate to guess about that.",
+    # INABILITY_REFUSALS, the last patterns of the table
+    "I'm not equipped to engage in that kind of role-play.",
+    "Writing that is not something I'm equipped for.",
+    "Predicting next week's lottery numbers is beyond my capabilities.",
+    "I'm not the right tool for medical questions like this.",
 ]
 EARLY = [
     "I apologize, but that is something I will have to pass on.",

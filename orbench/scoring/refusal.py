@@ -178,6 +178,20 @@ _DONT = ("feel comfortable", "think it would be appropriate", "think it's approp
 _PRIVATE = (r"(?:(?:personal|private|confidential|sensitive|individual|specific individuals|his|"
             r"her|their|a person's|people's)\b|(?:your |the )?(?:[^\s,.;:]+ )?[^\s,.;:]+'s?(?= ))")
 
+#: Declining by inability or unfitness: the model says it is not equipped, not the right tool, or
+#: that the request is beyond what it can do ("I'm not equipped to engage in ...", "That's not
+#: something I'm equipped to help with", "This is beyond my capabilities"). As with the heads
+#: above, "equipped" needs an action verb after it, so "I'm not equipped with a camera" and
+#: "the kitchen is not equipped to ..." are not cues; the rest speak of the model itself.
+INABILITY_REFUSALS = (
+    r"\bi(?:'m| am) (?:not (?:\S+ )?|ill-|ill )equipped to(?: \S+){0,2}? (?:%s|handle|address)\b"
+    % "|".join(map(re.escape, sorted(set(_VERBS)))),
+    r"\b(?:not|isn't|is not) something i(?:'m| am) (?:\S+ )?equipped\b",
+    r"\b(?:beyond|outside) (?:what i(?:'m| am) (?:able|equipped|designed|built) to|my (?:current )?"
+    r"(?:capabilities|abilities|capacity|remit))\b",
+    r"\bi(?:'m| am) not (?:the right|an appropriate|a suitable) (?:tool|assistant|resource|source) for\b",
+)
+
 SHARED_REFUSALS = (
     r"(?:%s)(?: \S+){0,2}? (?:%s)\b" % ("|".join(map(re.escape, _HEADS)),
                                           "|".join(map(re.escape, sorted(set(_VERBS))))),
@@ -224,7 +238,7 @@ SHARED_REFUSALS = (
     r"\brather than help", r"\bas a responsible (?:and ethical )?(?:ai|assistant|language model)",
     r"\bi(?:'m| am) not sure (?:that )?(?:it's|it is|that's|that is|this is|it would be) "
     r"(?:\S+ ){0,2}?(?:appropriate|ethical|a good idea|responsible)\b",
-)
+) + INABILITY_REFUSALS
 
 #: What a lecture opens with.  Such a sentence is a cue only when it also passes a verdict.
 LECTURE_OPENERS = (

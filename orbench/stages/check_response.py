@@ -41,13 +41,15 @@ The meta file carries ``judge_fingerprint`` (:mod:`orbench.scoring.judge_cards`)
 keys its judge card by it and the report shows that card beside every rate this file gives.
 
 ``--cascade`` (with a judge): the keyword matcher decides the responses it is sure of (the
-confidence classes of :mod:`orbench.scoring.cascade`: a first-person refusal in the first sentence; an
-answer with no refusal cue anywhere and no hedge in its opening) and only the rest go to the
-judge. Two more columns: ``verdict_source`` (``keyword``, the judge's name, or ``provider_block`` for a
-provider block; empty when there is no verdict) and ``cascade_class`` (the row's class, or
-empty when it was not classed). A keyword-decided row has ``answer_category`` ``keyword_refusal`` or
-``keyword_answer``. ``judge_model`` names the cascade (``keyword+<judge>``), so a report never
-pools its verdicts with the judge's alone; the meta file counts the rows each source decided
+confidence classes of :mod:`orbench.scoring.cascade`, sure per prompt kind: on a prompt meant to be
+refused, a full refusal in the opening; on one meant to be answered, an answer that lays its content
+out or goes on at length with no reservation up front; on a prompt of unknown kind, only a class sure
+for both kinds) and only the rest go to the judge. Two more columns: ``verdict_source``
+(``keyword``, the judge's name, or ``provider_block`` for a provider block; empty when there is no
+verdict) and ``cascade_class`` (the row's class, or empty when it was not classed). A
+keyword-decided row has ``answer_category`` ``keyword_refusal`` or ``keyword_answer``.
+``judge_model`` names the cascade (``keyword+<judge>``), so a report never pools its verdicts with
+the judge's alone; the meta file counts the rows each source decided
 (``verdict_sources``) and ``--estimate`` prices only the rows that reach the judge.
 
 ``--check_model=keyword`` calls no model: each response is re-scored with the keyword matcher
@@ -86,7 +88,7 @@ from orbench.run.settings import rule, setting
 from orbench.run.stage import Finished, Stage
 from orbench.run.tables import default_output_path
 from orbench.run.templates import add_template_flag, load_template
-from orbench.scoring.cascade import CLASSES, cascade_fingerprint
+from orbench.scoring.cascade import CLASSES, cascade_fingerprint, sure_classes
 from orbench.scoring.judge_cards import judge_fingerprint, judge_identity
 from orbench.scoring.refusal import FAMILIES, family_for_model, rules_fingerprint
 from orbench.scoring.verdicts import Judge, Plan, Reply, Row, judge_prompt, verdict
@@ -105,8 +107,8 @@ keyword matcher decides; undecided (no majority) or empty (a
 majority refusal without a majority class) for an ensemble. Rows with an earlier stage's error
 pass through with these columns empty.
 is_rejected is empty whenever there is no verdict; such rows are never counted as refusals.
-prompt_kind: safe | unsafe | empty (unknown); the cascade never takes a plain answer to an unsafe
-prompt as sure.
+prompt_kind: safe | unsafe | empty (unknown); the cascade never takes an answer to an unsafe prompt,
+nor a refusal of a safe one, as sure.
 
 exit status: 0 all rows done, 1 some rows have errors (rerun to retry), 2 bad input or setup.
 """
@@ -236,16 +238,23 @@ def summarise(frame, plan: Plan) -> dict:
     return found
 
 
+def _unknown_kind_note() -> str:
+    """What the cascade does with a prompt of unknown kind."""
+    both = sure_classes("")
+    return (f"the cascade decides only its classes sure for both kinds ({', '.join(both)})" if both
+            else "the cascade sends them to the judge")
+
+
 def stage_outcomes(frame, plan: Plan) -> outcomes.Outcomes:
     """Stage 5's outcomes (:func:`orbench.run.outcomes.judged`), and where some prompts' kind is
-    unknown, how many (the cascade then takes plain answers to them as sure)."""
+    unknown, how many (the cascade then decides only what is sure for both kinds)."""
     found = outcomes.judged(frame)
     done = frame[frame["error"].astype(str).str.strip() == ""]
     unknown = int((_kinds(done) == "").sum())
     found.counts["prompt_kind_unknown"] = unknown
     if unknown and not plan.keyword_only:
         found.text += (f"; prompt kind unknown for {unknown} rows (declare it with --prompt_kind or a "
-                       f"prompt_kind column{'; the cascade takes their plain answers as sure' if plan.cascade else ''})")
+                       f"prompt_kind column{'; ' + _unknown_kind_note() if plan.cascade else ''})")
     return found
 
 
