@@ -181,15 +181,21 @@ def test_manifest_hashes_version_and_card(inputs, tmp_path):
     assert "task_categories:" in front and "configs:" in front
     for name in ("orbench-safe", "orbench-hard", "orbench-toxic"):
         assert f"- config_name: {name}" in front and f"    path: {name}.csv" in front
-    assert "| hard | `orbench-hard.csv` | 4 |" in card
+    assert "| hard | `orbench-hard` | `orbench-hard.csv` | 4 |" in card
 
 
 def test_without_panel_no_hard_subset(inputs, tmp_path, capsys):
     out = tmp_path / "rel"
     assert run(inputs, out, panel=False) == 0
     assert not (out / "orbench-hard.csv").exists()
-    assert "hard" not in json.loads((out / "manifest.json").read_text())["subsets"]
-    assert "not built" in capsys.readouterr().err
+    m = json.loads((out / "manifest.json").read_text())
+    assert "hard" not in m["subsets"]
+    assert m["empty_subsets"] == {"hard": "not built: no --panel (the panel's verdicts decide it)"}
+    assert "hard: not built: no --panel (the panel's verdicts decide it); not written, not declared in the card" \
+        in capsys.readouterr().out
+    card = (out / "README.md").read_text()
+    assert "- config_name: orbench-hard" not in card
+    assert "| hard | (not declared) | | 0 | not built: no --panel (the panel's verdicts decide it) |" in card
 
 
 def test_usage_errors_are_one_line_exit_2(inputs, tmp_path, capsys):
