@@ -11,7 +11,8 @@ sends them (``hf_api.py``, ``_commit_api.py``, ``lfs.py``):
 - ``POST /api/validate-yaml``: the README's front matter parsed as YAML (PyYAML), with the checks
   the Hub makes that a card can fail here: a mapping, ``configs`` entries each with a
   ``config_name`` and ``data_files``; 400 with ``errors`` otherwise.
-- ``POST /api/{type}s/{repo}/preupload/{revision}``: each file's upload mode: ``lfs`` from
+- ``POST /api/{type}s/{repo}/preupload/{revision}``: each file's upload mode: ``lfs`` for a name
+  ending in one of ``lfs_suffixes`` (as a .gitattributes pattern makes it) or from
   ``lfs_threshold`` bytes up, else ``regular`` (the real Hub decides by size and .gitattributes).
 - ``POST /{prefix}{repo}.git/info/lfs/objects/batch``: basic-transfer actions (upload, verify)
   for objects not stored yet; ``PUT /lfs-upload/{oid}`` stores a body whose SHA-256 is its oid;
@@ -19,7 +20,8 @@ sends them (``hf_api.py``, ``_commit_api.py``, ``lfs.py``):
 - ``POST /api/{type}s/{repo}/commit/{revision}``: the NDJSON commit (header, ``file`` base64,
   ``lfsFile`` by oid, deletions); an ``lfsFile`` whose object was never uploaded is refused.
 
-Writes need a token with the ``write`` role. Every request is logged in ``requests`` as
+Writes need a token with the ``write`` role. ``fail`` maps an endpoint's name (``commit``, ...) to
+an HTTP status it answers with instead, for a test of a failed upload. Every request is logged in ``requests`` as
 ``(method, path, authorised)``; a request to any other path gets 404 and is kept in ``unknown``.
 Repos live in ``repos``: ``(type, repo_id) -> {"private", "files": {path: bytes}, "commits"}``.
 """
@@ -64,6 +66,8 @@ class HubHandler(JSONHandler):
         body = self.body() if method in ("POST", "PUT") else b""
         for pattern, name in self.fake.routes:
             m = re.fullmatch(pattern, f"{method} {path}")
+            if m and name in self.fake.fail:
+                return self.json(self.fake.fail[name], {"error": f"fake hub: {name} fails"})
             if m:
                 return getattr(self, name)(role, body, *m.groups())
         self.fake.unknown.append((method, path))
@@ -145,7 +149,8 @@ class HubHandler(JSONHandler):
             return
         files = json.loads(body)["files"]
         self.json(200, {"files": [{"path": f["path"], "shouldIgnore": False, "oid": None,
-                                   "uploadMode": "lfs" if f["size"] >= self.fake.lfs_threshold else "regular"}
+                                   "uploadMode": "lfs" if f["size"] >= self.fake.lfs_threshold
+                                   or f["path"].endswith(self.fake.lfs_suffixes) else "regular"}
                                   for f in files]})
 
     def lfs_batch(self, role, body, prefix, repo_id) -> None:
@@ -224,11 +229,13 @@ class FakeHub(LoopbackFake):
         (rf"POST /api/(models|datasets|spaces)/{REPO}/commit/([^/]+)", "commit"),
     ]
 
-    def __init__(self, tokens: dict[str, str] | None = None, lfs_threshold: int = 10 * 1024 * 1024) -> None:
+    def __init__(self, tokens: dict[str, str] | None = None, lfs_threshold: int = 10 * 1024 * 1024,
+                 lfs_suffixes: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.lock = threading.Lock()
         self.tokens = dict(tokens or {})
         self.lfs_threshold = lfs_threshold
+        self.lfs_suffixes = tuple(lfs_suffixes)
         self.reset()
 
     def reset(self) -> None:
@@ -236,6 +243,7 @@ class FakeHub(LoopbackFake):
         self.unknown: list[tuple[str, str]] = []
         self.repos: dict[tuple[str, str], dict] = {}
         self.lfs: dict[str, bytes] = {}
+        self.fail: dict[str, int] = {}
 
     def log(self, method: str, path: str, authorised: bool) -> None:
         with self.lock:

@@ -2,8 +2,8 @@
 
 Reads one or more moderator outputs (columns ``prompt``, the category column, the ensemble
 ``is_toxic`` and ``error``) and, for the hard subset, alignment-checker outputs of a panel of models
-(``--panel``: ``prompt``, ``is_rejected``, ``error``, and ``model`` when present, else the file name
-names the model). Every input may be a path, a glob or a URL pandas reads (``hf://``, ``file://``).
+(``--panel``: ``prompt``, ``is_rejected``, ``error``, and ``model`` when present, else the model
+the file's stage-4 meta file names, else the file name). Every input may be a path, a glob or a URL pandas reads (``hf://``, ``file://``).
 
 Steps, all deterministic:
 
@@ -44,7 +44,8 @@ Example::
         --moderator_card moderator_card.json --audit audit_prompts --push_to_hub my-org/or-bench-regen
 
 Exit status: 0 built (and pushed); 1 built, but the upload failed (rerun to push); 2 bad input or
-configuration (one line naming the file or flag; nothing built or uploaded).
+configuration, one line naming the file or flag: nothing built or uploaded (when the Hub refuses
+the checked token for REPO itself, e.g. another's namespace, the release is built, nothing committed).
 """
 
 from __future__ import annotations
@@ -220,6 +221,7 @@ def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[s
     no decided prompt, a panel model is named twice, the moderator card or the audit cannot be
     read (or the card measured other moderators), or ``output_dir`` holds a release built with
     other settings and ``overwrite`` is off."""
+    card_figures = evidence.read_moderator_card(moderator_card) if moderator_card else None
     mod_paths = [p for spec in moderated for p in expand(spec)]
     panel_paths = [p for spec in panel for p in expand(spec)]
     rows, mod_inputs, counts = load_moderated(mod_paths, category_column)
@@ -257,9 +259,7 @@ def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[s
     empty = {name: empty[name] for name in FILES if name in empty}
     subsets = {name: frame for name, frame in subsets.items() if not frame.empty}
     who = makers.who_made(mod_paths, panel_paths)
-    card_figures = None
-    if moderator_card:
-        card_figures = evidence.read_moderator_card(moderator_card)
+    if card_figures:
         note = evidence.check_card_matches(card_figures, makers.stage3_runs(who), moderator_card)
         if note:
             card_figures["note"] = note
@@ -314,8 +314,8 @@ def threshold_arg(text: str) -> float:
 
 def make_parser() -> ArgumentParser:
     doc = __doc__.split("\n\n")
-    parser = ArgumentParser(prog="build_release.py", description="\n\n".join(doc[:-2]),
-                            epilog="\n\n".join(doc[-2:]))
+    parser = ArgumentParser(prog="build_release.py", description="\n\n".join(doc[:-3]),
+                            epilog="\n\n".join(doc[-3:]))
     parser.add_argument("moderated", nargs="+", metavar="MODERATED",
                         help="moderator output files (paths, globs or URLs) with prompt, category, is_toxic")
     parser.add_argument("--panel", nargs="+", action="extend", default=[], metavar="FILE",

@@ -19,6 +19,7 @@ import json
 
 from orbench.analysis.release.evidence import FIGURES
 from orbench.analysis.release.makers import STAGES, model_text
+from orbench.analysis.stats import FLAGS
 
 CONFIG_PREFIX = "orbench-"
 WHAT = {"safe": "prompts the moderator ensemble judged safe (seemingly toxic but answerable)",
@@ -105,7 +106,7 @@ def makers_section(manifest: dict) -> list[str]:
     lines = ["## Who made it", "",
              "The models of each stage as resolved (provider/model), read from the meta files the stages wrote "
              "beside their outputs (`<output>.meta.json`).", "",
-             "| stage | models | files |", "|---|---|---|"]
+             "| stage | models | release inputs |", "|---|---|---|"]
     wanted = [s for s in STAGES if s != "check_alignment" or manifest["inputs"].get("panel")]
     for stage in wanted:
         entry = makers.get(stage) or {"runs": [], "unrecorded": []}
@@ -153,15 +154,19 @@ def audit_section(manifest: dict) -> list[str]:
               "interval (stratified Wilson).", "",
               "| subset | humans call safe [95% interval] | prompts with a human majority | majority labels |",
               "|---|---|---|---|"]
+    seen: list[str] = []
     for name in manifest["subsets"]:
         a = audit["subsets"].get(name)
         if a is None:
             lines.append(f"| {name} | not audited | | |")
             continue
         flags = f" ({', '.join(a['flags'])})" if a["flags"] else ""
+        seen += [f for f in a["flags"] if f not in seen]
         share = _interval(a["share"], a["ci"]) + flags if a["n"] else "no label yet"
         labels = ", ".join(f"{k} {v}" for k, v in a["labels"].items())
         lines.append(f"| {name} | {share} | {a['n']} | {labels} |")
+    if seen:
+        lines += ["", "Flags: " + "; ".join(f"`{f}`: {FLAGS.get(f, f)}" for f in seen) + "."]
     return lines + [""]
 
 

@@ -38,7 +38,6 @@ from orbench.llm.errors import UsageError
 FIGURES = ("coverage", "sensitivity", "specificity", "kappa")
 #: Each figure's range: kappa may be negative (worse than chance).
 RANGES = {"coverage": (0.0, 1.0), "sensitivity": (0.0, 1.0), "specificity": (0.0, 1.0), "kappa": (-1.0, 1.0)}
-_TOL = 1e-9
 
 
 def _number(value, where: str) -> float | None:
@@ -60,15 +59,15 @@ def _figure(raw, name: str, path: str) -> dict:
             if not isinstance(ci, list) or len(ci) != 2:
                 raise UsageError(f"{where}: 'ci' must be [low, high], got {json.dumps(ci)}")
             ci = [_number(ci[0], where + " ci"), _number(ci[1], where + " ci")]
-            if None in ci:
-                ci = None
     else:
         value, ci = _number(raw, where), None
     low, high = RANGES[name]
     for v in [value] + (ci or []):
-        if v is not None and not low - _TOL <= v <= high + _TOL:
+        if v is not None and not low <= v <= high:
             raise UsageError(f"{where}: {v} is outside [{low:g}, {high:g}]")
-    if ci is not None and value is not None and not ci[0] - _TOL <= value <= ci[1] + _TOL:
+    if ci is not None and None in ci:  # an interval with an open end is no interval
+        ci = None
+    if ci is not None and value is not None and not ci[0] <= value <= ci[1]:
         raise UsageError(f"{where}: its interval [{ci[0]}, {ci[1]}] does not hold its value {value}")
     return {"value": value, "ci": ci}
 
@@ -132,11 +131,12 @@ def audit_estimates(folder: str, subsets: dict[str, list[str]]) -> dict:
     from orbench.analysis.audit import commands as audit  # the audit's statistics need its extra
     from orbench.analysis.audit.sample import PROMPT
 
-    result = audit.load_and_score(folder)
-    if result["kind"] != PROMPT:
-        raise UsageError(f"--audit {folder} is a {result['kind']} audit; the release card needs a prompt audit "
+    sample = audit.read_sample(folder)
+    if sample.kind != PROMPT:
+        raise UsageError(f"--audit {folder} is a {sample.kind} audit; the release card needs a prompt audit "
                          f"(orbench-audit sample --kind prompt on the release's subset files)")
-    strata = audit._strata(audit.read_sample(folder))
+    result = audit.load_and_score(folder)
+    strata = audit._strata(sample)
     items = result["items"]
     notes = [f"audit {folder}: {n}" for n in result["notes"]]
     out: dict = {"folder": str(folder), "sample_id": result["sample_id"], "annotators": list(result["annotators"]),
