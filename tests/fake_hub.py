@@ -1,16 +1,16 @@
 """A loopback fake of the Hugging Face Hub: the endpoints ``huggingface_hub``'s ``whoami``,
 ``create_repo`` and ``upload_folder`` call when Xet is off (``HF_HUB_DISABLE_XET=1``).
 
-Point the client at it with ``HF_ENDPOINT=fake.root``. Served, as huggingface_hub 1.x/2.x
-sends them (``hf_api.py``, ``_commit_api.py``, ``lfs.py``):
+Point the client at it with ``HF_ENDPOINT=fake.root``. Served as huggingface_hub (read from its
+2.4 source: ``hf_api.py``, ``_commit_api.py``, ``lfs.py``) sends them:
 
 - ``GET /api/whoami-v2``: the account of the bearer token (``tokens``: token -> role, e.g.
   ``write`` or ``read``); 401 for any other token or none.
 - ``POST /api/repos/create``: ``{name, organization, type, visibility|private}``; 409 when the
   repo exists (``create_repo(exist_ok=True)`` takes that as success).
-- ``POST /api/validate-yaml``: the README's front matter parsed as YAML (PyYAML), with the checks
-  the Hub makes that a card can fail here: a mapping, ``configs`` entries each with a
-  ``config_name`` and ``data_files``; 400 with ``errors`` otherwise.
+- ``POST /api/validate-yaml``: the README's front matter parsed as YAML (PyYAML); it must be a
+  mapping whose ``configs`` entries each have a ``config_name`` and ``data_files``, else 400
+  with ``errors``.
 - ``POST /api/{type}s/{repo}/preupload/{revision}``: each file's upload mode: ``lfs`` for a name
   ending in one of ``lfs_suffixes`` (as a .gitattributes pattern makes it) or from
   ``lfs_threshold`` bytes up, else ``regular`` (the real Hub decides by size and .gitattributes).
@@ -20,9 +20,10 @@ sends them (``hf_api.py``, ``_commit_api.py``, ``lfs.py``):
 - ``POST /api/{type}s/{repo}/commit/{revision}``: the NDJSON commit (header, ``file`` base64,
   ``lfsFile`` by oid, deletions); an ``lfsFile`` whose object was never uploaded is refused.
 
-Writes need a token with the ``write`` role. ``fail`` maps an endpoint's name (``commit``, ...) to
-an HTTP status it answers with instead, for a test of a failed upload. Every request is logged in ``requests`` as
-``(method, path, authorised)``; a request to any other path gets 404 and is kept in ``unknown``.
+Writes need a token with the ``write`` role. ``fail`` maps an endpoint's name (``commit``, ...)
+to an HTTP status it answers with instead, for a test of a failed upload. Every request is
+logged in ``requests`` as ``(method, path, authorised)``; a request to any other path gets 404
+and is kept in ``unknown``.
 Repos live in ``repos``: ``(type, repo_id) -> {"private", "files": {path: bytes}, "commits"}``.
 """
 
