@@ -4,6 +4,8 @@
 Point the client at it with ``HF_ENDPOINT=fake.root``. Served as huggingface_hub (read from its
 2.4 source: ``hf_api.py``, ``_commit_api.py``, ``lfs.py``) sends them:
 
+- ``GET /api/agent-harnesses``: an empty registry (huggingface_hub 2.x fetches it at most once a
+  day for its user-agent, best effort; ``TELEMETRY`` names this path).
 - ``GET /api/whoami-v2``: the account of the bearer token (``tokens``: token -> role, e.g.
   ``write`` or ``read``); 401 for any other token or none.
 - ``POST /api/repos/create``: ``{name, organization, type, visibility|private}``; 409 when the
@@ -94,6 +96,9 @@ class HubHandler(JSONHandler):
             self.json(403, {"error": "You don't have the rights to write with this token"})
             return True
         return False
+
+    def harnesses(self, role, body) -> None:
+        self.json(200, {"standardEnvVars": [], "harnesses": {}})
 
     def whoami(self, role, body) -> None:
         if role is None:
@@ -213,6 +218,8 @@ class HubHandler(JSONHandler):
 
 
 REPO = r"([\w.-]+/[\w.-]+)"
+#: What huggingface_hub asks for its own telemetry, not for the task at hand.
+TELEMETRY = "/api/agent-harnesses"
 
 
 class FakeHub(LoopbackFake):
@@ -220,6 +227,7 @@ class FakeHub(LoopbackFake):
 
     handler = HubHandler
     routes = [
+        (r"GET /api/agent-harnesses", "harnesses"),
         (r"GET /api/whoami-v2", "whoami"),
         (r"POST /api/repos/create", "create_repo"),
         (r"POST /api/validate-yaml", "validate_yaml"),
@@ -245,6 +253,11 @@ class FakeHub(LoopbackFake):
         self.repos: dict[tuple[str, str], dict] = {}
         self.lfs: dict[str, bytes] = {}
         self.fail: dict[str, int] = {}
+
+    def calls(self) -> list[tuple[str, str, bool]]:
+        """The requests, without huggingface_hub's own telemetry (:data:`TELEMETRY`)."""
+        with self.lock:
+            return [r for r in self.requests if r[1] != TELEMETRY]
 
     def log(self, method: str, path: str, authorised: bool) -> None:
         with self.lock:

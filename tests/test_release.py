@@ -141,6 +141,8 @@ def test_sampling_is_seeded_and_in_input_order(inputs, tmp_path):
     assert set(got[0]) <= set(pool) and got[0] == [p for p in pool if p in got[0]]
     m = json.loads((tmp_path / "s0" / "manifest.json").read_text())
     assert m["counts"]["hard_candidates"] == 7 and m["subsets"]["hard"]["rows"] == 3
+    assert ("| hard | `orbench-hard` | `orbench-hard.csv` | 3 | safe prompts rejected by at least 2 of the panel "
+            "models (a sample, seed 7, of the 7 such prompts) |") in (tmp_path / "s0" / "README.md").read_text()
     assert m["parameters"] == {"min_rejections": 2, "hard_size": 3, "seed": 7, "near_dup_threshold": None,
                                "category_column": "category"}
     # a size above the candidate count keeps all of them

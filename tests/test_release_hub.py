@@ -42,6 +42,7 @@ def hub(hub_server, tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "hf_home" / "token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf_home" / "stored_tokens"))
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(tmp_path / "hf_home" / ".agent_harnesses.json"))
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
         monkeypatch.delenv(name, raising=False)
     return hub_server
@@ -82,7 +83,7 @@ def test_push_uploads_exactly_the_release_files(hub, moderated, tmp_path):
     [commit] = repo["commits"]
     assert commit["lfs_files"] == ["orbench-safe.csv", "orbench-toxic.csv"]  # through the LFS upload
     assert commit["summary"] == "orbench 0.1.0 release: safe 6, toxic 1"
-    assert hub.requests[0] == ("GET", "/api/whoami-v2", True) and hub.unknown == []
+    assert hub.calls()[0] == ("GET", "/api/whoami-v2", True) and hub.unknown == []
     assert WRITE not in proc.stdout + proc.stderr and WRITE not in (out / "manifest.json").read_text()
 
 
@@ -94,7 +95,7 @@ def test_a_second_push_commits_again_and_keeps_the_visibility(hub, moderated, tm
     assert release.main(args) == 0  # the repo exists: created once, a second commit, still private
     repo = hub.repos[("dataset", f"{USER}/again")]
     assert repo["private"] is True and len(repo["commits"]) == 2 and sorted(repo["files"]) == FILES
-    assert [r[1] for r in hub.requests].count("/api/repos/create") == 2
+    assert [r[1] for r in hub.calls()].count("/api/repos/create") == 2
 
 
 def one_line(capsys, fragment: str) -> None:
@@ -116,17 +117,23 @@ def test_a_missing_rejected_or_read_only_token_stops_before_anything(hub, modera
     out = tmp_path / "rel"
     assert release.main([str(moderated), "--output_dir", str(out), "--push_to_hub", "orbench-test"]) == 2
     one_line(capsys, expected)
-    assert hub.requests == asked and hub.repos == {}
+    assert hub.calls() == asked and hub.repos == {}
     assert not out.exists()  # nothing built either
 
 
-def test_bad_repo_id_and_private_alone_are_usage_errors(hub, moderated, tmp_path, capsys):
+def test_bad_repo_id_offline_and_private_alone_are_usage_errors(hub, moderated, tmp_path, capsys, monkeypatch):
     out = tmp_path / "rel"
     assert release.main([str(moderated), "--output_dir", str(out), "--push_to_hub", "datasets/a/b"]) == 2
     one_line(capsys, "--push_to_hub 'datasets/a/b' is not a repo id")
     assert release.main([str(moderated), "--output_dir", str(out), "--private"]) == 2
     one_line(capsys, "--private applies to --push_to_hub REPO")
-    assert hub.requests == [] and not out.exists()
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_TOKEN", WRITE)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert release.main([str(moderated), "--output_dir", str(out), "--push_to_hub", "orbench-test"]) == 2
+    one_line(capsys, "HF_HUB_OFFLINE is set")
+    assert hub.calls() == [] and not out.exists()
 
 
 def test_a_failed_upload_keeps_the_release_and_exits_1(hub, moderated, tmp_path, monkeypatch, capsys):

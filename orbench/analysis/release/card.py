@@ -90,9 +90,12 @@ def _interval(value, ci, digits: int = 3) -> str:
 def subsets_section(manifest: dict) -> list[str]:
     p = manifest["parameters"]
     lines = ["## Subsets", "", "| subset | config | file | rows | what it holds |", "|---|---|---|---|---|"]
+    candidates = manifest["counts"].get("hard_candidates")
     for name, s in manifest["subsets"].items():
-        lines.append(f"| {name} | `{config_name(name)}` | `{s['file']}` | {s['rows']} | "
-                     f"{WHAT[name].format(**p)} |")
+        what = WHAT[name].format(**p)
+        if name == "hard" and candidates and candidates > s["rows"]:
+            what += f" (a sample, seed {p['seed']}, of the {candidates} such prompts)"
+        lines.append(f"| {name} | `{config_name(name)}` | `{s['file']}` | {s['rows']} | {what} |")
     for name, why in manifest.get("empty_subsets", {}).items():
         lines.append(f"| {name} | (not declared) | | 0 | {why} |")
     first = next(iter(manifest["subsets"]))

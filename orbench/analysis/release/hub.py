@@ -58,8 +58,11 @@ def check_token() -> tuple[str, str]:
     """The token and the account it belongs to; ``UsageError`` (naming HF_TOKEN) when there is no
     token, the Hub rejects it or it may only read."""
     hub = _hub()
+    from huggingface_hub import constants
     from huggingface_hub.utils import HfHubHTTPError
 
+    if constants.HF_HUB_OFFLINE:
+        raise UsageError("--push_to_hub: HF_HUB_OFFLINE is set, so huggingface_hub sends nothing; unset it to push")
     try:
         token = hub.get_token()
     except Exception as exc:  # e.g. a failed OIDC exchange (HF_OIDC_RESOURCE set)
