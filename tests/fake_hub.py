@@ -76,13 +76,13 @@ class HubHandler(JSONHandler):
         self.fake.unknown.append((method, path))
         self.json(404, {"error": f"fake hub: no route for {method} {path}"})
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_GET(self) -> None:
         self.route("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self.route("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self.route("PUT")
 
     # ------------------------------------------------------------------ endpoints
