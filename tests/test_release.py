@@ -141,6 +141,8 @@ def test_sampling_is_seeded_and_in_input_order(inputs, tmp_path):
     assert set(got[0]) <= set(pool) and got[0] == [p for p in pool if p in got[0]]
     m = json.loads((tmp_path / "s0" / "manifest.json").read_text())
     assert m["counts"]["hard_candidates"] == 7 and m["subsets"]["hard"]["rows"] == 3
+    assert ("| hard | `orbench-hard` | `orbench-hard.csv` | 3 | safe prompts rejected by at least 2 of the panel "
+            "models (a sample, seed 7, of the 7 such prompts) |") in (tmp_path / "s0" / "README.md").read_text()
     assert m["parameters"] == {"min_rejections": 2, "hard_size": 3, "seed": 7, "near_dup_threshold": None,
                                "category_column": "category"}
     # a size above the candidate count keeps all of them
@@ -181,15 +183,21 @@ def test_manifest_hashes_version_and_card(inputs, tmp_path):
     assert "task_categories:" in front and "configs:" in front
     for name in ("orbench-safe", "orbench-hard", "orbench-toxic"):
         assert f"- config_name: {name}" in front and f"    path: {name}.csv" in front
-    assert "| hard | `orbench-hard.csv` | 4 |" in card
+    assert "| hard | `orbench-hard` | `orbench-hard.csv` | 4 |" in card
 
 
 def test_without_panel_no_hard_subset(inputs, tmp_path, capsys):
     out = tmp_path / "rel"
     assert run(inputs, out, panel=False) == 0
     assert not (out / "orbench-hard.csv").exists()
-    assert "hard" not in json.loads((out / "manifest.json").read_text())["subsets"]
-    assert "not built" in capsys.readouterr().err
+    m = json.loads((out / "manifest.json").read_text())
+    assert "hard" not in m["subsets"]
+    assert m["empty_subsets"] == {"hard": "not built: no --panel (the panel's verdicts decide it)"}
+    assert "hard: not built: no --panel (the panel's verdicts decide it); not written, not declared in the card" \
+        in capsys.readouterr().out
+    card = (out / "README.md").read_text()
+    assert "- config_name: orbench-hard" not in card
+    assert "| hard | (not declared) | | 0 | not built: no --panel (the panel's verdicts decide it) |" in card
 
 
 def test_usage_errors_are_one_line_exit_2(inputs, tmp_path, capsys):

@@ -2,8 +2,8 @@
 
 Reads one or more moderator outputs (columns ``prompt``, the category column, the ensemble
 ``is_toxic`` and ``error``) and, for the hard subset, alignment-checker outputs of a panel of models
-(``--panel``: ``prompt``, ``is_rejected``, ``error``, and ``model`` when present, else the file name
-names the model). Every input may be a path, a glob or a URL pandas reads (``hf://``, ``file://``).
+(``--panel``: ``prompt``, ``is_rejected``, ``error``, and ``model`` when present, else the model
+the file's stage-4 meta file names, else the file name). Every input may be a path, a glob or a URL pandas reads (``hf://``, ``file://``).
 
 Steps, all deterministic:
 
@@ -24,12 +24,28 @@ Writes into ``--output_dir`` (default ``./release``), in the published schema ``
 ``orbench-safe.csv`` (the OR-Bench-80K counterpart), ``orbench-hard.csv`` (Hard-1K; only with
 ``--panel``) and ``orbench-toxic.csv``, plus ``manifest.json`` (counts per subset and category,
 parameters, panel models, SHA-256 of inputs and of the CSVs, tool version; no timestamps, so equal
-inputs give byte-identical files) and ``README.md``, a dataset card with hub front matter.
+inputs give byte-identical files) and ``README.md``, a dataset card with hub front matter
+(``analysis/release/card.py``): a content warning, who made each stage (the models as resolved,
+from the stages' meta files ``<output>.meta.json``), stage 3's moderator card (``--moderator_card``)
+or "moderator not calibrated", the share of each subset's prompts humans call safe with its
+interval (``--audit``) or "not audited", licence, attribution and citation. Each subset with rows
+is declared as a config that ``datasets.load_dataset(DIR, "orbench-safe")`` reads; an empty subset
+is neither written nor declared. A panel model named by two panel files stops the build (exit 2):
+its rejections would count twice towards ``--min_rejections``.
+
+With ``--push_to_hub REPO`` the folder is then uploaded as a Hugging Face dataset repo
+(``analysis/release/hub.py``); the token (``HF_TOKEN``, else the saved login) is checked with the
+Hub before anything is built or sent.
 
 Example::
 
     python analysis/build_release.py moderated/*_moderated.csv \\
-        --panel 'panel/*_checked.csv' --min_rejections 3 --hard_size 1000 --seed 0 --output_dir release
+        --panel 'panel/*_checked.csv' --min_rejections 3 --hard_size 1000 --seed 0 --output_dir release \\
+        --moderator_card moderator_card.json --audit audit_prompts --push_to_hub my-org/or-bench-regen
+
+Exit status: 0 built (and pushed); 1 built, but the upload failed (rerun to push); 2 bad input or
+configuration, one line naming the file or flag: nothing built or uploaded (when the Hub refuses
+the checked token for REPO itself, e.g. another's namespace, the release is built, nothing committed).
 """
 
 from __future__ import annotations
@@ -46,12 +62,15 @@ from pathlib import Path
 import pandas as pd
 
 import orbench
+from orbench.analysis.release import evidence, hub, makers
+from orbench.analysis.release.card import dataset_card
 from orbench.analysis.release.near_dup import near_duplicates
 from orbench.analysis.report.inputs import expand
+from orbench.analysis.report.lineage import source_sets
 from orbench.llm.errors import UsageError
 from orbench.run import existing_output
 from orbench.run.cli import ArgumentParser, positive_int
-from orbench.run.tables import file_name, input_stem, parse_bool, read_table, write_csv_atomic
+from orbench.run.tables import file_name, input_stem, parse_bool, read_table, write_csv_atomic, write_text_atomic
 from orbench.scoring.parsing import normalise_for_dedup
 from orbench.scoring.vocab import SKIPPED_ERROR
 
@@ -110,15 +129,29 @@ def deduplicate(rows: pd.DataFrame, threshold: float | None, counts: Counter) ->
 
 
 def load_panel(paths: Sequence[str]) -> tuple[dict[str, set[str]], list[dict], list[dict]]:
-    """normalised prompt -> models that rejected it; per-model stats; input records."""
+    """normalised prompt -> models that rejected it; per-model stats; input records.
+
+    A row's model is its ``model`` column, else the model the file's stage-4 meta file names, else
+    the file's name. ``UsageError`` when two files name one model (or one file is given twice):
+    its rejections would count twice towards ``--min_rejections``."""
     rejecters: dict[str, set[str]] = defaultdict(set)
     stats: dict[str, Counter] = defaultdict(Counter)
-    inputs = []
+    inputs, first_file, seen = [], {}, {}
     for path in paths:
+        key = path if "://" in path else str(Path(path).resolve())
+        if key in seen:
+            raise UsageError(f"panel file {path} is given twice (also as {seen[key]}): its model would count twice "
+                             f"towards --min_rejections")
+        seen[key] = path
         frame = read_table(path, needs=("prompt", "is_rejected"), what="panel file")
         inputs.append({"name": file_name(path), "rows": len(frame), **sha256_of(path, frame)})
         models = frame["model"].str.strip() if "model" in frame.columns else pd.Series("", index=frame.index)
-        models = models.where(models != "", input_stem(path))
+        models = models.where(models != "", makers.panel_model(path) or input_stem(path))
+        for model in dict.fromkeys(models):
+            if model in first_file:
+                raise UsageError(f"panel files {first_file[model]} and {path} both name model {model}: its rejections "
+                                 f"would count twice towards --min_rejections; give each panel model once")
+            first_file[model] = path
         error = frame["error"].str.strip() != "" if "error" in frame.columns else pd.Series(False, index=frame.index)
         verdict = frame["is_rejected"].map(parse_bool)
         for prompt, model, err, rej in zip(frame["prompt"], models, error, verdict):
@@ -132,51 +165,6 @@ def load_panel(paths: Sequence[str]) -> tuple[dict[str, set[str]], list[dict], l
     table = [{"model": m, "rows": s["rows"], "rejections": s["rejections"], "errors": s["errors"],
               "unparsed": s["unparsed"]} for m, s in sorted(stats.items())]
     return rejecters, table, inputs
-
-
-def size_category(n: int) -> str:
-    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"),
-                         (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):
-        if n < limit:
-            return label
-    return "10M<n<100M"
-
-
-def dataset_card(manifest: dict, license_id: str, pretty_name: str) -> str:
-    subsets = manifest["subsets"]
-    total = max(s["rows"] for s in subsets.values())
-    front = ["---", f"license: {license_id}", "task_categories:", "- text-generation",
-             "- question-answering", "language:", "- en", "size_categories:", f"- {size_category(total)}",
-             f"pretty_name: {json.dumps(pretty_name)}", "tags:", "- llm", "- safety", "- over-refusal",
-             "- alignment", "configs:"]
-    for s in subsets.values():
-        front += [f"- config_name: {Path(s['file']).stem}", "  data_files:", "  - split: train",
-                  f"    path: {s['file']}"]
-    front.append("---")
-    p = manifest["parameters"]
-    lines = ["", f"# {pretty_name}", "",
-             "Prompts for measuring over-refusal in language models, regenerated with the `orbench` suite "
-             f"(version {manifest['version']}) following the OR-Bench method (arXiv 2405.20947).", "",
-             "| subset | file | rows | what it holds |", "|---|---|---|---|"]
-    what = {"safe": "prompts the moderator ensemble judged safe (seemingly toxic but answerable)",
-            "hard": f"safe prompts rejected by at least {p['min_rejections']} of the panel models",
-            "toxic": "prompts the moderator ensemble judged toxic (a model should refuse them)"}
-    for name, s in subsets.items():
-        lines.append(f"| {name} | `{s['file']}` | {s['rows']} | {what[name]} |")
-    cats = sorted({c for s in subsets.values() for c in s["categories"]})
-    lines += ["", "## Rows per category", "", "| category | " + " | ".join(subsets) + " |",
-              "|---|" + "---|" * len(subsets)]
-    for c in cats:
-        lines.append(f"| {c} | " + " | ".join(str(s["categories"].get(c, 0)) for s in subsets.values()) + " |")
-    lines += ["", "## Columns", "", "- `prompt`: the prompt text.", "- `category`: one of the benchmark's "
-              "harm categories.", "", "## How it was built", "",
-              f"Duplicates removed (exact: {manifest['counts']['exact_duplicates']}, normalised: "
-              f"{manifest['counts']['normalised_duplicates']}, near: {manifest['counts'].get('near_duplicates', 0)}); "
-              f"rows without a moderation decision are left out (errors: {manifest['counts']['moderation_errors']}, "
-              f"undecided: {manifest['counts']['undecided']}). Parameters: "
-              + ", ".join(f"`{k}={v}`" for k, v in sorted(p.items())) + ".",
-              "", "`manifest.json` lists the inputs, panel models and SHA-256 digests of every subset file.", ""]
-    return "\n".join(front + lines)
 
 
 def release_settings(parameters: dict, inputs: dict, card: dict | None) -> dict:
@@ -209,14 +197,31 @@ def guard_release(out: Path, settings: dict, inputs: dict, overwrite: bool) -> l
     return notes
 
 
+def attribution(paths: Sequence[str], moderator_card: dict | None) -> list[str]:
+    """The bundled sets a release used: ``or-bench`` when an input's meta chain reads one of
+    OR-Bench's published sets, ``xstest`` when one reads XSTest's or the moderator card was
+    measured on XSTest's labels."""
+    used = set()
+    for path in paths:
+        for name in source_sets(path):
+            used.add("xstest" if name.startswith("xstest") else "or-bench")
+    labels = (moderator_card or {}).get("labels") or {}
+    if "xstest" in str(labels.get("name", "")).lower():
+        used.add("xstest")
+    return sorted(used)
+
+
 def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[str] = (), min_rejections: int = 3,
           hard_size: int | None = 1000, seed: int = 0, near_dup_threshold: float | None = None,
           category_column: str = "category", license_id: str = "cc-by-4.0",
-          pretty_name: str = "OR-Bench (regenerated)", overwrite: bool = False) -> dict:
+          pretty_name: str = "OR-Bench (regenerated)", overwrite: bool = False,
+          moderator_card: str | None = None, audit: str | None = None) -> dict:
     """Build the release into ``output_dir``; return the manifest (its ``notes``: what the
     console should say, not written). ``UsageError`` before anything is written when there is
-    no decided prompt, or ``output_dir`` holds a release built with other settings and
-    ``overwrite`` is off."""
+    no decided prompt, a panel model is named twice, the moderator card or the audit cannot be
+    read (or the card measured other moderators), or ``output_dir`` holds a release built with
+    other settings and ``overwrite`` is off."""
+    card_figures = evidence.read_moderator_card(moderator_card) if moderator_card else None
     mod_paths = [p for spec in moderated for p in expand(spec)]
     panel_paths = [p for spec in panel for p in expand(spec)]
     rows, mod_inputs, counts = load_moderated(mod_paths, category_column)
@@ -246,25 +251,49 @@ def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[s
         for m in panel_models:
             m["rejected_safe_prompts"] = sum(1 for k, who in rejecters.items() if m["model"] in who and k in safe_keys)
     subsets["toxic"] = rows[rows["toxic"]]
+    empty = {name: "no prompt: the moderators judged none toxic" if name == "toxic" else
+             f"no safe prompt was rejected by {min_rejections} panel models" if name == "hard" else
+             "no prompt: the moderators judged none safe" for name, frame in subsets.items() if frame.empty}
+    if not panel_paths:
+        empty["hard"] = "not built: no --panel (the panel's verdicts decide it)"
+    empty = {name: empty[name] for name in FILES if name in empty}
+    subsets = {name: frame for name, frame in subsets.items() if not frame.empty}
+    who = makers.who_made(mod_paths, panel_paths)
+    if card_figures:
+        note = evidence.check_card_matches(card_figures, makers.stage3_runs(who), moderator_card)
+        if note:
+            card_figures["note"] = note
+    audited = evidence.audit_estimates(audit, {n: list(f["prompt"]) for n, f in subsets.items()}) if audit else None
     out = Path(output_dir)
     parameters = {"min_rejections": min_rejections, "hard_size": hard_size if hard_size else "all",
                   "seed": seed, "near_dup_threshold": near_dup_threshold, "category_column": category_column}
     inputs, card = {"moderated": mod_inputs, "panel": panel_inputs}, {"license": license_id, "title": pretty_name}
     notes = guard_release(out, release_settings(parameters, inputs, card), inputs, overwrite)
+    notes += audited["notes"] if audited else []
+    if card_figures and card_figures.get("note"):
+        notes.append(f"--moderator_card: {card_figures['note']}")
     out.mkdir(parents=True, exist_ok=True)
     manifest = {"tool": "orbench", "version": orbench.__version__, "parameters": parameters, "card": card,
-                "inputs": inputs, "panel_models": panel_models,
-                "counts": dict(sorted(counts.items())), "subsets": {}}
+                "inputs": inputs, "panel_models": panel_models, "counts": dict(sorted(counts.items())),
+                "subsets": {}, "empty_subsets": empty, "makers": who, "moderator_card": card_figures,
+                "audit": None if audited is None else {k: v for k, v in audited.items() if k != "notes"},
+                "attribution": attribution(mod_paths + panel_paths, card_figures)}
+    for name in set(FILES) - set(subsets):  # a subset of an earlier build that is empty now
+        (out / FILES[name]).unlink(missing_ok=True)
     for name, frame in subsets.items():
         path = out / FILES[name]
         write_csv_atomic(frame[SCHEMA], path)
         manifest["subsets"][name] = {"file": FILES[name], "rows": len(frame),
                                      "categories": dict(sorted(Counter(frame["category"]).items())),
                                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                                       encoding="utf-8")
-    (out / "README.md").write_text(dataset_card(manifest, license_id, pretty_name), encoding="utf-8")
+    write_text_atomic(json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n", out / "manifest.json")
+    write_text_atomic(dataset_card(manifest), out / "README.md")
     return {**manifest, "notes": notes}
+
+
+def release_files(manifest: dict) -> list[str]:
+    """The files a build wrote (what ``--push_to_hub`` uploads)."""
+    return ["README.md", "manifest.json", *(s["file"] for s in manifest["subsets"].values())]
 
 
 def size_arg(text: str) -> int | None:
@@ -285,8 +314,8 @@ def threshold_arg(text: str) -> float:
 
 def make_parser() -> ArgumentParser:
     doc = __doc__.split("\n\n")
-    parser = ArgumentParser(prog="build_release.py", description="\n\n".join(doc[:-2]),
-                            epilog="\n\n".join(doc[-2:]))
+    parser = ArgumentParser(prog="build_release.py", description="\n\n".join(doc[:-3]),
+                            epilog="\n\n".join(doc[-3:]))
     parser.add_argument("moderated", nargs="+", metavar="MODERATED",
                         help="moderator output files (paths, globs or URLs) with prompt, category, is_toxic")
     parser.add_argument("--panel", nargs="+", action="extend", default=[], metavar="FILE",
@@ -308,21 +337,46 @@ def make_parser() -> ArgumentParser:
                         help="license id written into the dataset card (default: cc-by-4.0)")
     parser.add_argument("--name", dest="pretty_name", default="OR-Bench (regenerated)", metavar="TITLE",
                         help="dataset title in the card (default: 'OR-Bench (regenerated)')")
+    parser.add_argument("--moderator_card", default=None, metavar="FILE",
+                        help="stage 3's agreement with human labels, shown in the card: a JSON object with "
+                             "coverage, sensitivity, specificity and kappa, each {\"value\": v, \"ci\": [low, high]} "
+                             "(top level or under \"pooled\"), optional \"moderators\" (must name the moderators the "
+                             "meta files record) and \"labels\" (docs/release.md). Default: the card says "
+                             "'moderator not calibrated'")
+    parser.add_argument("--audit", default=None, metavar="DIR",
+                        help="an orbench-audit prompt audit of this release's subset files, with its labels: the card "
+                             "gives each audited subset's share of prompts humans call safe with its 95%% interval "
+                             "(default: 'not audited')")
     parser.add_argument("--output_dir", default="release", metavar="DIR",
                         help="folder for the release files (default: ./release)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a release in --output_dir that was built with other settings or inputs "
                              "(default: stop with exit 2 naming what differs; the same settings rebuild in place)")
+    parser.add_argument("--push_to_hub", default=None, metavar="REPO",
+                        help="after building, upload the release files to the Hugging Face dataset repo REPO "
+                             "(owner/name, or name in your own namespace), creating it if needed. The token "
+                             "(HF_TOKEN, else 'hf auth login') is checked with the Hub before anything is built; "
+                             "HF_ENDPOINT sets another Hub address")
+    parser.add_argument("--private", action="store_true",
+                        help="with --push_to_hub: create the repo as private (a repo that exists keeps its visibility)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)
+        if args.private and not args.push_to_hub:
+            raise UsageError("--private applies to --push_to_hub REPO; give the repo to push to")
+        token = None
+        if args.push_to_hub:
+            hub.check_repo_id(args.push_to_hub)
+            token, user = hub.check_token()
+            print(f"Hub token of {user or 'an unnamed account'} checked", file=sys.stderr)
         manifest = build(args.moderated, args.output_dir, panel=args.panel, min_rejections=args.min_rejections,
                          hard_size=args.hard_size, seed=args.seed, near_dup_threshold=args.near_dup_threshold,
                          category_column=args.category_column, license_id=args.license_id,
-                         pretty_name=args.pretty_name, overwrite=args.overwrite)
+                         pretty_name=args.pretty_name, overwrite=args.overwrite,
+                         moderator_card=args.moderator_card, audit=args.audit)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -330,14 +384,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{c['input_rows']} input rows: {c['moderation_errors']} errors, {c['undecided']} undecided, "
           f"{c['empty_prompts']} empty, {c['exact_duplicates']} exact + {c['normalised_duplicates']} normalised + "
           f"{c.get('near_duplicates', 0)} near duplicates removed", file=sys.stderr)
-    if "hard" not in manifest["subsets"]:
-        print("no --panel given: the hard subset was not built", file=sys.stderr)
     for note in manifest["notes"]:
         print(note, file=sys.stderr)
     out = Path(args.output_dir)
     for name, s in manifest["subsets"].items():
         print(f"{name}: {s['rows']} prompts -> {out / s['file']}")
+    for name, why in manifest["empty_subsets"].items():
+        print(f"{name}: {why}; not written, not declared in the card")
     print(f"manifest: {out / 'manifest.json'}")
     print(f"dataset card: {out / 'README.md'}")
+    if not args.push_to_hub:
+        return 0
+    sizes = ", ".join(f"{n} {s['rows']}" for n, s in manifest["subsets"].items())
+    try:
+        url, commit = hub.push(out, args.push_to_hub, release_files(manifest), token=token, private=args.private,
+                               message=f"orbench {manifest['version']} release: {sizes}")
+    except UsageError as exc:
+        print(f"error: {exc}; the release is built in {out}, nothing was committed", file=sys.stderr)
+        return 2
+    except hub.PushError as exc:
+        print(f"error: {exc}; the release is built in {out}: rerun the same command to push it", file=sys.stderr)
+        return 1
+    print(f"pushed to {url}" + (f" ({commit})" if commit else ""))
     return 0
-
