@@ -15,9 +15,13 @@ Every interval the report, the comparisons and the audit print comes from a func
   sample size of the prompt-clustered (linearised) variance, between the number of prompts
   (every sample of a prompt alike) and the number of rows (samples independent)
   (:func:`cluster_share`). Nothing varying gives the prompt count, never width 0.
+* **A mean of prompts' refusal shares** (a comparison's rate: the prompt is the unit, however
+  many samples each side has): Wilson's interval on the effective size of the shares' variance,
+  between the prompt count and the count of independent samples (:func:`prompt_share`).
 * **A difference of two proportions**: Newcombe's hybrid score method (square-and-add of each
   side's interval, with the pairs' correlation when paired) (:func:`newcombe_difference`), fed
-  by whichever of the rules above each side obeys; for a judge against humans on the same items
+  by whichever of the rules above each side obeys (for two runs' prompt shares,
+  :func:`prompt_paired_difference`); for a judge against humans on the same items
   (the judge card's rate bias), Tango's paired score interval (:func:`paired_score_difference`).
 * **Cohen's kappa**: a (stratified) bootstrap over items; where no disagreement is seen, widened to
   the agreement's own interval carried through kappa, so a perfect judge on 450 items is not
@@ -359,22 +363,56 @@ def paired_score_difference(both: int, a_only: int, b_only: int, neither: int, z
     return Estimate(d, low, high, "tango_paired", (NONE_SEEN,) if a_only == b_only == 0 else (), n=n)
 
 
-def cluster_paired_difference(ka, na, kb, nb) -> Estimate:
-    """``R_b - R_a`` of two models' rates over repeated samples of the same prompts.
+def prompt_share(k, n) -> Estimate:
+    """The mean of the prompts' refusal shares ``k / n``, each prompt counted once whatever its
+    number of samples: the figure a comparison whose unit is the prompt compares.
 
-    Each side's :func:`cluster_share` interval, combined by Newcombe's square-and-add with the
-    correlation of the two rates' linearised per-prompt terms (0 when a side does not vary).
+    The sample mean of the shares, with Wilson's interval on ``n_eff = R (1 - R) / var``, ``var``
+    the shares' sample variance over the prompt count (the usual variance of a mean of i.i.d.
+    units), kept between the prompt count (every sample of a prompt alike) and ``m^2 / sum(1/n)``
+    (every sample independent: ``var = sum R (1 - R) / n_i / m^2``). With equal samples per prompt
+    it is :func:`cluster_share` exactly; with one sample per prompt, Wilson's interval on the prompts.
+    Nothing varying (every share 0, or every share 1) gives the prompt count (flag ``no_variation``).
     """
+    method = "prompt_wilson"
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    if len(k) == 0 or not (n > 0).all():
+        return not_computable(method, "no prompt")
+    s = k / n
+    m = len(s)
+    R = float(s.mean())
+    ceiling = float(m * m / (1 / n).sum())
+    flags: tuple[str, ...] = ()
+    if R in (0.0, 1.0) or m < 2:
+        n_eff = float(m)
+        flags = (NO_VARIATION, NONE_SEEN) if R in (0.0, 1.0) else ()
+    else:
+        var = float(((s - R) ** 2).sum() / (m * (m - 1)))
+        n_eff = min(max(R * (1 - R) / var, m), ceiling) if var > 0 else ceiling
+    low, high = wilson_interval(R * n_eff, n_eff)
+    return Estimate(R, low, high, method, flags, n=m, n_eff=n_eff)
+
+
+def prompt_paired_difference(ka, na, kb, nb) -> Estimate:
+    """``R_b - R_a`` of two models' mean refusal shares over the same prompts (:func:`prompt_share`),
+    the prompt as the unit whatever each side's samples (one each, K against one, unequal counts).
+
+    Each side's :func:`prompt_share` interval combined by Newcombe's square-and-add with the
+    correlation of the two sides' per-prompt shares: the MOVER of Zou & Donner (2008) for a
+    difference of two correlated estimates, which is Newcombe's (1998) method 10 when both
+    sides are single yes/no verdicts (without his small-sample correction of the correlation).
+    The correlation is 0 when a side does not vary.
+    """
+    ka, na, kb, nb = (np.asarray(x, dtype=float) for x in (ka, na, kb, nb))
     if len(ka) == 0:
-        return not_computable("cluster_newcombe", "no prompt")
-    a, b = cluster_share(ka, na), cluster_share(kb, nb)
-    ua = np.asarray(ka, float) - a.value * np.asarray(na, float)
-    ub = np.asarray(kb, float) - b.value * np.asarray(nb, float)
+        return not_computable("prompt_newcombe", "no prompt")
+    a, b = prompt_share(ka, na), prompt_share(kb, nb)
+    ua, ub = ka / na - a.value, kb / nb - b.value
     norm = math.sqrt(float((ua ** 2).sum() * (ub ** 2).sum()))
     phi = float((ua * ub).sum() / norm) if norm > 0 else 0.0
     low, high = newcombe_difference(a.value, a.low, a.high, b.value, b.low, b.high, phi)
     flags = tuple(dict.fromkeys(f for f in a.flags + b.flags if f == NO_VARIATION))
-    return Estimate(b.value - a.value, low, high, "cluster_newcombe", flags, n=len(ka))
+    return Estimate(b.value - a.value, low, high, "prompt_newcombe", flags, n=len(ka))
 
 
 def stratified_paired_difference(a, b, strata, population) -> Estimate:

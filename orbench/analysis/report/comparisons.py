@@ -200,8 +200,11 @@ def comparison_html(extra: Extra) -> str:
               "<i>A only</i> / <i>B only</i>: prompts refused by one model only (with repeated samples: "
               "a higher refusal share). One sample per prompt: Newcombe's paired interval, McNemar's exact test "
               "and beside it the mid-p McNemar test (Fagerland et al. 2013), and the discordant-pair odds ratio "
-              "(B only : A only) with its transformed Wilson interval. Repeated samples: each rate's prompt-level "
-              "interval combined by Newcombe's method, and a sign-flip permutation test of the difference shown. "
+              "(B only : A only) with its transformed Wilson interval. Repeated samples on either side (the two runs "
+              "may have different numbers): the prompt is the unit and its value its refusal share, the rates are "
+              "the mean shares, each with its prompt-level interval, combined by Newcombe's method (Zou &amp; "
+              "Donner's MOVER), and a sign-flip permutation test of the difference shown, swapping each "
+              "prompt's two shares; a prompt differs when its share does. "
               "p (Holm, set): adjusted across the categories of a set; p (Holm, run): adjusted across every "
               "comparison of the run at the same level (whole sets together, categories together), so many "
               "models against one baseline stay controlled (Holm: family-wise error).</p>"),
