@@ -9,7 +9,8 @@ warns when more than :data:`WARN_SHARE` of its rows have no verdict:
 - stage 4 (check alignment): refusals (provider blocks among them), answers, empty responses,
   skipped prompts, replies cut off; with ``--samples`` prompts x samples = rows;
 - stage 5 (check response): every ``answer_category`` (each judge class, unparsed, the judge
-  refusing to judge, an ensemble's undecided rows and majority refusals without a majority
+  refusing to judge (an ensemble's rows where most judges gave no verdict among them), an
+  ensemble's undecided rows (its judges' verdicts split) and majority refusals without a majority
   class, provider blocks, empty responses, skipped prompts) and the responses cut off, whoever
   judged them.
 
@@ -147,7 +148,7 @@ def judged(frame: pd.DataFrame) -> Outcomes:
         warnings.append(f"{_share(refused, asked)} judge replies were the judge refusing to judge (or its "
                         f"provider blocking the request): those rows have no verdict; try another judge")
     if asked and undecided / asked > WARN_SHARE:
-        warnings.append(f"{_share(undecided, asked)} rows are undecided (no majority of the judges): those rows "
+        warnings.append(f"{_share(undecided, asked)} rows are undecided (the judges' verdicts split, no majority): those rows "
                         f"have no verdict; read the <judge>_raw columns")
     if not warnings and asked and (unparsed + refused + undecided) / asked > WARN_SHARE:
         warnings.append(f"{_share(unparsed + refused + undecided, asked)} judge replies gave no verdict "
