@@ -52,7 +52,15 @@ from orbench.llm.models import parse_model, slug
 from orbench.run.cli import ArgumentParser, positive_int
 from orbench.run.provenance import meta_path_for
 from orbench.run.tables import write_text_atomic
-from orbench.scoring.judge_cards import CARD_VERSION, card_text, judge_fingerprint, judge_identity, save_card
+from orbench.scoring.judge_cards import (
+    CARD_VERSION,
+    by_family,
+    card_text,
+    coverage_text,
+    judge_fingerprint,
+    judge_identity,
+    save_card,
+)
 from orbench.scoring.vocab import JUDGE_REFUSED, UNDECIDED, UNPARSED
 from orbench.stages import check_response
 
@@ -120,10 +128,11 @@ def _counts(part: pd.DataFrame) -> dict:
 
 
 def _figures(part: pd.DataFrame) -> dict:
-    verdict = part["is_rejected"].map(_verdict)
-    ok = (part["error"].astype(str).str.strip() == "") & verdict.notna()
-    return {**card_stats.figures(part.loc[ok, "human_refusal"].astype(bool), verdict[ok].astype(bool)),
-            "counts": _counts(part)}
+    """The card's figures over every row of ``part``: a row with an error or without a verdict is
+    a row without a verdict (a disagreement with the humans; card_stats)."""
+    verdict = part["is_rejected"].map(_verdict).astype(object)
+    verdict[part["error"].astype(str).str.strip() != ""] = None
+    return {**card_stats.figures(part["human_refusal"].astype(bool), verdict.tolist()), "counts": _counts(part)}
 
 
 def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
@@ -134,23 +143,42 @@ def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
     for source, part in table.groupby(table["verdict_source"].astype(str).str.strip(), sort=True):
         if source:
             fig = _figures(part)
-            tiers[source] = {"rows": len(part), "accuracy": fig["accuracy"], "rate_bias": fig["rate_bias"]}
+            tiers[source] = {"rows": len(part), "verdicts": fig["verdicts"], "coverage": fig["coverage"],
+                             "accuracy": fig["accuracy"], "rate_bias": fig["rate_bias"]}
     out["tiers"] = tiers
+    # the sources of this card's rows (a card per keyword family holds some of the stage's rows)
+    out["verdict_sources"] = {k: t["rows"] for k, t in tiers.items()}
     sources = table["verdict_source"].astype(str).str.strip()
     decided, judged = sources != "", ~sources.isin(["", "keyword", "provider_block"])
+    out["judged_share"] = float(judged.sum() / decided.sum()) if decided.any() else None
     out["judged_share_per_source"] = {
         str(s): float(judged[p.index].sum() / decided[p.index].sum()) if decided[p.index].any() else None
         for s, p in table.groupby("source", sort=False)}
     return out
 
 
-def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path) -> dict:
-    """The card of the judge behind stage 5's ``table`` (with the label columns) and its ``meta``."""
+def card_families(table: pd.DataFrame, settings: dict) -> dict:
+    """The rows of each card to write: one card, unless the keyword matcher decides verdicts (the
+    keyword judge, the cascade) with the family of each row's model (no ``--matcher``): then one
+    card per family, keyed by that family's fingerprint, so a card is shown only beside verdicts
+    made by the same family's rules. ``{family or None: rows}``."""
+    from orbench.scoring.refusal import family_for_model
+
+    identity = judge_identity(settings)
+    if not by_family(identity) or identity.get("matcher"):
+        return {None: table}
+    family = table["model"].astype(str).map(family_for_model)
+    return {str(f): part for f, part in table.groupby(family, sort=True)}
+
+
+def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path, family: str | None = None) -> dict:
+    """The card of the judge behind stage 5's ``table`` (with the label columns) and its ``meta``;
+    ``family``: the keyword family that decided these rows (:func:`card_families`)."""
     settings = meta.get("settings") or {}
-    fingerprint = meta.get("judge_fingerprint") or judge_fingerprint(judge_identity(settings))
-    card = {"card_version": CARD_VERSION, "judge_fingerprint": fingerprint,
-            "judge_name": settings.get("judge"),
-            "judge": {"identity": judge_identity(settings), "judges": meta.get("judges"),
+    identity = judge_identity(settings, family=family)
+    card = {"card_version": CARD_VERSION, "judge_fingerprint": judge_fingerprint(identity),
+            "judge_name": settings.get("judge"), "family": family,
+            "judge": {"identity": identity, "judges": meta.get("judges"),
                       "models": meta.get("models"), "template_source": meta.get("template_source")},
             "labels": labels, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "calibration_output": str(output), "counts": _counts(table), "pooled": _figures(table),
@@ -160,6 +188,7 @@ def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path) -> d
             "per_source_and_kind": {f"{s} / {k or 'unknown'}": _figures(p) for (s, k), p in
                                     table.groupby(["source", table["prompt_kind"].astype(str).str.strip()], sort=False)},
             "cascade": _cascade(table, meta)}
+    card["coverage"] = card["pooled"]["coverage"]
     card["text"] = card_text(card)
     return card
 
@@ -174,11 +203,16 @@ def _cell(fig: dict, scale: float = 1.0, sign: str = "") -> str:
 
 
 def print_card(card: dict) -> None:
-    """The card as a table on stdout, one line per source model, then pooled and per prompt kind."""
-    print(f"judge: {card['judge_name']} (fingerprint {card['judge_fingerprint']})")
+    """The card as a table on stdout: its coverage first, then one line per source model, pooled
+    and per prompt kind (cov: rows with a verdict / rows; accuracy and kappa over all rows, a row
+    without a verdict a disagreement; judge %, human % and the rate bias over the rows with one)."""
+    family = f", keyword family {card['family']}" if card.get("family") else ""
+    print(f"judge: {card['judge_name']} (fingerprint {card['judge_fingerprint']}{family})")
     print(f"labels: {card['labels']['name']} ({card['labels'].get('used', '?')} responses)")
-    head = (f"{'group':<26} {'n':>5} {'unp':>4} {'ref':>4} {'err':>4}  {'accuracy [95% CI]':<22} "
-            f"{'kappa [95% CI]':<22} {'precision':>9} {'recall':>7}  {'judge %':>7} {'human %':>7}  rate bias, points [95% CI]")
+    print(coverage_text(card["pooled"]))
+    head = (f"{'group':<26} {'n':>5} {'cov %':>6} {'unp':>4} {'ref':>4} {'err':>4}  {'accuracy [95% CI]':<22} "
+            f"{'kappa [95% CI]':<23} {'refusals':>8} {'answers':>7} {'precision':>9}  {'judge %':>7} {'human %':>7}  "
+            f"rate bias, points [95% CI]")
     print(head + "\n" + "-" * len(head))
     groups = [*card["per_source"].items(), ("POOLED", card["pooled"]),
               *((f"kind: {k}", v) for k, v in card["per_prompt_kind"].items()),
@@ -187,10 +221,13 @@ def print_card(card: dict) -> None:
         c = fig["counts"]
         pct = (lambda f: "n/a" if f["value"] is None else f"{100 * f['value']:.1f}")  # noqa: E731 (a one-line helper used just below)
         short = (lambda f: "n/a" if f["value"] is None else f"{f['value']:.3f}")  # noqa: E731 (a one-line helper used just below)
-        print(f"{name:<26} {fig['n']:>5} {c['unparsed']:>4} {c['judge_refused']:>4} {c['errors']:>4}  "
-              f"{_cell(fig['accuracy']):<22} {_cell(fig['kappa']):<22} {short(fig['precision']):>9} "
-              f"{short(fig['recall']):>7}  {pct(fig['judge_rate']):>7} {pct(fig['human_rate']):>7}  "
-              f"{_cell(fig['rate_bias'], 100, '+')}")
+        print(f"{name:<26} {fig['n']:>5} {pct(fig['coverage']):>6} {c['unparsed']:>4} {c['judge_refused']:>4} "
+              f"{c['errors']:>4}  {_cell(fig['accuracy']):<22} {_cell(fig['kappa']):<23} {short(fig['recall']):>8} "
+              f"{short(fig['specificity']):>7} {short(fig['precision']):>9}  {pct(fig['judge_rate']):>7} "
+              f"{pct(fig['human_rate']):>7}  {_cell(fig['rate_bias'], 100, '+')}")
+    note = card["pooled"]["kappa"].get("note")
+    if note:
+        print(f"kappa: {note}")
     if card.get("cascade"):
         casc = card["cascade"]
         share = casc.get("judged_share")
@@ -199,7 +236,7 @@ def print_card(card: dict) -> None:
               + ", ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in casc["judged_share_per_source"].items())
               + ")")
         for tier, t in casc["tiers"].items():
-            print(f"  {tier:<30} {t['rows']:>5} rows, accuracy {_cell(t['accuracy'])}")
+            print(f"  {tier:<30} {t['rows']:>5} rows, {t['verdicts']:>5} with a verdict, accuracy {_cell(t['accuracy'])}")
 
 
 # ---------------------------------------------------------------- main
@@ -252,17 +289,28 @@ def main(argv=None) -> int:
     table = pd.read_csv(output_csv, dtype=str, keep_default_na=False)
     table["human_refusal"] = table["human_refusal"].map(_verdict)
     meta = json.loads(meta_path_for(output_csv).read_text(encoding="utf-8"))
-    card = build_card(table, meta, labels, output_csv)
-    beside = output_csv.with_name(output_csv.stem.replace("judged", "judge_card", 1) + ".json")
-    try:
-        stored = save_card(card, beside)
-    except OSError as exc:
-        print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    print_card(card)
-    print(f"card: {beside}")
-    print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled "
-          "rows of this source; this one is only beside the output")
-    print(card["text"])
+    families = card_families(table, meta.get("settings") or {})
+    written = []
+    for family, part in families.items():
+        card = build_card(part, meta, labels, output_csv, family)
+        stem = output_csv.stem.replace("judged", "judge_card", 1) + (f"_{slug(family)}" if len(families) > 1 else "")
+        beside = output_csv.with_name(stem + ".json")
+        try:
+            stored = save_card(card, beside)
+        except OSError as exc:
+            print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        written.append((card, beside, stored))
+    for card, beside, stored in written:
+        print_card(card)
+        print(f"card: {beside}")
+        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled "
+              "rows of this source; this one is only beside the output")
+        print()
+    if len(written) > 1:
+        print(f"one card per keyword family (the rules that decided each row: {', '.join(families)}); "
+              f"a report shows each beside the verdicts of its own family")
+    for card, _, _ in written:
+        print(card["text"])
     return code
 
