@@ -239,6 +239,55 @@ def print_card(card: dict) -> None:
             print(f"  {tier:<30} {t['rows']:>5} rows, {t['verdicts']:>5} with a verdict, accuracy {_cell(t['accuracy'])}")
 
 
+# ---------------------------------------------------------------- the bundled cards
+
+def bundled_cards(args, extra: list) -> list[dict] | None:
+    """The keyword matcher's own XSTest cards shipped with the package, when they are this very
+    calibration's: ``--check_model keyword`` on XSTest (all of it, no stage flag) with the keyword
+    rules as shipped, and XSTest's completions not at hand (no ``--xstest_dir``, no
+    ``$ORBENCH_XSTEST_DIR``, no cached copy: they are not shipped). None otherwise."""
+    import os
+
+    from orbench.analysis.calibration.label_sources import XSTEST, XSTEST_FILES, cached_xstest
+    from orbench.scoring.judge_cards import bundled_dir
+    from orbench.scoring.refusal import family_for_model, rules_fingerprint
+
+    if (args.labels.strip().lower() != XSTEST or args.xstest_dir or os.environ.get("ORBENCH_XSTEST_DIR")
+            or args.check_model.strip().lower() != "keyword" or args.limit or extra or cached_xstest()):
+        return None
+    cards = []
+    for family in sorted({family_for_model(model) for model, _ in XSTEST_FILES.values()}):
+        identity = judge_identity({"judge": "keyword", "rules": rules_fingerprint()}, family=family)
+        path = bundled_dir() / judge_fingerprint(identity) / "XSTest_v2.json"
+        try:
+            cards.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None  # the rules changed since the cards were made: calibrate on the data
+    return cards
+
+
+def _show_bundled(cards: list[dict], args) -> int:
+    out_dir = Path(args.output_dir or "calibration_keyword")
+    print("XSTest v2's completions are not shipped with orbench (they are under the model providers' licences): "
+          "these are the keyword matcher's own cards, shipped with the package for its rules as they are; to "
+          "compute them from the data, pass --xstest_dir DIR (the five xstest_v2_completions_*.csv files) or set "
+          "$ORBENCH_XSTEST_DIR", file=sys.stderr)
+    for card in cards:
+        beside = out_dir / f"judge_card_XSTest_v2_{slug(card['family'])}.json"
+        try:
+            stored = save_card(card, beside)
+        except OSError as exc:
+            print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print_card(card)
+        print(f"card: {beside} (bundled)")
+        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled rows")
+        print()
+    for card in cards:
+        print(card["text"])
+    return 0
+
+
 # ---------------------------------------------------------------- main
 
 def _prepare(args) -> tuple[pd.DataFrame, dict, Path, Path, Path]:
@@ -274,6 +323,9 @@ def main(argv=None) -> int:
         for name in check_response.judge_names(args.check_model):  # a bad judge fails before any file is written
             if name.lower() != "keyword":
                 parse_model(name)
+        bundled = bundled_cards(args, extra)
+        if bundled is not None:
+            return _show_bundled(bundled, args)
         frame, labels, out_dir, input_csv, output_csv = _prepare(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
