@@ -16,7 +16,9 @@ beside it ``rows_wilson``, the interval that treats samples as independent, and
 ``prompt_bootstrap``, a percentile bootstrap over prompts), ``newcombe_paired`` (a paired
 difference), ``prompt_newcombe`` (a paired difference of two runs' mean prompt shares, the prompt
 as the unit: K samples on both sides, one against K, and 1..K samples at random per prompt on
-both; with and without a true difference), ``kappa`` (the
+both; with and without a true difference), ``rate_bounds`` (the worst-case bounds of a rate with
+20% of its rows without a verdict, missing at random, among the refusals first or among the
+answers first: the truth is the rate over all rows), ``kappa`` (the
 floored bootstrap), ``rogan_gladen`` (a rate corrected with Se/Sp from a separate audit).
 
 Usage::
@@ -150,6 +152,21 @@ def fam_newcombe(rng, n, p, reps, delta=0.1):
     return covered(low, high, truth), high - low
 
 
+def fam_bounds(rng, n, p, reps, mechanism="random", share=0.2):
+    """Worst-case bounds of a rate with ``share`` of its rows without a verdict (stats.rate_bounds):
+    the truth is the rate over all rows; the rows without a verdict are picked at random, among the
+    refusals first ("refusals"), or among the answers first ("answers")."""
+    refused = rng.random((reps, n)) < p
+    weight = {"random": np.ones_like(refused, float), "refusals": np.where(refused, 4.0, 1.0),
+              "answers": np.where(refused, 1.0, 4.0)}[mechanism]
+    keys = rng.random((reps, n)) ** (1 / weight)  # weighted sampling without replacement (Efraimidis-Spirakis)
+    missing = keys >= np.sort(keys, axis=1)[:, [n - max(1, int(share * n))]]
+    k = (refused & ~missing).sum(axis=1)
+    none = missing.sum(axis=1)
+    low, high = stats.rate_bounds(k, n - none, none)
+    return covered(low, high, p), high - low
+
+
 def _sample_counts(rng, shape, samples, design):
     """Samples per prompt: ``samples`` each ("equal"), one each ("one"), or 1..samples at random ("unequal")."""
     if design == "one":
@@ -243,6 +260,9 @@ def main(argv=None) -> int:
             lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "one", delta=0.0), args.reps),
         "prompt_newcombe unequal/unequal": (
             lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "unequal", "unequal"), args.reps),
+        "rate_bounds random": (lambda r, n, p, reps: fam_bounds(r, n, p, reps), args.reps),
+        "rate_bounds refusals missing": (lambda r, n, p, reps: fam_bounds(r, n, p, reps, "refusals"), args.reps),
+        "rate_bounds answers missing": (lambda r, n, p, reps: fam_bounds(r, n, p, reps, "answers"), args.reps),
         "kappa": (fam_kappa, slow),
         "rogan_gladen": (fam_rogan_gladen, slow),
     }

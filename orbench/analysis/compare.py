@@ -52,7 +52,7 @@ import pandas as pd
 from orbench.analysis import stats
 from orbench.analysis.report import columns
 from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results
-from orbench.analysis.report.inputs import SCORED, Inputs
+from orbench.analysis.report.inputs import ERROR, SCORED, Inputs
 from orbench.llm.errors import UsageError
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
@@ -60,7 +60,8 @@ COLUMNS = ["set", "category", "model_a", "model_b", "judge", "n", "samples_a", "
            "ci_low", "ci_high", "ci_flag", "a_only", "b_only", "odds_ratio", "or_ci_low", "or_ci_high",
            "p_value", "p_midp", "p_holm", "p_holm_run", "test", "interval", "unpaired_a", "unpaired_b"]
 SAMPLE_COLUMNS = ["set", "model", "judge", "samples", "prompts", "rows", "rate", "ci_low",
-                  "ci_high", "n_eff", "ci_method", "ci_flag", "flip_share", "flip_prompts"]
+                  "ci_high", "n_eff", "ci_method", "ci_flag", "rate_bound_low", "rate_bound_high", "no_verdict",
+                  "flip_share", "flip_prompts"]
 SHARE_COLUMNS = ["set", "model", "judge", "category", "prompt", "samples", "refusals", "share"]
 ALL = "all"
 MCNEMAR, PERMUTATION = "mcnemar_exact", "sign_flip_permutation"
@@ -170,6 +171,14 @@ def per_prompt(inp: Inputs, set_code: int, model_code: int, method_code: int, ju
                          "category": g["category"].first()})
 
 
+def _no_verdict(inp: Inputs, set_code: int, model_code: int, method_code: int, judge_code: int) -> tuple[int, int]:
+    """(rows without a verdict, rows without an error) of one verdict group."""
+    d = inp.data
+    rows = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["method"] == method_code)
+             & (d["judge"] == judge_code) & (d["status"] != ERROR)]
+    return int((rows["status"] != SCORED).sum()), len(rows)
+
+
 def _verdict_groups(inp: Inputs, set_code: int, model_code: int) -> list[tuple[int, int]]:
     """(method code, judge code) of every verdict group with scored rows for one set and model."""
     d = inp.data
@@ -269,6 +278,12 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
                                      f"{a} only, {unpaired_b} by {b} only")
                 if both.empty:
                     continue
+                for who, code in ((a, ca), (b, cb)):
+                    none, read = _no_verdict(inp, s, code, method, judge)
+                    if read and none > stats.NO_VERDICT_SHARE * read:
+                        out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): {who} has no verdict on {none} of "
+                                         f"{read} rows: compared on the prompts both models decided only; the "
+                                         f"comparison's rates are not the set's (which has none: bounds only)")
                 if (both["n_a"] > 1).any() or (both["n_b"] > 1).any():
                     out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): compared prompt by prompt, "
                                      f"each prompt's value its refusal share over its samples ({a}: "
@@ -363,25 +378,37 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
         # method, judge) group, so no prompt has more than one sample (and grouping 2.4M rows by
         # prompt only to find that out is the report's costliest step at scale).
         return pd.DataFrame(columns=SAMPLE_COLUMNS), pd.DataFrame(columns=SHARE_COLUMNS)
-    scored = d[d["status"] == SCORED]
-    counts = scored.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
-        k=("rejected", "sum"), n=("rejected", "size"), category=("category", "first")).reset_index()
+    read = d[d["status"] != ERROR]
+    read = read.assign(k=(read["status"] == SCORED) & (read["rejected"] == 1), n=read["status"] == SCORED,
+                       u=read["status"] != SCORED)
+    counts = read.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
+        k=("k", "sum"), n=("n", "sum"), u=("u", "sum"), category=("category", "first")).reset_index()
     table, shares = [], []
 
     def names(kind, v):
         return inp.codes[kind].names[v]
     for (s, m, me, j), part in counts.groupby(["set", "model", "method", "judge"], sort=True):
-        if part["n"].max() <= 1:
+        if (part["n"] + part["u"]).max() <= 1:
             continue
+        none = int(part["u"].sum())
+        bounded = none > stats.NO_VERDICT_SHARE * (part["n"].sum() + none)
+        filled = part.copy()
+        part = part[part["n"] > 0]
         k, n = part["k"].to_numpy(float), part["n"].to_numpy(float)
         est = stats.cluster_share(k, n)
+        bounds = (math.nan, math.nan)
+        if bounded:  # too many rows without a verdict: no rate, only its bounds (stats.rate_bounds, prompt-level)
+            fk, fu, fn = (filled[c].to_numpy(float) for c in ("k", "u", "n"))
+            bounds = (stats.cluster_share(fk, fn + fu).low, stats.cluster_share(fk + fu, fn + fu).high)
+            est = stats.Estimate(math.nan, math.nan, math.nan, "worst_case_wilson", (stats.BOUNDS_ONLY,))
         multi = part["n"] > 1
         flips = int((multi & (part["k"] > 0) & (part["k"] < part["n"])).sum())
         judge = names("judge", j) or names("method", me)
         table.append({"set": names("set", s), "model": names("model", m), "judge": judge,
-                      "samples": int(part["n"].max()), "prompts": len(part), "rows": int(n.sum()),
+                      "samples": int((filled["n"] + filled["u"]).max()), "prompts": len(part), "rows": int(n.sum()),
                       "rate": est.value, "ci_low": est.low, "ci_high": est.high, "n_eff": est.n_eff,
-                      "ci_method": est.method, "ci_flag": est.flag,
+                      "ci_method": est.method, "ci_flag": est.flag, "rate_bound_low": bounds[0],
+                      "rate_bound_high": bounds[1], "no_verdict": none,
                       "flip_share": flips / int(multi.sum()) if multi.any() else math.nan,
                       "flip_prompts": flips})
         shares.append(pd.DataFrame({

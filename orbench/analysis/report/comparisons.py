@@ -223,7 +223,10 @@ def samples_html(extra: Extra) -> str:
         return ""
     rows = [[cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"])), num(str(r["samples"])),
              num(str(r["prompts"])),
-             num(f"{100 * r['rate']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]"
+             num(f"{100 * r['rate']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]" + flag_marks(r["ci_flag"])
+                 if not math.isnan(r["rate"]) else
+                 f"<span class=warn>no rate: {int(r['no_verdict'])} rows without a verdict</span><br><span class=muted>"
+                 f"bounds [{fixed(100 * r['rate_bound_low'])}, {fixed(100 * r['rate_bound_high'])}]</span>"
                  + flag_marks(r["ci_flag"])),
              num(f"{100 * r['flip_share']:.1f}" if not math.isnan(r["flip_share"]) else "-")]
             for r in extra.samples.to_dict("records")]
