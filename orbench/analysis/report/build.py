@@ -66,6 +66,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orbench.analysis.folders import check_writable, write_error
 from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
 
@@ -677,11 +678,12 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the report; exit 0, or 2 with one line on bad input."""
+    """Run the report; exit 0, or 2 with one line on bad input or an output folder that cannot be written."""
     try:
         args = make_parser().parse_args(argv)
         if args.examples < 0:
             raise UsageError("--examples must be 0 or more")
+        check_writable(args.output_dir)
         rep = build_report(args.files, args.output_dir, default_set=args.default_set,
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
@@ -689,6 +691,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            custom_sets=args.custom_sets, figures=not args.no_figures)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder became unwritable while the report was computed
+        print(write_error(exc, args.output_dir), file=sys.stderr)
         return 2
     for note in rep.notes:
         print(note, file=sys.stderr)
