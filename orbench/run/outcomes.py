@@ -141,8 +141,8 @@ def judged(frame: pd.DataFrame) -> Outcomes:
     unparsed = counts.get(UNPARSED, 0)
     if asked and unparsed / asked > WARN_SHARE:
         warnings.append(f"{_share(unparsed, asked)} judge replies were unparsed (no class the strict parser "
-                        f"could read): those rows have no verdict, and the rate rests on the others; read "
-                        f"their answer_type_response, then try another judge or --template")
+                        f"could read): those rows have no verdict (past 5% of a set's rows, the report gives no rate, "
+                        f"only its bounds); read their answer_type_response, then try another judge or --template")
     refused, undecided = counts.get(JUDGE_REFUSED, 0), counts.get(UNDECIDED, 0)
     if asked and refused / asked > WARN_SHARE:
         warnings.append(f"{_share(refused, asked)} judge replies were the judge refusing to judge (or its "
@@ -153,7 +153,7 @@ def judged(frame: pd.DataFrame) -> Outcomes:
     if not warnings and asked and (unparsed + refused + undecided) / asked > WARN_SHARE:
         warnings.append(f"{_share(unparsed + refused + undecided, asked)} judge replies gave no verdict "
                         f"({unparsed} unparsed, {refused} the judge refusing to judge, {undecided} undecided): "
-                        f"the rate rests on the others")
+                        f"past 5% of a set's rows, the report gives no rate, only its bounds")
     return Outcomes(counts, text or "no rows judged", warnings + cut_warnings)
 
 
