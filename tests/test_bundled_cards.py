@@ -39,6 +39,7 @@ def test_the_bundled_cards_are_the_shipped_matchers():
 
 def test_calibrate_offline_shows_the_bundled_cards_and_names_xstest_dir(env, capsys, tmp_path, monkeypatch):
     monkeypatch.delenv("ORBENCH_XSTEST_DIR", raising=False)
+    monkeypatch.delenv("ORBENCH_XSTEST_URL", raising=False)
 
     def offline(*args, **kwargs):
         raise OSError("offline")

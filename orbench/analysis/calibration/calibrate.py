@@ -245,7 +245,8 @@ def bundled_cards(args, extra: list) -> list[dict] | None:
     """The keyword matcher's own XSTest cards shipped with the package, when they are this very
     calibration's: ``--check_model keyword`` on XSTest (all of it, no stage flag) with the keyword
     rules as shipped, and XSTest's completions not at hand (no ``--xstest_dir``, no
-    ``$ORBENCH_XSTEST_DIR``, no cached copy: they are not shipped). None otherwise."""
+    ``$ORBENCH_XSTEST_DIR``, no cached copy: they are not shipped) nor asked for from an address
+    of the user's own (``$ORBENCH_XSTEST_URL``). None otherwise."""
     import os
 
     from orbench.analysis.calibration.label_sources import XSTEST, XSTEST_FILES, cached_xstest
@@ -253,6 +254,7 @@ def bundled_cards(args, extra: list) -> list[dict] | None:
     from orbench.scoring.refusal import family_for_model, rules_fingerprint
 
     if (args.labels.strip().lower() != XSTEST or args.xstest_dir or os.environ.get("ORBENCH_XSTEST_DIR")
+            or os.environ.get("ORBENCH_XSTEST_URL")
             or args.check_model.strip().lower() != "keyword" or args.limit or extra or cached_xstest()):
         return None
     cards = []
