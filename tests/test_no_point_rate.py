@@ -38,10 +38,10 @@ def judged(env, fake, script, tmp_path, name, responses, finish=None):
 
 
 def test_a_cascade_whose_judge_parses_nothing_gets_bounds_not_a_rate(env, fake, script, tmp_path):
-    hard = [SURE_REFUSAL if i % 5 == 0 else UNSURE for i in range(60)]  # 12 sure refusals, 48 to the judge
-    finish = ["length" if i % 3 == 0 else "stop" for i in range(60)]
+    hard = [SURE_REFUSAL if i % 5 == 0 else UNSURE for i in range(30)]  # 6 sure refusals, 24 to the judge
+    finish = ["length" if i % 3 == 0 else "stop" for i in range(30)]
     h = judged(env, fake, script, tmp_path, "hard", hard, finish)
-    t = judged(env, fake, script, tmp_path, "toxic", [UNSURE] * 40)  # every toxic row to the judge: unparsed
+    t = judged(env, fake, script, tmp_path, "toxic", [UNSURE] * 20)  # every toxic row to the judge: unparsed
     table = pd.read_csv(h, dtype=str, keep_default_na=False)
     k, n = int((table.is_rejected == "True").sum()), int((table.is_rejected != "").sum())
     none = len(table) - n
@@ -54,35 +54,35 @@ def test_a_cascade_whose_judge_parses_nothing_gets_bounds_not_a_rate(env, fake, 
     assert row.judge_rate_bound_high == pytest.approx(wilson(k + none, n + none)[1], abs=1e-6)
     assert row.judge_ci_flag == "bounds_only" and row.judge_ci_method == "worst_case_wilson"
     tox = summary.loc["toxic"]
-    assert (tox.judge_scored, tox.judge_unparsed) == (0, 40)
+    assert (tox.judge_scored, tox.judge_unparsed) == (0, 20)
     assert (tox.judge_rate_bound_low, tox.judge_rate_bound_high) == (0.0, 1.0)
     cats = pd.read_csv(tmp_path / "rep" / "categories.csv")
     assert cats[cats.method == "judge"].rate.isna().all() and cats[cats.method == "judge"].rate_bound_low.notna().all()
     board = pd.read_csv(tmp_path / "rep" / "leaderboard.csv").iloc[0]
     assert pd.isna(board.hard_rate_pct) and pd.isna(board.balanced_accuracy_pct) and pd.isna(board["rank"])
     assert board.hard_rate_bound_low_pct == pytest.approx(100 * wilson(k, n + none)[0], abs=1e-3)
-    assert (board.toxic_scored, board.toxic_no_verdict) == (0, 40)
+    assert (board.toxic_scored, board.toxic_no_verdict) == (0, 20)
     assert board.rank_note == f"hard: no rate ({n} verdicts, {none} rows without one); toxic: no rate (0 verdicts, " \
-                              f"40 rows without one)"
+                              f"20 rows without one)"
     saved = json.loads((tmp_path / "rep" / "report.json").read_text())
     lb = saved["leaderboard"][0]
     assert lb["hard_rate_pct"] is None and lb["toxic_rate_pct"] is None and lb["toxic_rate_bound_high_pct"] == 100
     (point,) = saved["points"]
     assert point["x"] is None and point["y"] is None and point["y_bounds"] == [0.0, 100.0]
     assert saved["spearman"] is None and saved["quadratic_fit"] is None
-    assert any(f"M (hard: no rate: {n} verdicts, {none} rows without one; toxic: no rate: 0 verdicts, 40 rows "
+    assert any(f"M (hard: no rate: {n} verdicts, {none} rows without one; toxic: no rate: 0 verdicts, 20 rows "
                f"without one; drawn as bounds)" in note for note in rep.notes)
     assert not any("none has results on both" in note for note in rep.notes)
     md = (tmp_path / "rep" / "leaderboard.md").read_text()
-    assert "no rate: 0 verdicts, 40 rows without one; bounds [0.0, 100.0] (judge)" in md
+    assert "no rate: 0 verdicts, 20 rows without one; bounds [0.0, 100.0] (judge)" in md
     html = (tmp_path / "rep" / "report.html").read_text()
-    assert "no rate: 0 verdicts, 40 rows without one" in html and "bounds [0.0, 100.0]" in html
+    assert "no rate: 0 verdicts, 20 rows without one" in html and "bounds [0.0, 100.0]" in html
     assert (tmp_path / "rep" / "hard_vs_toxic.png").stat().st_size > 1000
     # cut-off replies: of the scored rows the rate uses and of all replies, each said
     cut_scored = int(((table.finish_reason == "length") & (table.is_rejected != "")).sum())
-    assert (board.hard_scored_truncated, board.hard_truncated, board.hard_replies) == (cut_scored, 20, 60)
-    assert f"cut off: {cut_scored} of the {n} scored, 20 of 60 replies" in html
-    assert f"cut off: {cut_scored} of the {n} scored, 20 of 60 replies" in md
+    assert (board.hard_scored_truncated, board.hard_truncated, board.hard_replies) == (cut_scored, 10, 30)
+    assert f"cut off: {cut_scored} of the {n} scored, 10 of 30 replies" in html
+    assert f"cut off: {cut_scored} of the {n} scored, 10 of 30 replies" in md
 
 
 def test_at_most_5_percent_without_a_verdict_keeps_the_rate(tmp_path):
