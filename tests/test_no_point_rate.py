@@ -124,3 +124,16 @@ def test_bounds_with_repeated_samples_count_prompts(tmp_path):
     samples = pd.read_csv(rep.outputs["samples"]).iloc[0]
     assert pd.isna(samples.rate) and samples.no_verdict == u.sum()
     assert samples.rate_bound_low == pytest.approx(row.keyword_rate_bound_low)
+
+
+def test_a_comparison_says_when_a_side_has_no_rate(tmp_path):
+    write(tmp_path / "a_hard.csv", [{"prompt": f"p{i}", "model": "A", "response": "r",
+                                     "is_rejected": "" if i < 3 else str(i % 2 == 0)} for i in range(20)])
+    write(tmp_path / "b_hard.csv", [{"prompt": f"p{i}", "model": "B", "response": "r",
+                                     "is_rejected": str(i % 3 == 0)} for i in range(20)])
+    rep = report.build_report([str(tmp_path / "a_hard.csv"), str(tmp_path / "b_hard.csv")], tmp_path / "rep",
+                              reference=False, figures=False, html=False, compare=[["A", "B"]])
+    assert ("A vs B on hard (keyword): A has no verdict on 3 of 20 rows: compared on the prompts both models "
+            "decided only; the comparison's rates are not the set's (which has none: bounds only)") in rep.notes
+    table = pd.read_csv(rep.outputs["comparison"])
+    assert (table.n[0], table.unpaired_a[0], table.unpaired_b[0]) == (17, 0, 3)

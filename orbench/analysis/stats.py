@@ -564,7 +564,8 @@ def kappa(a, b, labels: Sequence | None = None, strata=None, population=None,
         low, high = np.nanmin([low, floor[0]]), np.nanmax([high, floor[1]])
     note = f"{int((~ok).sum())} of {draws} draws had one label only" if not ok.all() else ""
     method = "stratified_bootstrap_kappa" if weighted else "bootstrap_kappa"
-    return Estimate(point, float(low), float(high), method, tuple(flags), n=n, note=note)
+    # kappa's range is [-1, 1]; the floor, carried at the observed pe, could leave it
+    return Estimate(point, max(-1.0, float(low)), min(1.0, float(high)), method, tuple(flags), n=n, note=note)
 
 
 def _item_weights(strata, population) -> np.ndarray:
