@@ -9,15 +9,24 @@ and the rate bias (judge minus humans), each with a 95% interval (orbench.analys
 how many replies were unparsed, were the judge refusing to
 judge, or failed; the same per prompt kind and per source model and prompt kind (where a rate's
 bias is checked); for the cascade, the rows each tier decided, each tier's accuracy and the share
-judged per source model. Responses without a verdict are counted, never scored.
+judged per source model. Its coverage comes first; a response without a verdict counts as a
+disagreement with the humans, never as a refusal or an answer.
 
 Labels (``--labels``, :mod:`orbench.analysis.calibration.label_sources`): ``xstest`` (default; XSTest v2's
 2,250 responses, read from ``--xstest_dir`` / ``$ORBENCH_XSTEST_DIR`` or downloaded into the cache
 folder at first use), a CSV of ``prompt, response, label`` (``model`` and ``prompt_kind``
 optional), or the folder of an ``orbench-audit`` verdict audit after ``orbench-audit score``.
 
-The card is keyed by the judge's fingerprint (the meta file's ``judge_fingerprint``: the judge as
-resolved, its template's hash, the rules' and cascade's fingerprints, its settings) and written
+Every row counts: the card states its coverage first (rows with a verdict / all rows; under 95%
+it is marked NOT VALID wherever it is shown), and its agreement is over all rows, a row without a
+verdict counting as a disagreement (``orbench.analysis.calibration.card_stats``).
+
+The keyword matcher's own XSTest cards ship with the package: ``--check_model keyword`` on XSTest
+without ``--xstest_dir`` (and no cached copy) shows them, with no download.
+
+The card is keyed by the judge's fingerprint (the judge as resolved, its template's hash, the
+rules' and cascade's fingerprints, the keyword family where the keyword rules decide verdicts, its
+settings; a keyword or cascade calibration without ``--matcher`` writes one card per family) and written
 into the card store in the cache folder, where ``orbench-report`` finds it without a flag, and
 as ``judge_card.json`` beside the calibration's output (``--output_dir``, default
 ``./calibration_<judge>/``, which also holds the stage-5 input, output, progress and meta files).
@@ -83,7 +92,9 @@ def build_parser() -> ArgumentParser:
                              "label (model, prompt_kind optional), or an orbench-audit verdict audit folder")
     parser.add_argument("--xstest_dir", default=None, metavar="DIR",
                         help="a folder with XSTest v2's five xstest_v2_completions_*.csv files (default: "
-                             "$ORBENCH_XSTEST_DIR, else downloaded into the cache folder at first use)")
+                             "$ORBENCH_XSTEST_DIR, else the cache folder's copy, else: for --check_model keyword, "
+                             "the keyword matcher's cards shipped with the package; for any other judge, "
+                             "downloaded into the cache folder at first use)")
     parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
                         help="a cheap first look: at most N responses per source model, a seeded sample "
                              "stratified by human label (the labels keep their shares)")
