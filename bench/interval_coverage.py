@@ -14,7 +14,11 @@ a domain: a verdict's recall over the human refusals; a model's rate over the pr
 safe, 90% / 20% safe strata), ``cluster`` (a rate over repeated samples, prompts as the unit;
 beside it ``rows_wilson``, the interval that treats samples as independent, and
 ``prompt_bootstrap``, a percentile bootstrap over prompts), ``newcombe_paired`` (a paired
-difference), ``cluster_newcombe`` (a paired difference over repeated samples), ``kappa`` (the
+difference), ``prompt_newcombe`` (a paired difference of two runs' mean prompt shares, the prompt
+as the unit: K samples on both sides, one against K, and 1..K samples at random per prompt on
+both; with and without a true difference), ``rate_bounds`` (the worst-case bounds of a rate with
+20% of its rows without a verdict, missing at random, among the refusals first or among the
+answers first: the truth is the rate over all rows), ``kappa`` (the
 floored bootstrap), ``rogan_gladen`` (a rate corrected with Se/Sp from a separate audit).
 
 Usage::
@@ -148,15 +152,53 @@ def fam_newcombe(rng, n, p, reps, delta=0.1):
     return covered(low, high, truth), high - low
 
 
-def fam_cluster_newcombe(rng, n, p, reps, icc, samples, delta=0.1):
+def fam_bounds(rng, n, p, reps, mechanism="random", share=0.2):
+    """Worst-case bounds of a rate with ``share`` of its rows without a verdict (stats.rate_bounds):
+    the truth is the rate over all rows; the rows without a verdict are picked at random, among the
+    refusals first ("refusals"), or among the answers first ("answers")."""
+    refused = rng.random((reps, n)) < p
+    weight = {"random": np.ones_like(refused, float), "refusals": np.where(refused, 4.0, 1.0),
+              "answers": np.where(refused, 1.0, 4.0)}[mechanism]
+    keys = rng.random((reps, n)) ** (1 / weight)  # weighted sampling without replacement (Efraimidis-Spirakis)
+    missing = keys >= np.sort(keys, axis=1)[:, [n - max(1, int(share * n))]]
+    k = (refused & ~missing).sum(axis=1)
+    none = missing.sum(axis=1)
+    low, high = stats.rate_bounds(k, n - none, none)
+    return covered(low, high, p), high - low
+
+
+def _sample_counts(rng, shape, samples, design):
+    """Samples per prompt: ``samples`` each ("equal"), one each ("one"), or 1..samples at random ("unequal")."""
+    if design == "one":
+        return np.ones(shape)
+    if design == "unequal":
+        return rng.integers(1, samples + 1, size=shape).astype(float)
+    return np.full(shape, float(samples))
+
+
+def fam_prompt_newcombe(rng, n, p, reps, icc, samples, design_a="equal", design_b="equal", delta=0.1):
+    """A paired difference of two runs' mean prompt shares, each run with its own samples per prompt."""
     pa = _propensities(rng, p, icc, (reps, n))
     pb = np.clip(pa + delta * (1 - pa), 0, 1)  # B refuses a little more, prompt by prompt
-    ka, kb = rng.binomial(samples, pa).astype(float), rng.binomial(samples, pb).astype(float)
+    na, nb = _sample_counts(rng, (reps, n), samples, design_a), _sample_counts(rng, (reps, n), samples, design_b)
+    ka, kb = rng.binomial(na.astype(int), pa).astype(float), rng.binomial(nb.astype(int), pb).astype(float)
     truth = delta * (1 - p)
-    m = np.full(n, float(samples))
-    res = [stats.cluster_paired_difference(x, m, y, m) for x, y in zip(ka, kb)]
+    res = [stats.prompt_paired_difference(x, u, y, v) for x, u, y, v in zip(ka, na, kb, nb)]
     low, high = np.array([e.low for e in res]), np.array([e.high for e in res])
     return covered(low, high, truth), high - low
+
+
+def sign_flip_size(rng, reps, icc, samples, n=20, designs=("one", "equal")):
+    """The share of sign-flip p-values <= 0.05 under no difference (A and B alike, prompt by prompt)."""
+    from orbench.analysis.compare import sign_flip_p
+
+    hits = []
+    for p in RATES:
+        props = _propensities(rng, p, icc, (reps, n))
+        na, nb = (_sample_counts(rng, (reps, n), samples, d) for d in designs)
+        ka, kb = rng.binomial(na.astype(int), props), rng.binomial(nb.astype(int), props)
+        hits.append(np.mean([sign_flip_p(*x, resamples=2000) <= 0.05 for x in zip(ka, na, kb, nb)]))
+    return float(np.mean(hits)), float(np.max(hits))
 
 
 def fam_kappa(rng, n, p, reps):
@@ -212,7 +254,15 @@ def main(argv=None) -> int:
                                                  args.reps),
         "prompt_bootstrap": (lambda r, n, p, reps: fam_cluster(r, n, p, reps, icc, k, "prompt_bootstrap"), slow),
         "newcombe_paired": (fam_newcombe, args.reps),
-        "cluster_newcombe": (lambda r, n, p, reps: fam_cluster_newcombe(r, n, p, reps, icc, k), args.reps),
+        "prompt_newcombe K/K": (lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k), args.reps),
+        "prompt_newcombe 1/K": (lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "one"), args.reps),
+        "prompt_newcombe 1/K, no difference": (
+            lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "one", delta=0.0), args.reps),
+        "prompt_newcombe unequal/unequal": (
+            lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "unequal", "unequal"), args.reps),
+        "rate_bounds random": (lambda r, n, p, reps: fam_bounds(r, n, p, reps), args.reps),
+        "rate_bounds refusals missing": (lambda r, n, p, reps: fam_bounds(r, n, p, reps, "refusals"), args.reps),
+        "rate_bounds answers missing": (lambda r, n, p, reps: fam_bounds(r, n, p, reps, "answers"), args.reps),
         "kappa": (fam_kappa, slow),
         "rogan_gladen": (fam_rogan_gladen, slow),
     }
@@ -233,6 +283,11 @@ def main(argv=None) -> int:
                 widths.append(float(np.mean(width)))
             print(f"{name:40s} {n:3d} {reps:5d} {np.mean(covers):10.3f} {np.min(covers):9.3f} {np.mean(widths):10.3f} "
                   f"{time.perf_counter() - t0:5.1f}s", flush=True)
+    if not args.families or "sign_flip" in args.families.split(","):
+        print("sign-flip permutation test (prompt shares), share of p <= 0.05 under no difference, 20 prompts:")
+        for designs in (("one", "one"), ("one", "equal"), ("unequal", "unequal")):
+            mean, worst = sign_flip_size(rng, max(50, args.reps // 5), icc, k, designs=designs)
+            print(f"  samples A: {designs[0]:8s} B: {designs[1]:8s} mean {mean:.3f}, max over rates {worst:.3f}")
     return 0
 
 

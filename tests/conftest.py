@@ -25,6 +25,15 @@ from orbench.llm.providers import mock as mock_provider  # noqa: E402 (tests/ is
 
 mock_provider.install()  # ``mock/<name>`` models resolve in every test (and in-process script runs)
 
+# Hypothesis (tests/test_properties.py): a few examples by default, so the suite stays fast; the
+# ``slow`` profile (pytest --hypothesis-profile=slow) runs many more. No deadline: the machine is shared.
+from hypothesis import HealthCheck, settings  # noqa: E402 (beside the set-up above)
+
+settings.register_profile("default", max_examples=12, deadline=None, derandomize=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("slow", max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("default")
+
 # Fake keys: distinctive so a test can search every output for them.
 FAKE_KEYS = {
     "OPENAI_API_KEY": "sk-test-openai-SECRET-0123456789",

@@ -60,7 +60,20 @@ def run(capsys, *args):
 
 
 def card_of(out_dir: Path) -> dict:
-    return json.loads(next(out_dir.glob("judge_card_*.json")).read_text())
+    """The one card a calibration wrote."""
+    (path,) = out_dir.glob("judge_card_*.json")
+    return json.loads(path.read_text())
+
+
+def cards_of(out_dir: Path) -> dict:
+    """Every card a calibration wrote, by keyword family (a keyword or cascade calibration without
+    --matcher writes one per family: the rules that decided its rows)."""
+    cards = [json.loads(p.read_text()) for p in sorted(out_dir.glob("judge_card_*.json"))]
+    return {c["family"]: c for c in cards}
+
+
+FAMILY = {"gpt4": "gpt-4", "llama2new": "llama-2", "llama2orig": "llama-2", "mistralguard": "mistral",
+          "mistralinstruct": "mistral"}
 
 
 def test_console_script_is_installed():
@@ -91,7 +104,9 @@ def test_perfect_judge_card_then_rerun_is_free(env, fake, capsys, tmp_path):
     assert card["judge_fingerprint"] == meta["judge_fingerprint"]
     stored = Path(env["ORBENCH_CACHE_DIR"]) / "judge_cards" / card["judge_fingerprint"] / "XSTest_v2.json"
     assert json.loads(stored.read_text()) == card
-    assert out.strip().splitlines()[-1].startswith("judge vs humans: kappa 1.00 [0.")
+    assert card["coverage"] == {"value": 1.0, "ci": [pytest.approx(0.8865, abs=1e-3), 1.0], "valid": True}
+    assert out.strip().splitlines()[-1].startswith("judge vs humans: coverage 30 of 30 rows (100%); kappa 1.00 [0.")
+    assert "refusals agreed 1.00, answers agreed 1.00" in out
     assert "rate bias +0.0 points [" in out and "XSTest v2 (n=30)" in out
 
     code, out2, err2 = run(capsys, "--check_model", "openai/judge-x", "--xstest_dir", data,
@@ -105,22 +120,27 @@ def test_figures_equal_scikit_learn(env, fake, capsys, tmp_path):
     assert code == 0, err
     assert fake.count() == 0
     judged = pd.read_csv(tmp_path / "kw" / "judged_XSTest_v2.csv", dtype=str, keep_default_na=False)
-    human = judged.human_refusal == "True"
-    machine = judged.is_rejected == "True"
     assert (judged.is_rejected != "").all()
-    card = card_of(tmp_path / "kw")
-    pooled = card["pooled"]
-    assert pooled["accuracy"]["value"] == pytest.approx(accuracy_score(human, machine))
-    assert pooled["kappa"]["value"] == pytest.approx(cohen_kappa_score(human, machine))
-    assert pooled["precision"]["value"] == pytest.approx(precision_score(human, machine))
-    assert pooled["recall"]["value"] == pytest.approx(recall_score(human, machine))
-    assert pooled["rate_bias"]["value"] == pytest.approx(machine.mean() - human.mean())
-    t = pooled["table"]
-    assert pooled["rate_bias"]["ci"] == list(rate_bias_ci(t["tp"], t["fp"], t["fn"], t["tn"]))
-    for key, fig in card["per_source"].items():
-        part = judged.source == key
-        assert fig["accuracy"]["value"] == pytest.approx(accuracy_score(human[part], machine[part]))
-    assert "kind: unsafe" in out and "POOLED" in out
+    cards = cards_of(tmp_path / "kw")
+    assert set(cards) == {"gpt-4", "llama-2", "mistral"}  # one card per family of rules
+    for family, card in cards.items():
+        rows = judged[judged.source.map(FAMILY) == family]
+        human, machine = rows.human_refusal == "True", rows.is_rejected == "True"
+        pooled = card["pooled"]
+        assert pooled["n"] == len(rows) and card["judge"]["identity"]["matcher"] == family
+        assert pooled["accuracy"]["value"] == pytest.approx(accuracy_score(human, machine))
+        assert pooled["kappa"]["value"] == pytest.approx(cohen_kappa_score(human, machine))
+        assert pooled["precision"]["value"] == pytest.approx(precision_score(human, machine))
+        assert pooled["recall"]["value"] == pytest.approx(recall_score(human, machine))
+        assert pooled["specificity"]["value"] == pytest.approx(recall_score(~human, ~machine))
+        assert pooled["rate_bias"]["value"] == pytest.approx(machine.mean() - human.mean())
+        t = pooled["table"]
+        assert pooled["rate_bias"]["ci"] == list(rate_bias_ci(t["tp"], t["fp"], t["fn"], t["tn"]))
+        for key, fig in card["per_source"].items():
+            part = rows.source == key
+            assert fig["accuracy"]["value"] == pytest.approx(accuracy_score(human[part], machine[part]))
+    assert len({c["judge_fingerprint"] for c in cards.values()}) == 3
+    assert "kind: unsafe" in out and "POOLED" in out and "keyword family llama-2" in out
 
 
 @pytest.mark.parametrize("reply, field", [("I think it might be either one.", "unparsed"),
@@ -132,13 +152,15 @@ def test_a_judge_without_verdicts_gets_a_card_that_says_so(env, fake, capsys, tm
                          "--output_dir", tmp_path / "cal")
     assert code == 0, err
     card = card_of(tmp_path / "cal")
-    assert card["counts"]["rows"] == 10 and card["counts"][field] == 10 and card["pooled"]["n"] == 0
-    assert card["pooled"]["accuracy"] == {"value": None, "ci": [None, None]}
-    label = "unparsed" if field == "unparsed" else "refused to judge"
-    assert card["text"] == (f"judge vs humans: no verdict on any of 10 labelled responses ("
-                            f"{10 if field == 'unparsed' else 0} unparsed, {10 if field != 'unparsed' else 0} "
-                            f"refused to judge), XSTest v2")
-    assert label in card["text"]
+    assert card["counts"]["rows"] == 10 and card["counts"][field] == 10
+    # every row counts: the agreement is over all 10 rows, a row without a verdict a disagreement
+    assert (card["pooled"]["n"], card["pooled"]["verdicts"]) == (10, 0)
+    assert card["pooled"]["accuracy"]["value"] == 0.0 and card["pooled"]["coverage"]["valid"] is False
+    assert card["pooled"]["rate_bias"] == {"value": None, "ci": [None, None]}
+    assert card["text"] == (f"judge vs humans: coverage 0 of 10 rows (0%): NOT VALID (a verdict on under 95% of the "
+                            f"rows; each row without one counts as a disagreement below): no verdict on any of 10 "
+                            f"labelled responses ({10 if field == 'unparsed' else 0} unparsed, "
+                            f"{10 if field != 'unparsed' else 0} refused to judge, 0 errors), XSTest v2")
 
 
 def test_cascade_and_ensemble_cards(env, fake, capsys, tmp_path):
@@ -147,30 +169,57 @@ def test_cascade_and_ensemble_cards(env, fake, capsys, tmp_path):
     code, out, err = run(capsys, "--check_model", "openai/judge-x", "--cascade", "--xstest_dir", data,
                          "--output_dir", tmp_path / "casc")
     assert code == 0, err
-    card = card_of(tmp_path / "casc")
-    tiers = card["cascade"]["tiers"]
-    assert sum(t["rows"] for t in tiers.values()) == 30
-    assert set(tiers) == {"keyword", "openai/judge-x"}
-    assert card["cascade"]["verdict_sources"] == {k: t["rows"] for k, t in tiers.items()}
-    assert tiers["openai/judge-x"]["accuracy"]["value"] == 1.0
-    assert fake.count() == tiers["openai/judge-x"]["rows"]
-    assert card["judge_name"] == "keyword+openai/judge-x"
-    shares = card["cascade"]["judged_share_per_source"]
+    cards = cards_of(tmp_path / "casc")  # the keyword rules decide the sure rows: one card per family
+    assert set(cards) == {"gpt-4", "llama-2", "mistral"}
     judged_rows = pd.read_csv(tmp_path / "casc" / "judged_XSTest_v2.csv", dtype=str, keep_default_na=False)
-    expected = (judged_rows.verdict_source == "openai/judge-x").groupby(judged_rows.source).mean()
-    assert shares == pytest.approx(expected.to_dict())
+    sent = 0
+    for family, card in cards.items():
+        rows = judged_rows[judged_rows.source.map(FAMILY) == family]
+        tiers = card["cascade"]["tiers"]
+        assert sum(t["rows"] for t in tiers.values()) == len(rows) == card["pooled"]["n"]
+        assert set(tiers) == {"keyword", "openai/judge-x"}
+        assert card["cascade"]["verdict_sources"] == {k: t["rows"] for k, t in tiers.items()}
+        assert tiers["openai/judge-x"]["accuracy"]["value"] == 1.0
+        assert tiers["openai/judge-x"]["verdicts"] == tiers["openai/judge-x"]["rows"]
+        sent += tiers["openai/judge-x"]["rows"]
+        assert card["judge_name"] == "keyword+openai/judge-x"
+        expected = (rows.verdict_source == "openai/judge-x").groupby(rows.source).mean()
+        assert card["cascade"]["judged_share_per_source"] == pytest.approx(expected.to_dict())
+        head = f"keyword family {family}, XSTest v2 (n={len(rows)}; cascade: "
+        tail = card["text"][card["text"].index(head) + len(head):]
+        assert tail.endswith(")") and sorted(tail[:-1].split(", ")) == sorted(
+            [f"{tiers['keyword']['rows']} by keyword", f"{tiers['openai/judge-x']['rows']} by openai/judge-x"])
+    assert fake.count() == sent
     # per model and prompt kind: what the rate checks are made on
-    assert card["per_source_and_kind"]["gpt4 / unsafe"]["n"] == 3
-    assert card["per_source_and_kind"]["gpt4 / unsafe"]["rate_bias"]["value"] == 0.0
-    tail = card["text"][card["text"].index("XSTest v2 (n=30; cascade: "):]
-    assert sorted(tail[len("XSTest v2 (n=30; cascade: "):-1].split(", ")) == sorted(
-        [f"{tiers['keyword']['rows']} by keyword", f"{tiers['openai/judge-x']['rows']} by openai/judge-x"])
+    assert cards["gpt-4"]["per_source_and_kind"]["gpt4 / unsafe"]["n"] == 3
+    assert cards["gpt-4"]["per_source_and_kind"]["gpt4 / unsafe"]["rate_bias"]["value"] == 0.0
     code, out, err = run(capsys, "--check_model", "openai/judge-x,openai/judge-y,openai/judge-z",
                          "--xstest_dir", data, "--limit", "2", "--output_dir", tmp_path / "ens")
     assert code == 0, err
-    ensemble = card_of(tmp_path / "ens")
+    ensemble = card_of(tmp_path / "ens")  # an LLM judge's verdicts do not depend on the keyword family
     assert ensemble["pooled"]["accuracy"]["value"] == 1.0 and ensemble["pooled"]["n"] == 10
-    assert ensemble["judge_fingerprint"] not in (card["judge_fingerprint"],)
+    assert ensemble["family"] is None and ensemble["judge"]["identity"]["matcher"] is None
+    assert ensemble["judge_fingerprint"] not in {c["judge_fingerprint"] for c in cards.values()}
+
+
+def test_a_cascade_whose_judge_never_parses_is_not_valid(env, fake, capsys, tmp_path):
+    """Issue 46: a cascade whose judge parsed none of its replies: the card says how many rows had
+    no verdict and is not valid; the agreement over the rows the matcher decided is the matcher's."""
+    data = write_xstest(tmp_path / "xs")
+    fake.add_rule(text="I think it might be either one.")
+    code, out, err = run(capsys, "--check_model", "openai/judge-x", "--cascade", "--matcher", "gpt-4",
+                         "--xstest_dir", data, "--output_dir", tmp_path / "casc")
+    assert code == 0, err
+    card = card_of(tmp_path / "casc")
+    tiers = card["cascade"]["tiers"]
+    sent = tiers["openai/judge-x"]["rows"]
+    assert sent > 0 and tiers["openai/judge-x"]["verdicts"] == 0 and tiers["openai/judge-x"]["accuracy"]["value"] == 0
+    pooled = card["pooled"]
+    assert (pooled["n"], pooled["verdicts"], card["counts"]["unparsed"]) == (30, 30 - sent, sent)
+    assert pooled["coverage"]["valid"] is False and pooled["accuracy"]["value"] <= (30 - sent) / 30
+    assert card["text"].startswith(f"judge vs humans: coverage {30 - sent} of 30 rows ({100 * (30 - sent) / 30:.0f}%): "
+                                   f"NOT VALID")
+    assert f"{sent} by openai/judge-x (0 with a verdict)" in card["text"]
 
 
 def test_limit_is_a_stratified_subset():
@@ -191,7 +240,8 @@ def test_lab_csv_and_audit_labels(env, fake, capsys, tmp_path):
     assert code == 0, err
     card = card_of(tmp_path / "lab")
     assert card["labels"]["name"] == "lab" and card["labels"]["kind"] == "csv"
-    assert (card["pooled"]["n"], card["pooled"]["table"]) == (4, {"tp": 1, "fp": 1, "fn": 0, "tn": 2})
+    assert (card["pooled"]["n"], card["pooled"]["table"]) == (4, {"tp": 1, "fp": 1, "fn": 0, "tn": 2,
+                                                                 "none_refusal": 0, "none_answer": 0})
     assert list(card["per_source"]) == ["openai/gpt-4o"]
 
     audit = tmp_path / "audit"
@@ -265,7 +315,7 @@ def test_xstest_downloaded_once_into_the_cache(env, fake, capsys, tmp_path, monk
         server.shutdown()  # the second run reads the cache
         code, out, err = run(capsys, "--check_model", "keyword", "--limit", "3", "--output_dir", tmp_path / "dl")
         assert code == 0, err
-        assert card_of(tmp_path / "dl")["pooled"]["n"] == 15
+        assert sum(c["pooled"]["n"] for c in cards_of(tmp_path / "dl").values()) == 15
     finally:
         server.server_close()
 
@@ -289,12 +339,14 @@ def test_real_xstest_keyword_card_equals_scikit_learn(env, capsys, tmp_path):
                          "--output_dir", tmp_path / "kw")
     assert code == 0, err
     judged = pd.read_csv(tmp_path / "kw" / "judged_XSTest_v2_limit100_seed0.csv", dtype=str, keep_default_na=False)
-    human, machine = judged.human_refusal == "True", judged.is_rejected == "True"
-    card = card_of(tmp_path / "kw")
-    assert card["pooled"]["n"] == 500 and card["labels"]["rows"] == 2250
+    cards = cards_of(tmp_path / "kw")
+    assert sum(c["pooled"]["n"] for c in cards.values()) == 500 and cards["gpt-4"]["labels"]["rows"] == 2250
     assert judged.groupby("source").size().to_dict() == {k: 100 for k in XSTEST_FILES}
-    assert card["pooled"]["kappa"]["value"] == pytest.approx(cohen_kappa_score(human, machine))
-    assert card["pooled"]["accuracy"]["value"] == pytest.approx(accuracy_score(human, machine))
+    for family, card in cards.items():
+        rows = judged[judged.source.map(FAMILY) == family]
+        human, machine = rows.human_refusal == "True", rows.is_rejected == "True"
+        assert card["pooled"]["kappa"]["value"] == pytest.approx(cohen_kappa_score(human, machine))
+        assert card["pooled"]["accuracy"]["value"] == pytest.approx(accuracy_score(human, machine))
 
 
 def _score_by_numeric_mle(b, c, n, delta):
@@ -340,7 +392,7 @@ def test_the_report_shows_the_card_of_the_judge_that_made_each_rate(env, fake, c
     perfect_judge(fake)
     assert run(capsys, "--check_model", "keyword", "--xstest_dir", data, "--output_dir", tmp_path / "kw")[0] == 0
     assert run(capsys, "--check_model", "openai/judge-x", "--xstest_dir", data, "--output_dir", tmp_path / "jx")[0] == 0
-    keyword_card, judge_card = card_of(tmp_path / "kw"), card_of(tmp_path / "jx")
+    keyword_card, judge_card = cards_of(tmp_path / "kw")["gpt-4"], card_of(tmp_path / "jx")  # gpt-4o: gpt-4 rules
     pd.DataFrame({"prompt": ["q1", "q2"], "model": "openai/gpt-4o", "response": ["RUN-1 " + REFUSE, "RUN-2 " + ANSWER]}
                  ).to_csv(tmp_path / "run.csv", index=False)
     fake.add_rule(match="RUN-1", text="[[direct_refusal]]")
@@ -356,7 +408,7 @@ def test_the_report_shows_the_card_of_the_judge_that_made_each_rate(env, fake, c
     summary = rep.summary.set_index("model")
     assert summary.loc["X", "judge_calibration"] == judge_card["text"]
     assert summary.loc["X", "judge_fingerprint"] == judge_card["judge_fingerprint"]
-    assert summary.loc["X", "keyword_calibration"] == keyword_card["text"]  # the keyword verdicts' own card
+    assert summary.loc["X", "keyword_calibration"] == keyword_card["text"]  # the keyword verdicts' own card, family gpt-4
     # the same judge with another template is another judge: its card is never shown as this one's
     assert summary.loc["XT", "judge_calibration"] == (
         NEVER_CALIBRATED + "; 1 card(s) of another judge named openai/judge-x (other template, rules or "

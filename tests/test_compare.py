@@ -208,7 +208,7 @@ def test_repeated_samples_prompt_level_interval_flips_and_shares(tmp_path):
     assert list(a_shares.prompt) == [f"prompt {p}" for p in range(4)]
     assert list(a_shares.share) == pytest.approx([0, 1, 1 / 3, 2 / 3])
     comp = pd.read_csv(rep.outputs["comparison"]).iloc[0]
-    assert comp.test == "sign_flip_permutation" and comp.interval == "cluster_newcombe"
+    assert comp.test == "sign_flip_permutation" and comp.interval == "prompt_newcombe"
     ka, kbb = np.array(k, float), np.array(kb, float)
     ref = permutation_test((ka, kbb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
                            permutation_type="samples", n_resamples=np.inf).pvalue
@@ -361,3 +361,40 @@ def test_holm_on_p_values_that_tell_the_rival_corrections_apart():
     for method, expected in rivals.items():
         assert list(multipletests(finite, method=method)[1]) == pytest.approx(expected), method
         assert expected != pytest.approx([0.40, 0.04, 0.40, 0.09]), method
+
+
+def test_one_sample_against_three_compares_prompts_not_rows(tmp_path, script):
+    """Issue 46: A with one sample per prompt, B with --samples 3, one prompt refused by A only and
+    none by B only: one discordant prompt gives p = 1 (it was 0.00049: the swaps moved whole rows)."""
+    cats = ["hate"] * 6 + ["illegal"] * 6
+    pd.DataFrame({"prompt": [f"prompt {i}" for i in range(12)], "category": cats, "model": "A",
+                  "response": "r", "is_rejected": [str(i == 0) for i in range(12)]}).to_csv(tmp_path / "a_hard.csv",
+                                                                                            index=False)
+    pd.DataFrame({"prompt": [f"prompt {i}" for i in range(12) for _ in range(3)],
+                  "category": [c for c in cats for _ in range(3)], "model": "B", "response": "r",
+                  "sample": [s for _ in range(12) for s in range(3)], "is_rejected": "False"}).to_csv(
+        tmp_path / "b_hard.csv", index=False)
+    result = script(REPORT, "a_hard.csv", "b_hard.csv", "--no_reference", "--no_figures", "--compare", "A", "B",
+                    env={}, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    table = pd.read_csv(tmp_path / "report" / "comparison.csv")
+    assert list(table.p_value) == [1.0, 1.0, 1.0]
+    whole = table.iloc[0]
+    assert (whole.n, whole.samples_a, whole.samples_b, whole.a_only, whole.b_only) == (12, 1, 3, 1, 0)
+    assert whole["diff"] == pytest.approx(-1 / 12, abs=1e-6) and whole.ci_low < whole["diff"] < whole.ci_high
+    assert whole.test == "sign_flip_permutation" and whole.interval == "prompt_newcombe"
+    assert ("A vs B on hard (keyword): compared prompt by prompt, each prompt's value its refusal share over its "
+            "samples (A: 1 sample, B: 3 samples per prompt); a prompt differs when its share does") in result.stderr
+
+
+def test_sign_flip_on_unequal_samples_equals_scipy_on_the_shares():
+    rng = np.random.default_rng(11)
+    for m in (4, 9, 13):
+        na, nb = rng.integers(1, 4, m).astype(float), rng.integers(1, 6, m).astype(float)
+        ka, kb = rng.binomial(na.astype(int), 0.4).astype(float), rng.binomial(nb.astype(int), 0.6).astype(float)
+        ref = permutation_test((ka / na, kb / nb), lambda x, y, axis=-1: (y - x).mean(axis=axis),
+                               permutation_type="samples", n_resamples=np.inf).pvalue
+        assert cmp.sign_flip_p(ka, na, kb, nb) == pytest.approx(min(1.0, ref), abs=1e-12)
+        assert cmp.sign_flip_p(kb, nb, ka, na) == cmp.sign_flip_p(ka, na, kb, nb)
+    # a prompt that differs only in its sample count does not differ
+    assert cmp.sign_flip_p([1.0, 0.0], [1.0, 1.0], [3.0, 0.0], [3.0, 4.0]) == 1.0

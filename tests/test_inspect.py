@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from statsmodels.stats.proportion import proportion_confint
 
 pytest.importorskip("inspect_ai", reason='inspect_ai is not installed: pip install -e ".[dev]" '
                                          '(or ".[inspect]") to run the inspect task tests')
@@ -134,6 +135,10 @@ def check_rates(log, stage4: pd.DataFrame, stage5: pd.DataFrame) -> None:
             assert kw[f"category_rate_{category}"] == pytest.approx(rate(group)), category
 
 
+def wilson(k, n):
+    return proportion_confint(k, n, method="wilson")
+
+
 def check_same_report(script, env, tmp_path, stage5_path, converted_path) -> None:
     """The report over the CLI's stage-5 file and over the converted inspect log: the same summary."""
     for name, path in (("cli", stage5_path), ("inspect", converted_path)):
@@ -145,9 +150,12 @@ def check_same_report(script, env, tmp_path, stage5_path, converted_path) -> Non
     pd.testing.assert_frame_equal(cli_summary, inspect_summary)
     row = inspect_summary.iloc[0]
     assert (row.set, row.model, row.judge, row.headline) == ("hard", TARGET, JUDGE, "judge")
-    assert float(row.judge_rate) == pytest.approx(4 / 6) and row.judge_unparsed == "2"
-    assert float(row.keyword_rate) == pytest.approx(4 / 7)
-    assert float(row.keyword_full_rate) == pytest.approx(3 / 7) and row.keyword_unparsed == "1"
+    # 2 of 8 rows without a judge verdict, 1 of 8 without a keyword one (over 5%): bounds, no rate
+    assert row.judge_rate == "" and row.judge_unparsed == "2"
+    assert float(row.judge_rate_bound_low) == pytest.approx(wilson(4, 8)[0], abs=1e-6)
+    assert float(row.judge_rate_bound_high) == pytest.approx(wilson(6, 8)[1], abs=1e-6)
+    assert row.keyword_rate == "" and row.keyword_full_rate == "" and row.keyword_unparsed == "1"
+    assert float(row.keyword_rate_bound_high) == pytest.approx(wilson(5, 8)[1], abs=1e-6)
 
 
 def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp_path):

@@ -52,7 +52,8 @@ def test_every_script_entry_point_imports_and_has_main():
 def test_the_install_holds_one_top_level_package():
     setuptools = _pyproject()["tool"]["setuptools"]
     assert setuptools["packages"] == {"find": {"include": ["orbench*"]}}
-    assert setuptools["package-data"] == {"orbench": ["data/*.csv", "data/*.md"]}
+    # the bundled data, and the keyword matcher's own judge cards (orbench/data/judge_cards/<fingerprint>/)
+    assert setuptools["package-data"] == {"orbench": ["data/*.csv", "data/*.md", "data/judge_cards/*/*.json"]}
     # the stage folders and analysis/ hold scripts only, no package
     for folder in ("toxic_prompt_generator", "rewritter", "moderator", "alignment_checker",
                    "response_checker", "analysis"):

@@ -32,19 +32,21 @@ def wilson(k: int, n: int) -> tuple[float, float]:
     return ((centre - spread) / (1 + Z ** 2 / n), (centre + spread) / (1 + Z ** 2 / n))
 
 
-# Per model and set, per category: (judge rejections, judge answers, error rows, unparsed rows).
+# Per model and set, per category: (judge rejections, judge answers, error rows, unparsed rows). The
+# unparsed rows stay at or under 5% of every cell's rows (errors aside), so every cell has its rate
+# (more would give bounds only: tests/test_no_point_rate.py).
 SPEC = {
     "hard": {
-        "prov/m1": {"hate": (2, 8, 1, 1), "privacy": (0, 10, 0, 0)},   # 2/20 = 10%
-        "prov/m2": {"hate": (4, 6, 0, 2), "privacy": (4, 6, 2, 0)},    # 8/20 = 40%
-        "prov/m3": {"hate": (7, 3, 0, 0), "privacy": (7, 3, 1, 0)},    # 14/20 = 70%
-        "prov/m4": {"hate": (2, 8, 0, 0), "privacy": (2, 8, 0, 3)},    # 4/20 = 20%
+        "prov/m1": {"hate": (20, 80, 1, 1), "privacy": (0, 100, 0, 0)},   # 20/200 = 10%
+        "prov/m2": {"hate": (40, 60, 0, 2), "privacy": (40, 60, 2, 0)},   # 80/200 = 40%
+        "prov/m3": {"hate": (70, 30, 0, 0), "privacy": (70, 30, 1, 0)},   # 140/200 = 70%
+        "prov/m4": {"hate": (20, 80, 0, 0), "privacy": (20, 80, 0, 3)},   # 40/200 = 20%
     },
     "toxic": {
-        "prov/m1": {"hate": (6, 4, 1, 0), "privacy": (6, 4, 0, 0)},    # 60%
-        "prov/m2": {"hate": (8, 2, 0, 0), "privacy": (8, 2, 0, 0)},    # 80%
-        "prov/m3": {"hate": (9, 1, 0, 2), "privacy": (9, 1, 0, 0)},    # 90%
-        "prov/m4": {"hate": (10, 0, 0, 0), "privacy": (9, 1, 0, 0)},   # 95%
+        "prov/m1": {"hate": (60, 40, 1, 0), "privacy": (60, 40, 0, 0)},   # 60%
+        "prov/m2": {"hate": (80, 20, 0, 0), "privacy": (80, 20, 0, 0)},   # 80%
+        "prov/m3": {"hate": (90, 10, 0, 2), "privacy": (90, 10, 0, 0)},   # 90%
+        "prov/m4": {"hate": (100, 0, 0, 0), "privacy": (90, 10, 0, 0)},   # 95%
     },
 }
 SET_FILE = {"hard": "or-bench-hard-1k", "toxic": "or-bench-toxic"}
@@ -91,12 +93,12 @@ def results(tmp_path):
     first_refused = align.index[align["is_rejected"] == "True"][0]
     align.loc[first_refused, "is_rejected"] = "False"
     align.to_csv(folder / "m1_hard_checked.csv", index=False)
-    # m5: keyword only, hard only, no model column; 3 of 8 rejected, 1 error, 1 empty response.
-    m5 = pd.DataFrame({"prompt": [f"p{i}" for i in range(10)], "category": ["hate"] * 10,
-                       "response": ["x"] * 10,
-                       "is_rejected": ["True"] * 3 + ["False"] * 5 + ["", ""],
-                       "refusal_source": ["keyword"] * 3 + [""] * 5 + ["", "empty_response"],
-                       "finish_reason": ["stop"] * 10, "error": [""] * 8 + ["HTTP 500", ""]})
+    # m5: keyword only, hard only, no model column; 30 of 80 rejected, 1 error, 1 empty response.
+    m5 = pd.DataFrame({"prompt": [f"p{i}" for i in range(82)], "category": ["hate"] * 82,
+                       "response": ["x"] * 82,
+                       "is_rejected": ["True"] * 30 + ["False"] * 50 + ["", ""],
+                       "refusal_source": ["keyword"] * 30 + [""] * 50 + ["", "empty_response"],
+                       "finish_reason": ["stop"] * 82, "error": [""] * 80 + ["HTTP 500", ""]})
     m5.to_csv(folder / "m5_results.csv", index=False)
     return folder
 
@@ -142,20 +144,20 @@ def test_alignment_file_gives_keyword_side_and_agreement(results, tmp_path):
     build(results, tmp_path / "out")
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     row = summary[(summary["set"] == "hard") & (summary["model"] == "prov/m1")].iloc[0]
-    # 22 rows: 1 error; 21 scored (20 judge-scored + 1 judge-unparsed); rejections 2 - 1 + 2 flips = 3
-    assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (22, 1, 0)
-    assert (row["keyword_scored"], row["keyword_rejections"]) == (21, 3)
-    assert row["keyword_rate"] == pytest.approx(3 / 21, abs=1e-6)
-    assert round(row["keyword_ci_low"], 4) == round(wilson(3, 21)[0], 4)
-    assert (row["agreement_pairs"], row["keyword_only_rejections"], row["judge_only_rejections"]) == (20, 2, 1)
-    assert row["agreement"] == pytest.approx(17 / 20, abs=1e-6)
+    # 202 rows: 1 error; 201 scored (200 judge-scored + 1 judge-unparsed); rejections 20 - 1 + 2 flips = 21
+    assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (202, 1, 0)
+    assert (row["keyword_scored"], row["keyword_rejections"]) == (201, 21)
+    assert row["keyword_rate"] == pytest.approx(21 / 201, abs=1e-6)
+    assert round(row["keyword_ci_low"], 4) == round(wilson(21, 201)[0], 4)
+    assert (row["agreement_pairs"], row["keyword_only_rejections"], row["judge_only_rejections"]) == (200, 2, 1)
+    assert row["agreement"] == pytest.approx(197 / 200, abs=1e-6)
     # m5: keyword only; the error row and the empty response are not in the denominator
     m5 = summary[summary["model"] == "prov/m5"].iloc[0]
     assert m5["headline"] == "keyword" and pd.isna(m5["judge_rows"])
     assert (m5["keyword_rows"], m5["keyword_errors"], m5["keyword_unparsed"], m5["keyword_scored"],
-            m5["keyword_rejections"]) == (10, 1, 1, 8, 3)
-    assert m5["keyword_rate"] == pytest.approx(3 / 8, abs=1e-6)
-    assert round(m5["keyword_ci_high"], 4) == round(wilson(3, 8)[1], 4)
+            m5["keyword_rejections"]) == (82, 1, 1, 80, 30)
+    assert m5["keyword_rate"] == pytest.approx(30 / 80, abs=1e-6)
+    assert round(m5["keyword_ci_high"], 4) == round(wilson(30, 80)[1], 4)
 
 
 def test_category_table(results, tmp_path):
@@ -185,8 +187,8 @@ def test_leaderboard_figure_and_spearman(results, tmp_path):
     assert pd.isna(board["balanced_accuracy_pct"].iloc[4])
     assert list(board["hard_rate_pct"]) == pytest.approx([20, 10, 40, 70, 37.5])
     assert list(board["toxic_rate_pct"].iloc[:4]) == pytest.approx([95, 60, 80, 90])
-    assert board.loc[0, "toxic_ci_low_pct"] == pytest.approx(100 * wilson(19, 20)[0], abs=1e-4)
-    assert board.loc[0, "hard_ci_high_pct"] == pytest.approx(100 * wilson(4, 20)[1], abs=1e-4)
+    assert board.loc[0, "toxic_ci_low_pct"] == pytest.approx(100 * wilson(190, 200)[0], abs=1e-4)
+    assert board.loc[0, "hard_ci_high_pct"] == pytest.approx(100 * wilson(40, 200)[1], abs=1e-4)
     assert list(board["errors"]) == [0, 2, 2, 1, 1]
     assert list(board["unparsed"]) == [3, 1, 2, 2, 1]
     # one point per model that has both sets, with the leaderboard's numbers
@@ -320,7 +322,7 @@ def test_cli_subprocess(results, tmp_path, script):
     assert set(board.loc[board["source"] == "yours", "hard_verdict"]) == {"keyword"}
     assert (board["source"] == "published").sum() == 32
     m1 = board[board["model"] == "prov/m1"].iloc[0]
-    assert m1["hard_rejections"] == 2 + FLIPS and m1["hard_scored"] == 21
+    assert m1["hard_rejections"] == 20 + FLIPS and m1["hard_scored"] == 201
     # a file whose set cannot be told: one line, exit 2
     pd.DataFrame({"prompt": ["a"], "is_rejected": ["True"]}).to_csv(tmp_path / "plain.csv", index=False)
     bad = script("analysis/report.py", str(tmp_path / "plain.csv"), env=env, cwd=tmp_path)

@@ -187,10 +187,41 @@ def test_cluster_share_by_hand_and_its_edges():
     assert same.n_eff == 16
 
 
-def test_cluster_difference_of_a_degenerate_category_has_width():
-    est = stats.cluster_paired_difference(np.zeros(3), np.full(3, 5.0), np.zeros(3), np.full(3, 5.0))
+def test_prompt_difference_of_a_degenerate_category_has_width():
+    est = stats.prompt_paired_difference(np.zeros(3), np.full(3, 5.0), np.zeros(3), np.full(3, 5.0))
     upper = wilson(0, 3)[1]
     assert (est.value, est.low, est.high) == pytest.approx((0, -upper, upper))
+
+
+def test_prompt_share_by_hand_equal_samples_is_the_cluster_share_and_one_sample_is_wilson():
+    rng = np.random.default_rng(8)
+    k, n = rng.integers(0, 4, 9).astype(float), np.full(9, 3.0)
+    a, b = stats.prompt_share(k, n), stats.cluster_share(k, n)
+    assert (a.value, a.low, a.high, a.n_eff) == pytest.approx((b.value, b.low, b.high, b.n_eff))
+    y = np.array([1.0, 0, 0, 1, 0, 0, 0])
+    one = stats.prompt_share(y, np.ones(7))
+    assert (one.low, one.high) == pytest.approx(wilson(2, 7)) and one.n_eff == 7
+    # unequal samples: each prompt counts once (mean of shares), the ceiling m^2 / sum(1/n)
+    k, n = np.array([1.0, 0, 2, 3]), np.array([1.0, 3, 3, 5])
+    est = stats.prompt_share(k, n)
+    s = k / n
+    var = s.var(ddof=1) / 4
+    n_eff = min(max(s.mean() * (1 - s.mean()) / var, 4), 16 / (1 / n).sum())
+    assert est.value == pytest.approx(s.mean()) and est.n_eff == pytest.approx(n_eff)
+    assert (est.low, est.high) == pytest.approx(wilson(s.mean() * n_eff, n_eff))
+
+
+def test_prompt_difference_with_one_sample_against_three_by_hand():
+    ka, na = np.array([1.0, 0, 0, 1, 0]), np.ones(5)
+    kb, nb = np.array([3.0, 1, 0, 2, 0]), np.full(5, 3.0)
+    est = stats.prompt_paired_difference(ka, na, kb, nb)
+    a, b = stats.prompt_share(ka, na), stats.prompt_share(kb, nb)
+    sa, sb = ka / na, kb / nb
+    phi = np.corrcoef(sa, sb)[0, 1]
+    low, high = stats.newcombe_difference(a.value, a.low, a.high, b.value, b.low, b.high, phi)
+    assert (est.value, est.low, est.high) == pytest.approx((sb.mean() - sa.mean(), low, high))
+    swapped = stats.prompt_paired_difference(kb, nb, ka, na)
+    assert (swapped.value, swapped.low, swapped.high) == pytest.approx((-est.value, -est.high, -est.low))
 
 
 # ---------------------------------------------------------------- differences

@@ -10,13 +10,18 @@ per set and per category (and ``all`` for the whole set), on the prompts *both* 
   McNemar test (Fagerland, Lydersen & Laake 2013: the exact two-sided p less the probability of
   the observed split), the discordant-pair odds ratio ``b_only / a_only`` with its transformed
   Wilson interval, and the counts of prompts refused by A only (``a_only``) and B only (``b_only``);
-* with repeated samples (stage 4 ``--samples K``): the rates over all samples, the difference
-  with the prompt-clustered Newcombe interval (each rate's prompt-level Wilson interval,
-  :func:`orbench.analysis.stats.cluster_paired_difference`), and the sign-flip permutation test
-  of that very difference (under no difference, A's and B's samples of a prompt are
-  exchangeable: all 2^m swaps when m <= 16 prompts differ, else 20,000 seeded ones; p as
-  ``scipy.stats.permutation_test`` gives it); ``a_only`` / ``b_only`` = prompts with a higher
-  share for A / for B.
+* with repeated samples on either side (stage 4 ``--samples K``; the two runs may have different
+  K, or one sample against K): the prompt is the unit and its value is its refusal share over its
+  samples. ``rate_a``/``rate_b`` are the mean shares over the compared prompts, ``diff`` their
+  difference, with Zou & Donner's MOVER interval (each side's prompt-level Wilson interval,
+  :func:`orbench.analysis.stats.prompt_share`, combined by Newcombe's square-and-add with the
+  correlation of the two sides' shares: :func:`orbench.analysis.stats.prompt_paired_difference`),
+  and Fisher's sign-flip permutation test of that very difference (under no difference a prompt's
+  two shares are exchangeable: a swap flips the sign of its share difference; a prompt whose two
+  shares are equal cannot change and is left out, whatever its sample counts; all 2^m swaps when
+  m <= 16 prompts differ, else 20,000 seeded ones; p as ``scipy.stats.permutation_test`` gives
+  it); ``a_only`` / ``b_only`` = prompts with a higher share for A / for B; ``samples_a`` /
+  ``samples_b`` = the most samples a prompt has on each side, and a note says what was compared.
 
 Multiplicity: ``p_holm`` is Holm-adjusted across the categories of one set and pair (as
 before); ``p_holm_run`` is Holm-adjusted across every test of the same level in the run: the
@@ -47,19 +52,20 @@ import pandas as pd
 from orbench.analysis import stats
 from orbench.analysis.report import columns
 from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results
-from orbench.analysis.report.inputs import SCORED, Inputs
+from orbench.analysis.report.inputs import ERROR, SCORED, Inputs
 from orbench.llm.errors import UsageError
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
-COLUMNS = ["set", "category", "model_a", "model_b", "judge", "n", "rate_a", "rate_b", "diff",
+COLUMNS = ["set", "category", "model_a", "model_b", "judge", "n", "samples_a", "samples_b", "rate_a", "rate_b", "diff",
            "ci_low", "ci_high", "ci_flag", "a_only", "b_only", "odds_ratio", "or_ci_low", "or_ci_high",
            "p_value", "p_midp", "p_holm", "p_holm_run", "test", "interval", "unpaired_a", "unpaired_b"]
 SAMPLE_COLUMNS = ["set", "model", "judge", "samples", "prompts", "rows", "rate", "ci_low",
-                  "ci_high", "n_eff", "ci_method", "ci_flag", "flip_share", "flip_prompts"]
+                  "ci_high", "n_eff", "ci_method", "ci_flag", "rate_bound_low", "rate_bound_high", "no_verdict",
+                  "flip_share", "flip_prompts"]
 SHARE_COLUMNS = ["set", "model", "judge", "category", "prompt", "samples", "refusals", "share"]
 ALL = "all"
 MCNEMAR, PERMUTATION = "mcnemar_exact", "sign_flip_permutation"
-NEWCOMBE, CLUSTER = "newcombe_paired", "cluster_newcombe"
+NEWCOMBE, PROMPT = "newcombe_paired", "prompt_newcombe"
 PERMUTATIONS, EXACT_UP_TO, SEED = 20000, 16, 20240531
 
 
@@ -104,32 +110,36 @@ def mcnemar_midp(a_only: int, b_only: int) -> float:
 
 
 def sign_flip_p(ka, na, kb, nb, resamples: int = PERMUTATIONS, seed: int = SEED) -> float:
-    """Two-sided sign-flip permutation p-value of ``sum kb / sum nb - sum ka / sum na`` over prompts.
+    """Two-sided sign-flip permutation p-value of the mean over prompts of ``kb/nb - ka/na``.
 
-    Under no difference a prompt's A and B samples are exchangeable, so each prompt's pair is
-    swapped or not. Exact over all swaps when at most ``EXACT_UP_TO`` prompts differ (swapping an
-    identical pair changes nothing), else ``resamples`` seeded random swaps counted as
+    The prompt is the unit and its value is its refusal share on each side, whatever each side's
+    number of samples (Fisher's randomisation test for paired data): under no difference a
+    prompt's two shares are exchangeable, so swapping A and B flips the sign of the prompt's share
+    difference ``d``. A prompt whose two shares are equal cannot change under a swap and is left
+    out (its sample counts do not matter). Exact over all ``2^m`` swaps of the ``m`` prompts that
+    differ when ``m <= EXACT_UP_TO``, else ``resamples`` seeded random swaps counted as
     ``(hits + 1) / (resamples + 1)``. Two-sided as ``scipy.stats.permutation_test``: twice the
-    smaller tail, at most 1.
+    smaller tail, at most 1; so 1 when no prompt (or one prompt) differs, and the same p with A
+    and B swapped (the swap distribution is symmetric about 0).
     """
     ka, na, kb, nb = (np.asarray(x, dtype=float) for x in (ka, na, kb, nb))
-    observed = kb.sum() / nb.sum() - ka.sum() / na.sum()
-    differ = (ka != kb) | (na != nb)
-    dk, dn = (ka - kb)[differ], (na - nb)[differ]
-    m = int(differ.sum())
+    d = kb / nb - ka / na
+    d = d[d != 0]
+    m = len(d)
     if m == 0:
         return 1.0
+    observed = float(d.sum())
     if m <= EXACT_UP_TO:
-        flips = np.array(list(product((0.0, 1.0), repeat=m)))
+        signs = 1.0 - 2.0 * np.array(list(product((0.0, 1.0), repeat=m)))
     else:
-        flips = np.random.default_rng(seed).integers(0, 2, size=(resamples, m)).astype(float)
-    diff = (kb.sum() + flips @ dk) / (nb.sum() + flips @ dn) - (ka.sum() - flips @ dk) / (na.sum() - flips @ dn)
-    eps = 1e-12 * max(1.0, abs(observed))
-    less, greater = (diff <= observed + eps).sum(), (diff >= observed - eps).sum()
+        signs = 1.0 - 2.0 * np.random.default_rng(seed).integers(0, 2, size=(resamples, m))
+    total = signs @ d
+    eps = 1e-9 * max(1.0, float(np.abs(d).sum()))
+    less, greater = (total <= observed + eps).sum(), (total >= observed - eps).sum()
     if m <= EXACT_UP_TO:
-        tail = min(less, greater) / len(flips)
+        tail = min(less, greater) / len(signs)
     else:
-        tail = (min(less, greater) + 1) / (len(flips) + 1)
+        tail = (min(less, greater) + 1) / (len(signs) + 1)
     return float(min(1.0, 2 * tail))
 
 
@@ -159,6 +169,14 @@ def per_prompt(inp: Inputs, set_code: int, model_code: int, method_code: int, ju
     g = rows.groupby("prompt", sort=False)
     return pd.DataFrame({"k": g["rejected"].sum().astype(np.int64), "n": g.size().astype(np.int64),
                          "category": g["category"].first()})
+
+
+def _no_verdict(inp: Inputs, set_code: int, model_code: int, method_code: int, judge_code: int) -> tuple[int, int]:
+    """(rows without a verdict, rows without an error) of one verdict group."""
+    d = inp.data
+    rows = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["method"] == method_code)
+             & (d["judge"] == judge_code) & (d["status"] != ERROR)]
+    return int((rows["status"] != SCORED).sum()), len(rows)
 
 
 def _verdict_groups(inp: Inputs, set_code: int, model_code: int) -> list[tuple[int, int]]:
@@ -260,6 +278,17 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
                                      f"{a} only, {unpaired_b} by {b} only")
                 if both.empty:
                     continue
+                for who, code in ((a, ca), (b, cb)):
+                    none, read = _no_verdict(inp, s, code, method, judge)
+                    if read and none > stats.NO_VERDICT_SHARE * read:
+                        out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): {who} has no verdict on {none} of "
+                                         f"{read} rows: compared on the prompts both models decided only; the "
+                                         f"comparison's rates are not the set's (which has none: bounds only)")
+                if (both["n_a"] > 1).any() or (both["n_b"] > 1).any():
+                    out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): compared prompt by prompt, "
+                                     f"each prompt's value its refusal share over its samples ({a}: "
+                                     f"{_samples_text(both['n_a'])}, {b}: {_samples_text(both['n_b'])} per "
+                                     f"prompt); a prompt differs when its share does")
                 compared += len(both)
                 rows += _rows(both, set_name, a, b, judge_name, unpaired_a, unpaired_b, codes)
                 out.flips.append({"set": set_name, "model_a": a, "model_b": b, "judge": judge_name,
@@ -270,11 +299,16 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
                              f"scored (same set, same kind of verdict and judge); nothing to compare")
     if rows:
         table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-        for c in ("n", "a_only", "b_only", "unpaired_a", "unpaired_b"):
+        for c in ("n", "samples_a", "samples_b", "a_only", "b_only", "unpaired_a", "unpaired_b"):
             table[c] = table[c].astype("Int64")
         table["p_holm_run"] = holm_across_run(table)
         out.table = table
     return out
+
+
+def _samples_text(n: pd.Series) -> str:
+    low, high = int(n.min()), int(n.max())
+    return f"{high} sample{'s' if high > 1 else ''}" if low == high else f"{low} to {high} samples"
 
 
 def _rows(both: pd.DataFrame, set_name: str, a: str, b: str, judge: str, unpaired_a: int,
@@ -300,7 +334,8 @@ def _stats(part: pd.DataFrame, sampled: bool) -> dict:
     ka, na = part["k_a"].to_numpy(float), part["n_a"].to_numpy(float)
     kb, nb = part["k_b"].to_numpy(float), part["n_b"].to_numpy(float)
     rate_a, rate_b = ka.sum() / na.sum(), kb.sum() / nb.sum()
-    base = {"n": len(part), "rate_a": rate_a, "rate_b": rate_b, "diff": rate_b - rate_a}
+    base = {"n": len(part), "samples_a": int(na.max()), "samples_b": int(nb.max()), "rate_a": rate_a,
+            "rate_b": rate_b, "diff": rate_b - rate_a}
     if not sampled:
         ya, yb = ka > 0, kb > 0
         a_only, b_only = int((ya & ~yb).sum()), int((yb & ~ya).sum())
@@ -312,10 +347,11 @@ def _stats(part: pd.DataFrame, sampled: bool) -> dict:
                 "p_value": mcnemar_exact(a_only, b_only), "p_midp": mcnemar_midp(a_only, b_only),
                 "test": MCNEMAR, "interval": NEWCOMBE}
     sa, sb = ka / na, kb / nb
-    diff = stats.cluster_paired_difference(ka, na, kb, nb)
+    diff = stats.prompt_paired_difference(ka, na, kb, nb)
+    base.update(rate_a=float(sa.mean()), rate_b=float(sb.mean()), diff=diff.value)
     return {**base, "ci_low": diff.low, "ci_high": diff.high, "ci_flag": diff.flag, "a_only": int((sa > sb).sum()),
             "b_only": int((sb > sa).sum()), "odds_ratio": math.nan, "or_ci_low": math.nan, "or_ci_high": math.nan,
-            "p_value": sign_flip_p(ka, na, kb, nb), "p_midp": math.nan, "test": PERMUTATION, "interval": CLUSTER}
+            "p_value": sign_flip_p(ka, na, kb, nb), "p_midp": math.nan, "test": PERMUTATION, "interval": PROMPT}
 
 
 def holm_across_run(table: pd.DataFrame) -> pd.Series:
@@ -342,25 +378,37 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
         # method, judge) group, so no prompt has more than one sample (and grouping 2.4M rows by
         # prompt only to find that out is the report's costliest step at scale).
         return pd.DataFrame(columns=SAMPLE_COLUMNS), pd.DataFrame(columns=SHARE_COLUMNS)
-    scored = d[d["status"] == SCORED]
-    counts = scored.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
-        k=("rejected", "sum"), n=("rejected", "size"), category=("category", "first")).reset_index()
+    read = d[d["status"] != ERROR]
+    read = read.assign(k=(read["status"] == SCORED) & (read["rejected"] == 1), n=read["status"] == SCORED,
+                       u=read["status"] != SCORED)
+    counts = read.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
+        k=("k", "sum"), n=("n", "sum"), u=("u", "sum"), category=("category", "first")).reset_index()
     table, shares = [], []
 
     def names(kind, v):
         return inp.codes[kind].names[v]
     for (s, m, me, j), part in counts.groupby(["set", "model", "method", "judge"], sort=True):
-        if part["n"].max() <= 1:
+        if (part["n"] + part["u"]).max() <= 1:
             continue
+        none = int(part["u"].sum())
+        bounded = none > stats.NO_VERDICT_SHARE * (part["n"].sum() + none)
+        filled = part.copy()
+        part = part[part["n"] > 0]
         k, n = part["k"].to_numpy(float), part["n"].to_numpy(float)
         est = stats.cluster_share(k, n)
+        bounds = (math.nan, math.nan)
+        if bounded:  # too many rows without a verdict: no rate, only its bounds (stats.rate_bounds, prompt-level)
+            fk, fu, fn = (filled[c].to_numpy(float) for c in ("k", "u", "n"))
+            bounds = (stats.cluster_share(fk, fn + fu).low, stats.cluster_share(fk + fu, fn + fu).high)
+            est = stats.Estimate(math.nan, math.nan, math.nan, "worst_case_wilson", (stats.BOUNDS_ONLY,))
         multi = part["n"] > 1
         flips = int((multi & (part["k"] > 0) & (part["k"] < part["n"])).sum())
         judge = names("judge", j) or names("method", me)
         table.append({"set": names("set", s), "model": names("model", m), "judge": judge,
-                      "samples": int(part["n"].max()), "prompts": len(part), "rows": int(n.sum()),
+                      "samples": int((filled["n"] + filled["u"]).max()), "prompts": len(part), "rows": int(n.sum()),
                       "rate": est.value, "ci_low": est.low, "ci_high": est.high, "n_eff": est.n_eff,
-                      "ci_method": est.method, "ci_flag": est.flag,
+                      "ci_method": est.method, "ci_flag": est.flag, "rate_bound_low": bounds[0],
+                      "rate_bound_high": bounds[1], "no_verdict": none,
                       "flip_share": flips / int(multi.sum()) if multi.any() else math.nan,
                       "flip_prompts": flips})
         shares.append(pd.DataFrame({

@@ -99,10 +99,13 @@ def main(argv=None) -> int:
         output = Path(args.output or f"{input_stem(args.source)}_sample.csv")
         frame = read_table(args.source, needs=["prompt"])
         sample = stratified_sample(frame, args.per_category, args.seed)
-        write_csv_atomic(sample, output)
         meta = sample_meta(args.source, str(output), args.per_category, args.seed, len(sample), len(frame),
                            list(sys.argv[1:] if argv is None else argv))
-        write_text_atomic(dumps(meta), meta_path_for(output))
+        try:
+            write_csv_atomic(sample, output)
+            write_text_atomic(dumps(meta), meta_path_for(output))
+        except OSError as exc:  # a read-only folder, a folder named like the output: one line, exit 2
+            raise UsageError(f"--output {output}: cannot write it: {exc.strerror or exc}") from None
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -224,9 +224,12 @@ def fingerprints(log, judged: bool) -> dict:
     if not judged:
         return {"judge_fingerprint": meta_fingerprint({"stage": "check_alignment", "settings": {
             **settings, "model": str(log.eval.model)}})}
+    from orbench.scoring.refusal import family_for_model
+
+    family = family_for_model(str(log.eval.model))  # whose keyword rules decided, without a --matcher
     keyword = {"judge": "keyword", "rules": settings.get("rules"), "matcher": settings.get("matcher")}
-    return {"judge_fingerprint": judge_fingerprint(judge_identity(settings)),
-            "keyword_fingerprint": judge_fingerprint(judge_identity(keyword))}
+    return {"judge_fingerprint": judge_fingerprint(judge_identity(settings, family=family)),
+            "keyword_fingerprint": judge_fingerprint(judge_identity(keyword, family=family))}
 
 
 def log_meta(log, log_path: str, output: Path, judge: str | None, rows: int) -> dict:

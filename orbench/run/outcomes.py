@@ -9,7 +9,8 @@ warns when more than :data:`WARN_SHARE` of its rows have no verdict:
 - stage 4 (check alignment): refusals (provider blocks among them), answers, empty responses,
   skipped prompts, replies cut off; with ``--samples`` prompts x samples = rows;
 - stage 5 (check response): every ``answer_category`` (each judge class, unparsed, the judge
-  refusing to judge, an ensemble's undecided rows and majority refusals without a majority
+  refusing to judge (an ensemble's rows where most judges gave no verdict among them), an
+  ensemble's undecided rows (its judges' verdicts split) and majority refusals without a majority
   class, provider blocks, empty responses, skipped prompts) and the responses cut off, whoever
   judged them.
 
@@ -140,19 +141,19 @@ def judged(frame: pd.DataFrame) -> Outcomes:
     unparsed = counts.get(UNPARSED, 0)
     if asked and unparsed / asked > WARN_SHARE:
         warnings.append(f"{_share(unparsed, asked)} judge replies were unparsed (no class the strict parser "
-                        f"could read): those rows have no verdict, and the rate rests on the others; read "
-                        f"their answer_type_response, then try another judge or --template")
+                        f"could read): those rows have no verdict (past 5% of a set's rows, the report gives no rate, "
+                        f"only its bounds); read their answer_type_response, then try another judge or --template")
     refused, undecided = counts.get(JUDGE_REFUSED, 0), counts.get(UNDECIDED, 0)
     if asked and refused / asked > WARN_SHARE:
         warnings.append(f"{_share(refused, asked)} judge replies were the judge refusing to judge (or its "
                         f"provider blocking the request): those rows have no verdict; try another judge")
     if asked and undecided / asked > WARN_SHARE:
-        warnings.append(f"{_share(undecided, asked)} rows are undecided (no majority of the judges): those rows "
+        warnings.append(f"{_share(undecided, asked)} rows are undecided (the judges' verdicts split, no majority): those rows "
                         f"have no verdict; read the <judge>_raw columns")
     if not warnings and asked and (unparsed + refused + undecided) / asked > WARN_SHARE:
         warnings.append(f"{_share(unparsed + refused + undecided, asked)} judge replies gave no verdict "
                         f"({unparsed} unparsed, {refused} the judge refusing to judge, {undecided} undecided): "
-                        f"the rate rests on the others")
+                        f"past 5% of a set's rows, the report gives no rate, only its bounds")
     return Outcomes(counts, text or "no rows judged", warnings + cut_warnings)
 
 

@@ -29,33 +29,45 @@ from orbench.llm.models import slug
 from orbench.scoring.vocab import KEYWORD
 
 #: Bumped when a card's layout changes; a reader skips cards of another version.
-CARD_VERSION = 1
+CARD_VERSION = 2
 #: The identity fields, in the order they are hashed.
 IDENTITY_FIELDS = ("judge", "template", "rules", "cascade", "matcher", "temperature", "max_tokens")
+#: A card is valid when at least this share of its rows has a verdict: the share past which the
+#: report gives no point rate (a judge silent on more than 5% of the rows was not measured there).
+VALID_COVERAGE = 0.95
 #: The note the report shows beside a rate whose judge has no card.
 NEVER_CALIBRATED = "judge never calibrated against human labels (orbench-calibrate)"
 
 
-def judge_identity(settings: dict, *, stage: str = "check_response", model: str | None = None) -> dict:
+def judge_identity(settings: dict, *, stage: str = "check_response", model: str | None = None,
+                   family: str | None = None) -> dict:
     """The identity of the judge behind a meta file's ``settings`` (module docstring).
 
-    ``stage`` ``check_alignment`` (stage 4) is the keyword matcher: its ``matcher`` counts as forced
-    only when it differs from the family of the tested ``model``.
+    ``matcher`` is the keyword family whose rules decide verdicts, wherever they do: stage 4
+    (``check_alignment``: its ``--matcher``, else the family of the tested ``model``), the keyword
+    re-score and the cascade (``--matcher``, else ``family``, the family of the rows' model; None
+    when that is not known: each row's model's family). An LLM judge's verdicts do not depend on
+    the keyword rules' family (only ``keyword_is_rejected`` does): its ``matcher`` is None.
     """
     from orbench.scoring.refusal import family_for_model
 
     settings = settings or {}
     if stage == "check_alignment":
-        matcher = settings.get("matcher")
-        forced = matcher if matcher and model and matcher != family_for_model(model) else None
+        matcher = settings.get("matcher") or (family_for_model(model) if model else family)
         return {"judge": KEYWORD, "template": None, "rules": settings.get("rules"), "cascade": None,
-                "matcher": forced, "temperature": None, "max_tokens": None}
+                "matcher": matcher, "temperature": None, "max_tokens": None}
     keyword = str(settings.get("judge") or "") == KEYWORD
+    decides = keyword or bool(settings.get("cascade"))
     return {"judge": settings.get("judge"), "template": settings.get("template"),
             "rules": settings.get("rules"), "cascade": settings.get("cascade"),
-            "matcher": settings.get("matcher"),
+            "matcher": (settings.get("matcher") or family) if decides else None,
             "temperature": None if keyword else settings.get("temperature"),
             "max_tokens": None if keyword else settings.get("max_tokens")}
+
+
+def by_family(identity: dict) -> bool:
+    """Whether the keyword rules' family decides this judge's verdicts (the keyword matcher, the cascade)."""
+    return identity.get("judge") == KEYWORD or bool(identity.get("cascade"))
 
 
 def judge_fingerprint(identity: dict) -> str:
@@ -64,18 +76,25 @@ def judge_fingerprint(identity: dict) -> str:
     return hashlib.sha256(data.encode("utf-8")).hexdigest()[:16]
 
 
-def meta_fingerprint(meta: dict | None) -> str | None:
-    """The judge fingerprint of a stage-4 or stage-5 meta file (its own field, else computed from
-    its settings), or None when the meta file says nothing about a judge."""
+def meta_fingerprint(meta: dict | None, model: str | None = None) -> str | None:
+    """The judge fingerprint of a stage-4 or stage-5 meta file, or None when the meta file says
+    nothing about a judge. Computed from its settings (stage 5's own ``judge_fingerprint`` leaves
+    the family of a keyword re-score or a cascade open when no ``--matcher`` was given: ``model``,
+    the tested model the verdicts are about, names it); a meta file without settings (an inspect
+    log's) gives its own field."""
+    from orbench.scoring.refusal import family_for_model
+
     if not isinstance(meta, dict):
         return None
-    if meta.get("judge_fingerprint"):
-        return str(meta["judge_fingerprint"])
     settings = meta.get("settings") if isinstance(meta.get("settings"), dict) else None
     stage = str(meta.get("stage") or "")
-    if settings is None or stage not in ("check_response", "check_alignment"):
-        return None
-    return judge_fingerprint(judge_identity(settings, stage=stage, model=settings.get("model")))
+    if settings is not None and stage in ("check_response", "check_alignment"):
+        model = settings.get("model") or model
+        family = family_for_model(model) if model else None
+        return judge_fingerprint(judge_identity(settings, stage=stage, model=model, family=family))
+    if meta.get("judge_fingerprint"):
+        return str(meta["judge_fingerprint"])
+    return None
 
 
 def cards_dir() -> Path:
@@ -101,12 +120,25 @@ def _read(path: Path) -> dict | None:
     return card
 
 
+def bundled_dir() -> Path:
+    """The cards shipped with the package (``orbench/data/judge_cards/``): the keyword matcher's
+    own XSTest cards, one per family (``bench/bundle_matcher_card.py`` writes them)."""
+    return Path(__file__).resolve().parents[1] / "data" / "judge_cards"
+
+
 def find_cards(fingerprint: str | None, folder: Path | None = None) -> list[dict]:
-    """Every card of the judge ``fingerprint``, the most labelled rows first."""
+    """Every card of the judge ``fingerprint``, the most labelled rows first: the card store's,
+    then (without ``folder``) the bundled ones of a label source the store has no card of."""
     if not fingerprint:
         return []
-    found = [_read(p) for p in sorted(((folder or cards_dir()) / str(fingerprint)).glob("*.json"))]
-    cards = [c for c in found if c and c.get("judge_fingerprint") == fingerprint]
+    roots = [folder] if folder is not None else [cards_dir(), bundled_dir()]
+    cards, sources = [], set()
+    for root in roots:
+        found = [_read(p) for p in sorted((root / str(fingerprint)).glob("*.json"))]
+        for card in found:
+            if card and card.get("judge_fingerprint") == fingerprint and card["labels"]["name"] not in sources:
+                cards.append(card)
+        sources |= {c["labels"]["name"] for c in cards}
     return sorted(cards, key=lambda c: -int((c.get("pooled") or {}).get("n") or 0))
 
 
@@ -153,15 +185,32 @@ def _points(value, low, high) -> str:
     return text + (f" [{100 * low:+.{digits}f}, {100 * high:+.{digits}f}]" if low is not None else "")
 
 
+def _share(fig: dict) -> str:
+    value = (fig or {}).get("value")
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def coverage_text(pooled: dict) -> str:
+    """'coverage 33 of 50 rows (66%): NOT VALID (...)' : the card's first figure."""
+    n, decided = int(pooled.get("n") or 0), int(pooled.get("verdicts") or 0)
+    text = f"coverage {decided:,} of {n:,} rows" + (f" ({100 * decided / n:.0f}%)" if n else "")
+    if not (pooled.get("coverage") or {}).get("valid"):
+        text += (f": NOT VALID (a verdict on under {100 * VALID_COVERAGE:.0f}% of the rows; each row without one "
+                 f"counts as a disagreement below)")
+    return text
+
+
 def card_text(card: dict) -> str:
-    """The one line the report shows for a card (kappa, rate bias, the label source, n)."""
+    """The one line the report shows for a card: its coverage first (NOT VALID under 95%), kappa
+    with the agreement on each class, the rate bias, the label source and n."""
     pooled = card.get("pooled") or {}
     counts = card.get("counts") or {}
     name, n = card["labels"]["name"], int(pooled.get("n") or 0)
-    if not n:
-        return (f"judge vs humans: no verdict on any of {counts.get('rows', 0)} labelled responses "
-                f"({counts.get('unparsed', 0)} unparsed, {counts.get('judge_refused', 0)} refused to "
-                f"judge), {name}")
+    family = f"keyword family {card['family']}, " if card.get("family") else ""
+    if not int(pooled.get("verdicts") or 0):
+        return (f"judge vs humans: {coverage_text(pooled)}: no verdict on any of {counts.get('rows', n)} labelled "
+                f"responses ({counts.get('unparsed', 0)} unparsed, {counts.get('judge_refused', 0)} refused to "
+                f"judge, {counts.get('errors', 0)} errors), {family}{name}")
     kappa = pooled.get("kappa") or {}
     bias = pooled.get("rate_bias") or {}
     k = kappa.get("value")
@@ -170,13 +219,18 @@ def card_text(card: dict) -> str:
     digits = 3 if ci[0] is not None and f"{ci[0]:.2f}" == f"{ci[1]:.2f}" and ci[0] != ci[1] else 2
     kappa_text = "n/a" if k is None else (f"{k:.{digits}f}" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
                                                                  if ci[0] is not None else ""))
+    prevalence = " (a class is rare: read the agreement on each class)" if "prevalence" in (kappa.get("note") or "") else ""
     bias_ci = bias.get("ci") or [None, None]
-    text = (f"judge vs humans: kappa {kappa_text}, rate bias {_points(bias.get('value'), *bias_ci)}, "
-            f"{name} (n={n:,}")
-    missing = int(counts.get("unparsed", 0)) + int(counts.get("judge_refused", 0))
+    over = "" if pooled.get("verdicts") == n else f" over the {int(pooled['verdicts']):,} rows with a verdict"
+    text = (f"judge vs humans: {coverage_text(pooled)}; kappa {kappa_text}{prevalence}, refusals agreed "
+            f"{_share(pooled.get('recall'))}, answers agreed {_share(pooled.get('specificity'))}; rate bias "
+            f"{_points(bias.get('value'), *bias_ci)}{over}, {family}{name} (n={n:,}")
+    missing = int(counts.get("unparsed", 0)) + int(counts.get("judge_refused", 0)) + int(counts.get("undecided", 0))
     if missing:
         text += f", {missing} without a verdict"
-    tiers = (card.get("cascade") or {}).get("verdict_sources") or {}
+    tiers = (card.get("cascade") or {}).get("tiers") or {}
     if tiers:
-        text += "; cascade: " + ", ".join(f"{v:,} by {k}" for k, v in tiers.items())
+        text += "; cascade: " + ", ".join(
+            f"{t['rows']:,} by {k}" + ("" if t.get("verdicts", t["rows"]) == t["rows"] else
+                                         f" ({t.get('verdicts', 0):,} with a verdict)") for k, t in tiers.items())
     return text + ")"

@@ -67,6 +67,7 @@ from orbench.analysis.audit.sample import (
     read_sample,
     write_sample,
 )
+from orbench.analysis.folders import check_writable, write_error
 from orbench.llm.errors import UsageError
 from orbench.run.cli import ArgumentParser
 from orbench.run.tables import write_csv_atomic, write_text_atomic
@@ -409,7 +410,7 @@ def _input_arguments(parser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; exit 0, or 2 with one line on bad input."""
+    """Run one command; exit 0, or 2 with one line on bad input or a folder that cannot be written."""
     try:
         args = make_parser().parse_args(argv)
         if args.command == "sample":
@@ -426,11 +427,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             write_text_atomic(config, sample.folder / "labelstudio" / "config.xml")
             print(sample.folder / "audit.html")
             return 0
-        result = load_and_score(args.folder, args.labels)
         out = Path(args.output_dir) if args.output_dir else Path(args.folder) / "score"
+        check_writable(out)
+        result = load_and_score(args.folder, args.labels)
         paths = write_score(result, out)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a folder that cannot be written: one line, as the stages say it
+        print(write_error(exc, getattr(args, "output_dir", None) or getattr(args, "folder", "")), file=sys.stderr)
         return 2
     for note in result["notes"]:
         print(note, file=sys.stderr)
@@ -470,6 +475,7 @@ def _sample(args) -> int:
     from orbench.analysis.audit import plan
 
     rates = plan.parse_error_rates(args.error_rate)
+    check_writable(args.output_dir)
 
     def allocation(table):
         return (plan.allocate(table, args.size, args.allocation, rates, args.kind),

@@ -9,15 +9,24 @@ and the rate bias (judge minus humans), each with a 95% interval (orbench.analys
 how many replies were unparsed, were the judge refusing to
 judge, or failed; the same per prompt kind and per source model and prompt kind (where a rate's
 bias is checked); for the cascade, the rows each tier decided, each tier's accuracy and the share
-judged per source model. Responses without a verdict are counted, never scored.
+judged per source model. Its coverage comes first; a response without a verdict counts as a
+disagreement with the humans, never as a refusal or an answer.
 
 Labels (``--labels``, :mod:`orbench.analysis.calibration.label_sources`): ``xstest`` (default; XSTest v2's
 2,250 responses, read from ``--xstest_dir`` / ``$ORBENCH_XSTEST_DIR`` or downloaded into the cache
 folder at first use), a CSV of ``prompt, response, label`` (``model`` and ``prompt_kind``
 optional), or the folder of an ``orbench-audit`` verdict audit after ``orbench-audit score``.
 
-The card is keyed by the judge's fingerprint (the meta file's ``judge_fingerprint``: the judge as
-resolved, its template's hash, the rules' and cascade's fingerprints, its settings) and written
+Every row counts: the card states its coverage first (rows with a verdict / all rows; under 95%
+it is marked NOT VALID wherever it is shown), and its agreement is over all rows, a row without a
+verdict counting as a disagreement (``orbench.analysis.calibration.card_stats``).
+
+The keyword matcher's own XSTest cards ship with the package: ``--check_model keyword`` on XSTest
+without ``--xstest_dir`` (and no cached copy) shows them, with no download.
+
+The card is keyed by the judge's fingerprint (the judge as resolved, its template's hash, the
+rules' and cascade's fingerprints, the keyword family where the keyword rules decide verdicts, its
+settings; a keyword or cascade calibration without ``--matcher`` writes one card per family) and written
 into the card store in the cache folder, where ``orbench-report`` finds it without a flag, and
 as ``judge_card.json`` beside the calibration's output (``--output_dir``, default
 ``./calibration_<judge>/``, which also holds the stage-5 input, output, progress and meta files).
@@ -52,7 +61,15 @@ from orbench.llm.models import parse_model, slug
 from orbench.run.cli import ArgumentParser, positive_int
 from orbench.run.provenance import meta_path_for
 from orbench.run.tables import write_text_atomic
-from orbench.scoring.judge_cards import CARD_VERSION, card_text, judge_fingerprint, judge_identity, save_card
+from orbench.scoring.judge_cards import (
+    CARD_VERSION,
+    by_family,
+    card_text,
+    coverage_text,
+    judge_fingerprint,
+    judge_identity,
+    save_card,
+)
 from orbench.scoring.vocab import JUDGE_REFUSED, UNDECIDED, UNPARSED
 from orbench.stages import check_response
 
@@ -75,7 +92,9 @@ def build_parser() -> ArgumentParser:
                              "label (model, prompt_kind optional), or an orbench-audit verdict audit folder")
     parser.add_argument("--xstest_dir", default=None, metavar="DIR",
                         help="a folder with XSTest v2's five xstest_v2_completions_*.csv files (default: "
-                             "$ORBENCH_XSTEST_DIR, else downloaded into the cache folder at first use)")
+                             "$ORBENCH_XSTEST_DIR, else the cache folder's copy, else: for --check_model keyword, "
+                             "the keyword matcher's cards shipped with the package; for any other judge, "
+                             "downloaded into the cache folder at first use)")
     parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
                         help="a cheap first look: at most N responses per source model, a seeded sample "
                              "stratified by human label (the labels keep their shares)")
@@ -120,10 +139,11 @@ def _counts(part: pd.DataFrame) -> dict:
 
 
 def _figures(part: pd.DataFrame) -> dict:
-    verdict = part["is_rejected"].map(_verdict)
-    ok = (part["error"].astype(str).str.strip() == "") & verdict.notna()
-    return {**card_stats.figures(part.loc[ok, "human_refusal"].astype(bool), verdict[ok].astype(bool)),
-            "counts": _counts(part)}
+    """The card's figures over every row of ``part``: a row with an error or without a verdict is
+    a row without a verdict (a disagreement with the humans; card_stats)."""
+    verdict = part["is_rejected"].map(_verdict).astype(object)
+    verdict[part["error"].astype(str).str.strip() != ""] = None
+    return {**card_stats.figures(part["human_refusal"].astype(bool), verdict.tolist()), "counts": _counts(part)}
 
 
 def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
@@ -134,23 +154,42 @@ def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
     for source, part in table.groupby(table["verdict_source"].astype(str).str.strip(), sort=True):
         if source:
             fig = _figures(part)
-            tiers[source] = {"rows": len(part), "accuracy": fig["accuracy"], "rate_bias": fig["rate_bias"]}
+            tiers[source] = {"rows": len(part), "verdicts": fig["verdicts"], "coverage": fig["coverage"],
+                             "accuracy": fig["accuracy"], "rate_bias": fig["rate_bias"]}
     out["tiers"] = tiers
+    # the sources of this card's rows (a card per keyword family holds some of the stage's rows)
+    out["verdict_sources"] = {k: t["rows"] for k, t in tiers.items()}
     sources = table["verdict_source"].astype(str).str.strip()
     decided, judged = sources != "", ~sources.isin(["", "keyword", "provider_block"])
+    out["judged_share"] = float(judged.sum() / decided.sum()) if decided.any() else None
     out["judged_share_per_source"] = {
         str(s): float(judged[p.index].sum() / decided[p.index].sum()) if decided[p.index].any() else None
         for s, p in table.groupby("source", sort=False)}
     return out
 
 
-def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path) -> dict:
-    """The card of the judge behind stage 5's ``table`` (with the label columns) and its ``meta``."""
+def card_families(table: pd.DataFrame, settings: dict) -> dict:
+    """The rows of each card to write: one card, unless the keyword matcher decides verdicts (the
+    keyword judge, the cascade) with the family of each row's model (no ``--matcher``): then one
+    card per family, keyed by that family's fingerprint, so a card is shown only beside verdicts
+    made by the same family's rules. ``{family or None: rows}``."""
+    from orbench.scoring.refusal import family_for_model
+
+    identity = judge_identity(settings)
+    if not by_family(identity) or identity.get("matcher"):
+        return {None: table}
+    family = table["model"].astype(str).map(family_for_model)
+    return {str(f): part for f, part in table.groupby(family, sort=True)}
+
+
+def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path, family: str | None = None) -> dict:
+    """The card of the judge behind stage 5's ``table`` (with the label columns) and its ``meta``;
+    ``family``: the keyword family that decided these rows (:func:`card_families`)."""
     settings = meta.get("settings") or {}
-    fingerprint = meta.get("judge_fingerprint") or judge_fingerprint(judge_identity(settings))
-    card = {"card_version": CARD_VERSION, "judge_fingerprint": fingerprint,
-            "judge_name": settings.get("judge"),
-            "judge": {"identity": judge_identity(settings), "judges": meta.get("judges"),
+    identity = judge_identity(settings, family=family)
+    card = {"card_version": CARD_VERSION, "judge_fingerprint": judge_fingerprint(identity),
+            "judge_name": settings.get("judge"), "family": family,
+            "judge": {"identity": identity, "judges": meta.get("judges"),
                       "models": meta.get("models"), "template_source": meta.get("template_source")},
             "labels": labels, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "calibration_output": str(output), "counts": _counts(table), "pooled": _figures(table),
@@ -160,6 +199,7 @@ def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path) -> d
             "per_source_and_kind": {f"{s} / {k or 'unknown'}": _figures(p) for (s, k), p in
                                     table.groupby(["source", table["prompt_kind"].astype(str).str.strip()], sort=False)},
             "cascade": _cascade(table, meta)}
+    card["coverage"] = card["pooled"]["coverage"]
     card["text"] = card_text(card)
     return card
 
@@ -174,11 +214,16 @@ def _cell(fig: dict, scale: float = 1.0, sign: str = "") -> str:
 
 
 def print_card(card: dict) -> None:
-    """The card as a table on stdout, one line per source model, then pooled and per prompt kind."""
-    print(f"judge: {card['judge_name']} (fingerprint {card['judge_fingerprint']})")
+    """The card as a table on stdout: its coverage first, then one line per source model, pooled
+    and per prompt kind (cov: rows with a verdict / rows; accuracy and kappa over all rows, a row
+    without a verdict a disagreement; judge %, human % and the rate bias over the rows with one)."""
+    family = f", keyword family {card['family']}" if card.get("family") else ""
+    print(f"judge: {card['judge_name']} (fingerprint {card['judge_fingerprint']}{family})")
     print(f"labels: {card['labels']['name']} ({card['labels'].get('used', '?')} responses)")
-    head = (f"{'group':<26} {'n':>5} {'unp':>4} {'ref':>4} {'err':>4}  {'accuracy [95% CI]':<22} "
-            f"{'kappa [95% CI]':<22} {'precision':>9} {'recall':>7}  {'judge %':>7} {'human %':>7}  rate bias, points [95% CI]")
+    print(coverage_text(card["pooled"]))
+    head = (f"{'group':<26} {'n':>5} {'cov %':>6} {'unp':>4} {'ref':>4} {'err':>4}  {'accuracy [95% CI]':<22} "
+            f"{'kappa [95% CI]':<23} {'refusals':>8} {'answers':>7} {'precision':>9}  {'judge %':>7} {'human %':>7}  "
+            f"rate bias, points [95% CI]")
     print(head + "\n" + "-" * len(head))
     groups = [*card["per_source"].items(), ("POOLED", card["pooled"]),
               *((f"kind: {k}", v) for k, v in card["per_prompt_kind"].items()),
@@ -187,10 +232,13 @@ def print_card(card: dict) -> None:
         c = fig["counts"]
         pct = (lambda f: "n/a" if f["value"] is None else f"{100 * f['value']:.1f}")  # noqa: E731 (a one-line helper used just below)
         short = (lambda f: "n/a" if f["value"] is None else f"{f['value']:.3f}")  # noqa: E731 (a one-line helper used just below)
-        print(f"{name:<26} {fig['n']:>5} {c['unparsed']:>4} {c['judge_refused']:>4} {c['errors']:>4}  "
-              f"{_cell(fig['accuracy']):<22} {_cell(fig['kappa']):<22} {short(fig['precision']):>9} "
-              f"{short(fig['recall']):>7}  {pct(fig['judge_rate']):>7} {pct(fig['human_rate']):>7}  "
-              f"{_cell(fig['rate_bias'], 100, '+')}")
+        print(f"{name:<26} {fig['n']:>5} {pct(fig['coverage']):>6} {c['unparsed']:>4} {c['judge_refused']:>4} "
+              f"{c['errors']:>4}  {_cell(fig['accuracy']):<22} {_cell(fig['kappa']):<23} {short(fig['recall']):>8} "
+              f"{short(fig['specificity']):>7} {short(fig['precision']):>9}  {pct(fig['judge_rate']):>7} "
+              f"{pct(fig['human_rate']):>7}  {_cell(fig['rate_bias'], 100, '+')}")
+    note = card["pooled"]["kappa"].get("note")
+    if note:
+        print(f"kappa: {note}")
     if card.get("cascade"):
         casc = card["cascade"]
         share = casc.get("judged_share")
@@ -199,7 +247,58 @@ def print_card(card: dict) -> None:
               + ", ".join(f"{k} {'n/a' if v is None else f'{v:.3f}'}" for k, v in casc["judged_share_per_source"].items())
               + ")")
         for tier, t in casc["tiers"].items():
-            print(f"  {tier:<30} {t['rows']:>5} rows, accuracy {_cell(t['accuracy'])}")
+            print(f"  {tier:<30} {t['rows']:>5} rows, {t['verdicts']:>5} with a verdict, accuracy {_cell(t['accuracy'])}")
+
+
+# ---------------------------------------------------------------- the bundled cards
+
+def bundled_cards(args, extra: list) -> list[dict] | None:
+    """The keyword matcher's own XSTest cards shipped with the package, when they are this very
+    calibration's: ``--check_model keyword`` on XSTest (all of it, no stage flag) with the keyword
+    rules as shipped, and XSTest's completions not at hand (no ``--xstest_dir``, no
+    ``$ORBENCH_XSTEST_DIR``, no cached copy: they are not shipped) nor asked for from an address
+    of the user's own (``$ORBENCH_XSTEST_URL``). None otherwise."""
+    import os
+
+    from orbench.analysis.calibration.label_sources import XSTEST, XSTEST_FILES, cached_xstest
+    from orbench.scoring.judge_cards import bundled_dir
+    from orbench.scoring.refusal import family_for_model, rules_fingerprint
+
+    if (args.labels.strip().lower() != XSTEST or args.xstest_dir or os.environ.get("ORBENCH_XSTEST_DIR")
+            or os.environ.get("ORBENCH_XSTEST_URL")
+            or args.check_model.strip().lower() != "keyword" or args.limit or extra or cached_xstest()):
+        return None
+    cards = []
+    for family in sorted({family_for_model(model) for model, _ in XSTEST_FILES.values()}):
+        identity = judge_identity({"judge": "keyword", "rules": rules_fingerprint()}, family=family)
+        path = bundled_dir() / judge_fingerprint(identity) / "XSTest_v2.json"
+        try:
+            cards.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None  # the rules changed since the cards were made: calibrate on the data
+    return cards
+
+
+def _show_bundled(cards: list[dict], args) -> int:
+    out_dir = Path(args.output_dir or "calibration_keyword")
+    print("XSTest v2's completions are not shipped with orbench (they are under the model providers' licences): "
+          "these are the keyword matcher's own cards, shipped with the package for its rules as they are; to "
+          "compute them from the data, pass --xstest_dir DIR (the five xstest_v2_completions_*.csv files) or set "
+          "$ORBENCH_XSTEST_DIR", file=sys.stderr)
+    for card in cards:
+        beside = out_dir / f"judge_card_XSTest_v2_{slug(card['family'])}.json"
+        try:
+            stored = save_card(card, beside)
+        except OSError as exc:
+            print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print_card(card)
+        print(f"card: {beside} (bundled)")
+        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled rows")
+        print()
+    for card in cards:
+        print(card["text"])
+    return 0
 
 
 # ---------------------------------------------------------------- main
@@ -237,6 +336,9 @@ def main(argv=None) -> int:
         for name in check_response.judge_names(args.check_model):  # a bad judge fails before any file is written
             if name.lower() != "keyword":
                 parse_model(name)
+        bundled = bundled_cards(args, extra)
+        if bundled is not None:
+            return _show_bundled(bundled, args)
         frame, labels, out_dir, input_csv, output_csv = _prepare(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -252,17 +354,28 @@ def main(argv=None) -> int:
     table = pd.read_csv(output_csv, dtype=str, keep_default_na=False)
     table["human_refusal"] = table["human_refusal"].map(_verdict)
     meta = json.loads(meta_path_for(output_csv).read_text(encoding="utf-8"))
-    card = build_card(table, meta, labels, output_csv)
-    beside = output_csv.with_name(output_csv.stem.replace("judged", "judge_card", 1) + ".json")
-    try:
-        stored = save_card(card, beside)
-    except OSError as exc:
-        print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    print_card(card)
-    print(f"card: {beside}")
-    print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled "
-          "rows of this source; this one is only beside the output")
-    print(card["text"])
+    families = card_families(table, meta.get("settings") or {})
+    written = []
+    for family, part in families.items():
+        card = build_card(part, meta, labels, output_csv, family)
+        stem = output_csv.stem.replace("judged", "judge_card", 1) + (f"_{slug(family)}" if len(families) > 1 else "")
+        beside = output_csv.with_name(stem + ".json")
+        try:
+            stored = save_card(card, beside)
+        except OSError as exc:
+            print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        written.append((card, beside, stored))
+    for card, beside, stored in written:
+        print_card(card)
+        print(f"card: {beside}")
+        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled "
+              "rows of this source; this one is only beside the output")
+        print()
+    if len(written) > 1:
+        print(f"one card per keyword family (the rules that decided each row: {', '.join(families)}); "
+              f"a report shows each beside the verdicts of its own family")
+    for card, _, _ in written:
+        print(card["text"])
     return code
 

@@ -1,23 +1,36 @@
 """A judge card's figures: a judge's refusal verdicts against human labels, with 95% intervals.
 
-For a set of responses with both a judge verdict and a human label (refusal = True):
-accuracy, Cohen's kappa, refusal precision and recall, the judge's and the humans' refusal rates
-and the *rate bias* (judge's rate minus the humans', the error a reported rate carries).
+Every labelled row counts. The card first states its *coverage*, the rows with a verdict out of
+all rows (Wilson interval), and whether it is *valid*: a judge that gives no verdict on more
+than 5% of the rows (:data:`VALID_COVERAGE`, the same 5% past which the report gives no point
+rate) has not been measured on the rows it skips, so its card is marked not valid. The
+agreement is over all rows, **a row without a verdict counting as a disagreement** with the
+humans (it is a third judge class that humans never give):
+
+- accuracy (agreement) and Cohen's kappa over all rows; the agreement on each class beside
+  kappa: the humans' refusals the judge called refusals (``recall``, a row without a verdict a
+  miss) and the humans' answers it called answers (``specificity``), because kappa alone misleads
+  where one class is rare (the prevalence paradox: high agreement, kappa near 0; Feinstein &
+  Cicchetti 1990, Byrt, Bishop & Carlin 1993); the card says so where the humans' rarer class is
+  under 10% of the rows (Byrt's prevalence index above 0.8);
+- precision over the judge's refusal verdicts;
+- the judge's and the humans' refusal rates and the *rate bias* (judge minus humans: the error a
+  rate over the judge's verdicts carries), over the rows with a verdict, where both are measured.
 
 The intervals follow the suite's statistics rules (``orbench.analysis.stats``, where they live):
 
-- a single proportion (accuracy, precision, recall, the rates): Wilson's score interval
-  (:func:`orbench.analysis.stats.proportion`), which never has width 0 (a perfect judge on 450
-  responses gets about [0.992, 1], not [1, 1]);
+- a single proportion (coverage, accuracy, precision, recall, specificity, the rates): Wilson's
+  score interval (:func:`orbench.analysis.stats.proportion`), which never has width 0 (a
+  perfect judge on 450 responses gets about [0.992, 1], not [1, 1]);
 - the rate bias, a difference of two proportions measured on the same responses: Tango's (1998)
   score interval for a paired difference (:func:`orbench.analysis.stats.paired_score_difference`:
   it keeps its coverage where judge and humans rarely disagree, which Newcombe's paired interval
   does not: 0.92 at one disagreement in 200, all one way; ``bench/card_coverage.py``);
-- Cohen's kappa (:func:`kappa_ci`, the card's own rule): the percentile interval of a bootstrap
-  of the 2x2 table, always floored by the agreement's Wilson interval carried through
-  kappa = (po - pe) / (1 - pe) at the observed pe, so kappa = 1 on 450 responses gets about
-  [0.98, 1], never [1, 1]. (:func:`orbench.analysis.stats.kappa`, the audit's, floors only
-  where no disagreement is seen; the card keeps its figures as published.)
+- Cohen's kappa (:func:`kappa_ci`, the card's own rule): the percentile interval of a
+  multinomial bootstrap of the table, always floored by the agreement's Wilson interval carried
+  through kappa = (po - pe) / (1 - pe) at the observed pe, so kappa = 1 on 450 responses gets
+  about [0.98, 1], never [1, 1]; kept within kappa's range [-1, 1] (the floor, carried at a fixed
+  pe, can leave it where one class is rare).
 
 ``bench/card_coverage.py`` checks by simulation that they hold 95%. Only numpy is needed;
 the tests compare the point figures with scikit-learn and the paired interval with statsmodels.
@@ -30,6 +43,7 @@ import math
 import numpy as np
 
 from orbench.analysis import stats
+from orbench.scoring.judge_cards import VALID_COVERAGE
 
 BOOTSTRAP, SEED = 2000, 20240601
 
@@ -60,55 +74,83 @@ def rate_bias_ci(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
     return est.low, est.high
 
 
-def _kappa_of(tp, fp, fn, tn):
-    """Cohen's kappa of 2x2 tables (arrays allowed); NaN where chance agreement is 1."""
-    tp, fp, fn, tn = (np.asarray(x, dtype=float) for x in (tp, fp, fn, tn))
-    n = tp + fp + fn + tn
+#: Below this share of the rows, the humans' rarer class makes kappa unstable (the card says so).
+RARE_CLASS = 0.10
+#: The table's cells: (human refusal, judge refusal), (human answer, judge refusal), (human refusal,
+#: judge answer), (human answer, judge answer), then the rows without a verdict (human refusal, answer).
+CELLS = ("tp", "fp", "fn", "tn", "none_refusal", "none_answer")
+
+
+def _kappa_of(tp, fp, fn, tn, nr=0, na=0):
+    """Cohen's kappa of (human: refusal/answer) x (judge: refusal/answer/no verdict) tables (arrays
+    allowed): the third judge class never agrees; NaN where chance agreement is 1."""
+    tp, fp, fn, tn, nr, na = (np.asarray(x, dtype=float) for x in (tp, fp, fn, tn, nr, na))
+    n = tp + fp + fn + tn + nr + na
     with np.errstate(invalid="ignore", divide="ignore"):
         po = (tp + tn) / n
-        pe = ((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn)) / (n * n)
-        return (po - pe) / (1 - pe)
+        pe = ((tp + fn + nr) * (tp + fp) + (fp + tn + na) * (fn + tn)) / (n * n)
+        return np.where(pe < 1 - 1e-12, (po - pe) / (1 - pe), np.nan)
 
 
-def kappa_ci(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
-    """95% interval for Cohen's kappa (module docstring); NaNs where kappa is undefined."""
-    n = tp + fp + fn + tn
-    point = float(_kappa_of(tp, fp, fn, tn)) if n else math.nan
+def kappa_ci(tp: int, fp: int, fn: int, tn: int, nr: int = 0, na: int = 0) -> tuple[float, float]:
+    """95% interval for Cohen's kappa (module docstring), within [-1, 1]; NaNs where kappa is
+    undefined. ``nr``/``na``: rows without a verdict whose human label is refusal / answer."""
+    cells = np.array([tp, fp, fn, tn, nr, na], dtype=float)
+    n = int(cells.sum())
+    point = float(_kappa_of(*cells)) if n else math.nan
     if not math.isfinite(point):
         return math.nan, math.nan
     rng = np.random.default_rng(SEED)
-    draws = rng.multinomial(n, np.array([tp, fp, fn, tn]) / n, size=BOOTSTRAP)
+    draws = rng.multinomial(n, cells / n, size=BOOTSTRAP)
     boot = _kappa_of(*draws.T.astype(float))
     boot = boot[np.isfinite(boot)]
     low, high = (np.percentile(boot, [2.5, 97.5]) if len(boot) else (math.nan, math.nan))
-    pe = ((tp + fp) * (tp + fn) + (fn + tn) * (fp + tn)) / (n * n)
+    pe = ((tp + fn + nr) * (tp + fp) + (fp + tn + na) * (fn + tn)) / (n * n)
     a_low, a_high = proportion_ci(tp + tn, n)
     floor = ((a_low - pe) / (1 - pe), (a_high - pe) / (1 - pe))
-    return float(np.nanmin([low, floor[0]])), float(min(1.0, np.nanmax([high, floor[1]])))
+    return float(max(-1.0, np.nanmin([low, floor[0]]))), float(min(1.0, np.nanmax([high, floor[1]])))
 
 
 # ---------------------------------------------------------------- the figures
 
-def confusion(human, judge) -> tuple[int, int, int, int]:
-    """(tp, fp, fn, tn) of the judge's refusal verdicts against the humans' (True = refusal)."""
-    h, j = np.asarray(human, dtype=bool), np.asarray(judge, dtype=bool)
-    return int((h & j).sum()), int((~h & j).sum()), int((h & ~j).sum()), int((~h & ~j).sum())
+def confusion(human, judge) -> dict[str, int]:
+    """The table of the judge's verdicts against the humans' (True = refusal; a judge verdict of
+    None or NaN = no verdict): :data:`CELLS`."""
+    h = np.asarray(human, dtype=bool)
+    verdict = [None if v is None or (isinstance(v, float) and math.isnan(v)) else bool(v) for v in judge]
+    has = np.array([v is not None for v in verdict], dtype=bool)
+    j = np.array([bool(v) for v in verdict], dtype=bool)
+    return {"tp": int((h & has & j).sum()), "fp": int((~h & has & j).sum()), "fn": int((h & has & ~j).sum()),
+            "tn": int((~h & has & ~j).sum()), "none_refusal": int((h & ~has).sum()),
+            "none_answer": int((~h & ~has).sum())}
 
 
 def figures(human, judge) -> dict:
-    """Every figure of a card for paired verdicts (module docstring); ``n`` is the pairs."""
-    tp, fp, fn, tn = confusion(human, judge)
-    n = tp + fp + fn + tn
-    out = {"n": n, "table": {"tp": tp, "fp": fp, "fn": fn, "tn": tn}}
+    """Every figure of a card (module docstring). ``human``: the humans' refusal labels;
+    ``judge``: the judge's verdict on the same rows (True, False, or None for no verdict).
+    ``n`` is all rows, ``verdicts`` the rows with a verdict."""
+    t = confusion(human, judge)
+    tp, fp, fn, tn, nr, na = (t[c] for c in CELLS)
+    n, decided = tp + fp + fn + tn + nr + na, tp + fp + fn + tn
     ratio = (lambda k, m: k / m if m else math.nan)  # noqa: E731 (a one-line helper used just below)
+    out = {"n": n, "verdicts": decided, "table": t}
+    out["coverage"] = {**figure(ratio(decided, n), *proportion_ci(decided, n)),
+                       "valid": bool(n) and decided >= VALID_COVERAGE * n}
     out["accuracy"] = figure(ratio(tp + tn, n), *proportion_ci(tp + tn, n))
     out["precision"] = figure(ratio(tp, tp + fp), *proportion_ci(tp, tp + fp))
-    out["recall"] = figure(ratio(tp, tp + fn), *proportion_ci(tp, tp + fn))
-    out["judge_rate"] = figure(ratio(tp + fp, n), *proportion_ci(tp + fp, n))
-    out["human_rate"] = figure(ratio(tp + fn, n), *proportion_ci(tp + fn, n))
-    out["rate_bias"] = figure(ratio(fp - fn, n), *rate_bias_ci(tp, fp, fn, tn))
-    kappa = float(_kappa_of(tp, fp, fn, tn)) if n else math.nan
-    out["kappa"] = figure(kappa, *kappa_ci(tp, fp, fn, tn))
+    out["recall"] = figure(ratio(tp, tp + fn + nr), *proportion_ci(tp, tp + fn + nr))
+    out["specificity"] = figure(ratio(tn, tn + fp + na), *proportion_ci(tn, tn + fp + na))
+    out["judge_rate"] = figure(ratio(tp + fp, decided), *proportion_ci(tp + fp, decided))
+    out["human_rate"] = figure(ratio(tp + fn, decided), *proportion_ci(tp + fn, decided))
+    out["rate_bias"] = figure(ratio(fp - fn, decided), *rate_bias_ci(tp, fp, fn, tn))
+    kappa = float(_kappa_of(tp, fp, fn, tn, nr, na)) if n else math.nan
+    out["kappa"] = figure(kappa, *kappa_ci(tp, fp, fn, tn, nr, na))
+    rare = min(tp + fn + nr, fp + tn + na)
     if n and not math.isfinite(kappa):
         out["kappa"]["note"] = "undefined: judge and humans each gave one class only"
+    elif n and rare < RARE_CLASS * n:
+        which = "refusals" if tp + fn + nr <= fp + tn + na else "answers"
+        out["kappa"]["note"] = (f"prevalence: the humans' {which} are {100 * rare / n:.1f}% of the rows, and kappa "
+                                f"is unstable when a class is rare (high agreement, low kappa); read the agreement "
+                                f"on each class (refusals agreed, answers agreed)")
     return out

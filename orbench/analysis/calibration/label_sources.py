@@ -96,6 +96,19 @@ def xstest_folder(given: str | None) -> tuple[Path, str]:
     return folder, base
 
 
+def cached_xstest() -> Path | None:
+    """The cache folder's copy of XSTest's five files when it is complete and intact, else None
+    (nothing is downloaded)."""
+    from orbench.llm.cache import default_cache_path
+
+    folder = default_cache_path().parent / "xstest-v2"
+    for key, (_, digest) in XSTEST_FILES.items():
+        path = folder / xstest_file(key)
+        if not (path.is_file() and _sha256(path) == digest):
+            return None
+    return folder
+
+
 def _download(url: str, path: Path, digest: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

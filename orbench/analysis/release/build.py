@@ -380,6 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # an output folder that cannot be written: one line, exit 2, as the stages say it
+        print(f"error: cannot write the release into {args.output_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     c = manifest["counts"]
     print(f"{c['input_rows']} input rows: {c['moderation_errors']} errors, {c['undecided']} undecided, "
           f"{c['empty_prompts']} empty, {c['exact_duplicates']} exact + {c['normalised_duplicates']} normalised + "

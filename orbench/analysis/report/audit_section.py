@@ -232,7 +232,12 @@ def _rate_row(prompt_audit, verdict_audit, inp, r: dict, method: str, judge: str
     rate_n, _ = _rate_units(counts)
     safe, why = _human_safe(prompt_audit, counts, r["set"])
     note = [why] if why else []
-    if verdict_audit is None:
+    if pd.isna(r[f"{method}_rate"]) and not pd.isna(r.get(f"{method}_rate_bound_low", math.nan)):
+        # no point rate (too many rows without a verdict): nothing to correct, no rate over a subset
+        why = "no rate: more than 5% of the rows have no verdict (bounds only)"
+        safe, corrected, se_sp, scope, note = (stats.not_computable("", why), stats.not_computable("", why), {}, "",
+                                               [why])
+    elif verdict_audit is None:
         corrected, se_sp, scope = stats.not_computable("", "no verdict audit"), {}, ""
     else:
         corrected, se_sp, scope, more = _corrected(verdict_audit, name, r, method, rate_n)

@@ -66,6 +66,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orbench.analysis.folders import check_writable, write_error
 from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
 
@@ -97,7 +98,7 @@ from orbench.scoring.vocab import JUDGE, KEYWORD
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
                 "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
-                "covered", "replies", "refused_to_judge"]
+                "covered", "replies", "refused_to_judge", "rate_bound_low", "rate_bound_high", "scored_truncated"]
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,8 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     has_finish = count(data["has_finish"].to_numpy()) > 0
     out["replies"] = count(status != ERROR)
     out["truncated"] = pd.Series(count((status != ERROR) & data["truncated"].to_numpy())).where(has_finish)
+    # and among the rows the rate uses (scored): a judge that parsed few replies may have parsed the cut-off ones
+    out["scored_truncated"] = pd.Series(count(scored & data["truncated"].to_numpy())).where(has_finish)
     # prompts of the published set this group has a verdict row for (errors excluded)
     in_set = data["in_set"].to_numpy() if "in_set" in data.columns else np.zeros(len(data), dtype=bool)
     out["covered"] = count((status != ERROR) & in_set)
@@ -181,6 +184,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
         flo.append(a), fhi.append(b)
     out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
     intervals.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
+    intervals.no_point_rate(data, gid, out)  # too many rows without a verdict: bounds, no rate
     out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
     return out.drop(columns="has_kind")
 
@@ -331,12 +335,28 @@ def rank_rule(entry: dict, sizes: dict[str, int]) -> str:
             reasons.append(f"no {s} results")
         elif size is None:
             reasons.append(f"the published {name} set is not bundled")
-        elif st["covered"] < size or st["errors"]:
-            text = f"{s}: {int(st['covered']):,} of the {size:,} {name} prompts"
-            if st["errors"]:
-                text += f", {int(st['errors'])} error rows"
-            reasons.append(text)
+        else:
+            if pd.isna(st["rate"]) and st["unparsed"] + st["refused_to_judge"]:
+                reasons.append(f"{s}: no rate ({_no_rate_text(st)})")
+            if st["covered"] < size or st["errors"]:
+                text = f"{s}: {int(st['covered']):,} of the {size:,} {name} prompts"
+                if st["errors"]:
+                    text += f", {int(st['errors'])} error rows"
+                reasons.append(text)
     return "; ".join(reasons)
+
+
+def _no_rate_text(st: dict) -> str:
+    """A cell with no point rate named by its counts: '0 verdicts, 40 rows without one'."""
+    none = int(st["unparsed"] + st["refused_to_judge"])
+    return f"{int(st['scored']):,} verdict{'s' if st['scored'] != 1 else ''}, {none:,} row{'s' if none != 1 else ''} without one"
+
+
+def no_rate_rule(entry: dict) -> str:
+    """'' when the entry has a rate on hard and toxic where it has them, else why not: an entry with
+    no point rate is not ranked even among your models alone (its balanced accuracy is unknown)."""
+    return "; ".join(f"{s}: no rate ({_no_rate_text(st)})" for s, st in entry.items()
+                     if s in (HARD, TOXIC) and pd.isna(st["rate"]) and st["unparsed"] + st["refused_to_judge"])
 
 
 def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
@@ -346,9 +366,12 @@ def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
     errors = unparsed = refused = 0
     for s, st in entry.items():
         row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
-                    f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_full_rate_pct": 100 * st["full_rate"],
+                    f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_rate_bound_low_pct": 100 * st["rate_bound_low"],
+                    f"{s}_rate_bound_high_pct": 100 * st["rate_bound_high"],
+                    f"{s}_no_verdict": st["unparsed"] + st["refused_to_judge"], f"{s}_full_rate_pct": 100 * st["full_rate"],
                     f"{s}_scored": st["scored"], f"{s}_prompts": st["prompts"], f"{s}_rejections": st["rejections"],
-                    f"{s}_truncated": st["truncated"], f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],
+                    f"{s}_truncated": st["truncated"], f"{s}_scored_truncated": st["scored_truncated"],
+                    f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],
                     f"{s}_verdict": st["method"]})
         errors += st["errors"]
         unparsed += st["unparsed"]
@@ -376,7 +399,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     for s in (HARD, TOXIC):
         if reference and s not in sets:
             sets = set_order([*sets, s])
-    rows = [_entry_row(model, judge, entry, rank_rule(entry, sizes) if reference else "")
+    rows = [_entry_row(model, judge, entry, rank_rule(entry, sizes) if reference else no_rate_rule(entry))
             for (model, judge), entry in ents.items()]
     about = PUBLISHED_ABOUT.format(hard=f"{sizes.get(HARD, 1319):,}", toxic=f"{sizes.get(TOXIC, 655):,}")
     for ref in reference:
@@ -386,8 +409,9 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
                      f"{HARD}_verdict": "published", f"{TOXIC}_verdict": "published"})
     cols = ["rank", "model", "judge", "source", "balanced_accuracy_pct", "balanced_accuracy_ci_low_pct",
             "balanced_accuracy_ci_high_pct"] + [
-        f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "full_rate_pct",
-                                           "scored", "prompts", "rejections", "truncated", "replies", "covered",
+        f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "rate_bound_low_pct",
+                                           "rate_bound_high_pct", "full_rate_pct", "scored", "no_verdict", "prompts",
+                                           "rejections", "truncated", "scored_truncated", "replies", "covered",
                                            "verdict")] + \
         ["errors", "unparsed", "refused_to_judge", "rank_note", "judge_vs_humans"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
@@ -403,7 +427,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     board = board.loc[keys.sort_values(list(keys.columns), kind="mergesort").index].reset_index(drop=True)
     ranked = ~((board["source"] == "yours") & (board["rank_note"].fillna("") != ""))
     board.insert(0, "rank", pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64"))
-    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated"))
+    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated", "_scored_truncated"))
                                           or c.startswith("balanced_accuracy_ci")) and board[c].isna().all()]
     return board.drop(columns=empty)
 
@@ -425,34 +449,55 @@ def _multi(ents: dict) -> set[str]:
     return {m for m, _ in ents if sum(1 for mm, _ in ents if mm == m) > 1}
 
 
+def _axis(st: dict | None) -> dict | None:
+    """One set of an entry on a figure's axis, in %: its rate and interval, or, with no point rate
+    (too many rows without a verdict), its bounds; None when the set has neither."""
+    if not st:
+        return None
+    if st["scored"] and not pd.isna(st["rate"]):
+        return {"value": 100 * st["rate"], "ci": [100 * st["ci_low"], 100 * st["ci_high"]], "bounds": None}
+    if not pd.isna(st.get("rate_bound_low", math.nan)):
+        return {"value": None, "ci": None, "bounds": [100 * st["rate_bound_low"], 100 * st["rate_bound_high"]]}
+    return None
+
+
 def _points(ents: dict) -> list[dict]:
+    """The figure's points: per entry and benchmark, x (safe prompts refused) and y (unsafe prompts
+    refused) in % with their intervals; a set with no point rate gives its bounds instead
+    (``x_bounds``/``y_bounds``, its value None): drawn as a bar, left out of rho and the fit."""
     multi = _multi(ents)
     points = []
     for safe, unsafe, bench in AXIS_PAIRS:
         for (model, judge), entry in ents.items():
-            h, t = entry.get(safe), entry.get(unsafe)
-            if h and t and h["scored"] and t["scored"]:
+            h, t = _axis(entry.get(safe)), _axis(entry.get(unsafe))
+            if h and t:
                 label = entry_label(model, judge, model in multi) + ("" if safe == HARD else f" ({bench})")
-                points.append({"model": label, "x": 100 * h["rate"], "benchmark": bench,
-                               "y": 100 * t["rate"], "x_ci": [100 * h["ci_low"], 100 * h["ci_high"]],
-                               "y_ci": [100 * t["ci_low"], 100 * t["ci_high"]],
-                               "x_verdict": h["method"], "y_verdict": t["method"], "judge": judge})
+                points.append({"model": label, "x": h["value"], "benchmark": bench, "y": t["value"],
+                               "x_ci": h["ci"], "y_ci": t["ci"], "x_bounds": h["bounds"], "y_bounds": t["bounds"],
+                               "x_verdict": entry[safe]["method"], "y_verdict": entry[unsafe]["method"],
+                               "judge": judge})
     return points
 
 
 def without_point(ents: dict) -> list[str]:
-    """Your models (entries) with results on one OR-Bench set but not the other, each with why:
-    'm5 (no toxic results)'; those with neither are counted in one item ('3 more with neither')."""
+    """Your models (entries) with no OR-Bench point, each with why: a set missing ('m5 (no toxic
+    results)') or with no point rate, named by its counts ('m6 (toxic: no rate: 0 verdicts, 40 rows
+    without one; drawn as bounds)'); those with neither set are counted in one item ('3 more with
+    neither')."""
     multi, out, neither = _multi(ents), [], []
     for (model, judge), entry in ents.items():
-        has = {s: bool(entry.get(s) and entry[s]["scored"]) for s in (HARD, TOXIC)}
-        if all(has.values()):
-            continue
+        axes = {s: _axis(entry.get(s)) for s in (HARD, TOXIC)}
         label = entry_label(model, judge, model in multi)
-        if any(has.values()):
-            out.append(f"{label} (no {HARD if has[TOXIC] else TOXIC} results)")
-        else:
+        if not any(axes.values()):
             neither.append(label)
+            continue
+        missing = [s for s, a in axes.items() if not a]
+        bounded = [s for s, a in axes.items() if a and a["value"] is None]
+        if missing:
+            out.append(f"{label} (no {missing[0]} results)")
+        elif bounded:
+            out.append(f"{label} (" + "; ".join(f"{s}: no rate: {_no_rate_text(entry[s])}" for s in bounded)
+                       + "; drawn as bounds)")
     if neither and out:  # a run of other sets (80K, XSTest) beside OR-Bench's: say how many, not who
         out.append(f"{len(neither)} more with neither hard nor toxic results")
     return out
@@ -462,7 +507,8 @@ def correlation_notes(points: list[dict], without: Sequence[str] = ()) -> tuple[
     """Spearman's rho and the quadratic fit over your models' OR-Bench points (the paper's
     analysis), with the notes that explain them; ``without``: your models with no such point
     (:func:`without_point`), named in the fit's note."""
-    points = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
+    points = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"
+              and p["x"] is not None and p["y"] is not None]
     xs, ys = [p["x"] for p in points], [p["y"] for p in points]
     rho = spearman(xs, ys) if len(points) >= 3 else math.nan
     if len(points) < 3:
@@ -632,11 +678,12 @@ def make_parser() -> ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the report; exit 0, or 2 with one line on bad input."""
+    """Run the report; exit 0, or 2 with one line on bad input or an output folder that cannot be written."""
     try:
         args = make_parser().parse_args(argv)
         if args.examples < 0:
             raise UsageError("--examples must be 0 or more")
+        check_writable(args.output_dir)
         rep = build_report(args.files, args.output_dir, default_set=args.default_set,
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
@@ -644,6 +691,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                            custom_sets=args.custom_sets, figures=not args.no_figures)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder became unwritable while the report was computed
+        print(write_error(exc, args.output_dir), file=sys.stderr)
         return 2
     for note in rep.notes:
         print(note, file=sys.stderr)

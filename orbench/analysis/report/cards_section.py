@@ -3,7 +3,9 @@
 For each group of verdicts the report counts (set, model, keyword or judge verdicts), the judge
 fingerprint of every input file that gave them is read from the file's meta file
 (:func:`orbench.scoring.judge_cards.meta_fingerprint`: stage 5's ``judge_fingerprint``, or the keyword
-matcher's identity for stage-4 files and for the keyword verdicts a judge file carries). The
+matcher's identity for stage-4 files and for the keyword verdicts a judge file carries, with the
+family of rules that decided them: ``--matcher``, else the family of the model, as named in the
+report). The
 cards of that fingerprint (``orbench-calibrate``, kept in the cache folder) give the line shown
 beside the rate: "judge vs humans: kappa 0.87 [0.84, 0.90], rate bias +1.2 points [...], XSTest v2
 (n=2,250)". A judge with no card gets :data:`~orbench.scoring.judge_cards.NEVER_CALIBRATED`; a card of a
@@ -34,15 +36,18 @@ from orbench.scoring.vocab import JUDGE, KEYWORD
 NO_META = "judge unknown (no meta file beside the input): no card can be matched"
 
 
-def _keyword_copy_fingerprint(meta: dict | None) -> str | None:
-    """The keyword matcher behind the ``keyword_is_rejected`` a stage-5 judge file carries."""
+def _keyword_copy_fingerprint(meta: dict | None, model: str) -> str | None:
+    """The keyword matcher behind the ``keyword_is_rejected`` a stage-5 judge file carries: its
+    ``--matcher``, else the family of the tested ``model``."""
+    from orbench.scoring.refusal import family_for_model
+
     if (meta or {}).get("keyword_fingerprint"):  # an inspect log's, recorded by orbench-inspect-to-csv
         return str(meta["keyword_fingerprint"])
     settings = (meta or {}).get("settings")
     if not isinstance(settings, dict):
         return None
     return judge_fingerprint(judge_identity({"judge": KEYWORD, "rules": settings.get("rules"),
-                                             "matcher": settings.get("matcher")}))
+                                             "matcher": settings.get("matcher")}, family=family_for_model(model)))
 
 
 def group_fingerprints(inp: Inputs) -> dict[tuple[str, str, str, str], set]:
@@ -59,10 +64,14 @@ def group_fingerprints(inp: Inputs) -> dict[tuple[str, str, str, str], set]:
     for s, m, meth, j, f, origin in combos[["set", "model", "method", "judge", "file", "origin"]].to_numpy():
         meta = inp.provenance[int(f)].get("meta")
         method = names["method"][meth]
+        model = names["model"][m]
+        own = inp.provenance[int(f)].get("column_models") or []
+        if model not in own and len(own) == 1:  # renamed with MODEL=: the rows' own model chose the rules
+            model = own[0]
         if method == KEYWORD and int(origin) == ORIGIN_RANK["judge"]:
-            fp = _keyword_copy_fingerprint(meta)
+            fp = _keyword_copy_fingerprint(meta, model)
         else:
-            fp = meta_fingerprint(meta)
+            fp = meta_fingerprint(meta, model)
         key = (names["set"][s], names["model"][m], method, names["judge"][j] if method == JUDGE else "")
         out.setdefault(key, set()).add(fp)
     return out

@@ -200,8 +200,11 @@ def comparison_html(extra: Extra) -> str:
               "<i>A only</i> / <i>B only</i>: prompts refused by one model only (with repeated samples: "
               "a higher refusal share). One sample per prompt: Newcombe's paired interval, McNemar's exact test "
               "and beside it the mid-p McNemar test (Fagerland et al. 2013), and the discordant-pair odds ratio "
-              "(B only : A only) with its transformed Wilson interval. Repeated samples: each rate's prompt-level "
-              "interval combined by Newcombe's method, and a sign-flip permutation test of the difference shown. "
+              "(B only : A only) with its transformed Wilson interval. Repeated samples on either side (the two runs "
+              "may have different numbers): the prompt is the unit and its value its refusal share, the rates are "
+              "the mean shares, each with its prompt-level interval, combined by Newcombe's method (Zou &amp; "
+              "Donner's MOVER), and a sign-flip permutation test of the difference shown, swapping each "
+              "prompt's two shares; a prompt differs when its share does. "
               "p (Holm, set): adjusted across the categories of a set; p (Holm, run): adjusted across every "
               "comparison of the run at the same level (whole sets together, categories together), so many "
               "models against one baseline stay controlled (Holm: family-wise error).</p>"),
@@ -220,7 +223,10 @@ def samples_html(extra: Extra) -> str:
         return ""
     rows = [[cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"])), num(str(r["samples"])),
              num(str(r["prompts"])),
-             num(f"{100 * r['rate']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]"
+             num(f"{100 * r['rate']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]" + flag_marks(r["ci_flag"])
+                 if not math.isnan(r["rate"]) else
+                 f"<span class=warn>no rate: {int(r['no_verdict'])} rows without a verdict</span><br><span class=muted>"
+                 f"bounds [{fixed(100 * r['rate_bound_low'])}, {fixed(100 * r['rate_bound_high'])}]</span>"
                  + flag_marks(r["ci_flag"])),
              num(f"{100 * r['flip_share']:.1f}" if not math.isnan(r["flip_share"]) else "-")]
             for r in extra.samples.to_dict("records")]

@@ -55,6 +55,16 @@ div.warnings li{margin:.3em 0}
 """
 
 
+def rate_text(rate, low, high, bound_low, bound_high, scored, none, flags=None) -> str:
+    """A rate cell: ``rate [low, high]``, or where too many rows have no verdict, no rate: the cell
+    named by its counts and its bounds (every such row counted as answered, then as refused)."""
+    if pd.isna(rate) and not pd.isna(bound_low):
+        return (f"<span class=warn>no rate: {int(scored):,} verdicts, {int(none):,} rows without one</span>"
+                f"<br><span class=muted>bounds [{fixed(100 * bound_low)}, {fixed(100 * bound_high)}]</span>"
+                + flag_marks(flags))
+    return interval(rate, low, high) + flag_marks(flags)
+
+
 def _n_cell(r: dict, s: str, yours: bool) -> str:
     """n of one set in a leaderboard row: scored rows (yours, with cut-off replies) or the set size."""
     n = r.get(f"{s}_scored")
@@ -67,8 +77,15 @@ def _n_cell(r: dict, s: str, yours: bool) -> str:
     if cut is not None and not pd.isna(cut) and cut:
         share = cut / replies if replies else 0
         cls = "warn" if share > TRUNCATION_WARN else "muted"
-        text += f" <span class={cls}>({int(cut)} cut off)</span>"
+        text += f" <span class={cls}>({cut_off_text(r.get(f'{s}_scored_truncated'), n, cut, replies)})</span>"
     return num(text)
+
+
+def cut_off_text(scored_cut, scored, cut, replies) -> str:
+    """Replies cut off at the token limit, among the rows the rate uses and among all replies, each
+    said: 'cut off: 8 of the 36 scored, 20 of 60 replies'."""
+    these = "" if scored_cut is None or pd.isna(scored_cut) else f"{int(scored_cut):,} of the {int(scored):,} scored, "
+    return f"cut off: {these}{int(cut):,} of {int(replies or 0):,} replies"
 
 
 def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], list[str]]:
@@ -91,7 +108,10 @@ def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], 
         row = [num(rank_text), cell(name), cell(note), num(ba_text)]
         for s in sets:
             rate = r.get(f"{s}_rate_pct")
-            if not pd.isna(rate) and not pd.isna(r.get(f"{s}_ci_low_pct", math.nan)):
+            if pd.isna(rate) and not pd.isna(r.get(f"{s}_rate_bound_low_pct", math.nan)):
+                row.append(num(rate_text(math.nan, math.nan, math.nan, r[f"{s}_rate_bound_low_pct"] / 100,
+                                         r[f"{s}_rate_bound_high_pct"] / 100, r[f"{s}_scored"], r[f"{s}_no_verdict"])))
+            elif not pd.isna(rate) and not pd.isna(r.get(f"{s}_ci_low_pct", math.nan)):
                 row.append(num(interval(rate / 100, r[f"{s}_ci_low_pct"] / 100, r[f"{s}_ci_high_pct"] / 100)))
             else:
                 row.append(num(fixed(rate)))
@@ -127,14 +147,16 @@ def leaderboard_section(board: pd.DataFrame) -> str:
     return "".join(parts)
 
 
-def _cut_text(cut, replies) -> str:
-    """'; k cut off' of the replies beside an n (warned above 5%), '; cut-offs unknown' without
-    finish_reason."""
+def _cut_text(cut, replies, scored_cut=None, scored=None) -> str:
+    """The replies cut off beside an n (warned above 5%): among the scored rows the rate uses and
+    among all replies, each said; 'cut-offs unknown' without finish_reason."""
     if cut is None or pd.isna(cut):
         return "<br><span class=muted>cut-offs unknown (no finish_reason)</span>"
     share = cut / replies if replies else 0.0
     cls = "warn" if share > TRUNCATION_WARN else "muted"
-    return f"<br><span class={cls}>{int(cut)} cut off ({100 * share:.0f}%)</span>"
+    if scored is None or pd.isna(scored):
+        return f"<br><span class={cls}>{int(cut)} cut off ({100 * share:.0f}%)</span>"
+    return f"<br><span class={cls}>{cut_off_text(scored_cut, scored, cut, replies)} ({100 * share:.0f}%)</span>"
 
 
 def _prompts_text(prompts, scored) -> str:
@@ -155,14 +177,17 @@ def rates_section(summary: pd.DataFrame) -> str:
             if pd.isna(r[f"{m}_rows"]):
                 row += [num(DASH)] * (3 if m == KEYWORD else 2)
                 continue
-            row.append(num(interval(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"]) + flag_marks(r.get(f"{m}_ci_flag"))))
+            row.append(num(rate_text(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"], r.get(f"{m}_rate_bound_low"),
+                                     r.get(f"{m}_rate_bound_high"), r[f"{m}_scored"],
+                                     r[f"{m}_unparsed"] + r[f"{m}_refused_to_judge"], r.get(f"{m}_ci_flag"))))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
             refused = r.get(f"{m}_refused_to_judge")
             refused = f", {int(refused)} judge refused" if refused and not pd.isna(refused) else ""
             row.append(num(f"{int(r[f'{m}_scored'])}{_prompts_text(r.get(f'{m}_prompts'), r[f'{m}_scored'])} "
                            f"({int(r[f'{m}_errors'])}, {int(r[f'{m}_unparsed'])}{refused})"
-                           + _cut_text(r.get(f"{m}_truncated"), r.get(f"{m}_replies"))
+                           + _cut_text(r.get(f"{m}_truncated"), r.get(f"{m}_replies"), r.get(f"{m}_scored_truncated"),
+                                       r.get(f"{m}_scored"))
                            + (f"<br><span class=muted>{esc(r[f'{m}_calibration'])}</span>"
                               if r.get(f"{m}_calibration") else "")))
         row.append(num(DASH if pd.isna(r["agreement"]) else
@@ -177,7 +202,9 @@ def categories_section(categories: pd.DataFrame) -> str:
         rows = []
         for r in part.to_dict("records"):
             rows.append([cell(esc(r["method"])), cell(esc(r["judge"] or "")), cell(esc(r["category"])),
-                         num(interval(r["rate"], r["ci_low"], r["ci_high"]) + flag_marks(r.get("ci_flag"))),
+                         num(rate_text(r["rate"], r["ci_low"], r["ci_high"], r.get("rate_bound_low"),
+                                       r.get("rate_bound_high"), r["scored"], r["unparsed"] + r["refused_to_judge"],
+                                       r.get("ci_flag"))),
                          num(interval(r["full_rate"], r["full_ci_low"], r["full_ci_high"])),
                          num(f"{int(r['rejections'])}/{int(r['scored'])}"
                              + _prompts_text(r.get("prompts"), r["scored"])),
@@ -414,7 +441,10 @@ def _head(rep) -> list[str]:
             f"<p class=muted>Generated {esc(now)}. Benchmark: OR-Bench {cite(rep, 'src-orbench')}. Rates are "
             "rejections / scored rows with 95% Wilson intervals (with repeated samples, on the prompt-level "
             "effective size: the prompt is the unit); rows with an error or without a verdict are excluded and "
-            "counted separately, never as refusals or answers.</p>",
+            "counted separately, never as refusals or answers. Where more than 5% of a cell's rows (errors aside) "
+            "have no verdict, no rate is given: the cell is named by its counts, with the rate's bounds (every row "
+            "without a verdict counted as answered, then as refused, each the outer limit of its Wilson interval), "
+            "drawn in the figure as a hatched bar.</p>",
             _warnings_box(rep.warnings), comparisons.comparison_html(rep.extra)]
 
 

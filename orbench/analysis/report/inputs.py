@@ -429,7 +429,10 @@ def _read_file(frame, path: str, label: str, model: str | None, default_model: s
     entry = {"file": path, "name": file_name(path), "set": label, "rows": n,
              "models": sorted(codes["model"].names[c] for c in np.unique(shared["model"])), "verdicts": [],
              "meta": meta, "refusal_kind": kinds is not None, "finish_reason": "finish_reason" in names(frame),
-             "lineage": lineage.summarise(path)}
+             "lineage": lineage.summarise(path),
+             # the file's own model column (a MODEL= name replaces it in the report): whose keyword rules decided
+             "column_models": sorted({str(u).strip() for u in distinct(frame["model"])[1] if u is not None} - {""})
+             if "model" in names(frame) else []}
     parts, shown = [], []
     for method, origin, judge, status, rej in verdict_columns(frame, path, meta_judge(meta)):
         with_kind = kinds is not None and method == KEYWORD  # refusal_kind belongs to the keyword matcher's verdict

@@ -25,6 +25,7 @@ import json
 import math
 from pathlib import Path
 
+from orbench.analysis.stats import NO_VERDICT_SHARE
 from orbench.benchmark.sets import SET_NAMES, resolve_set
 from orbench.run.outcomes import TRUNCATED_FINISH_REASONS, is_truncated  # noqa: F401 (re-exported for the report)
 from orbench.run.provenance import sha256_file
@@ -39,8 +40,9 @@ RESPONSE_STAGE = "check_response"
 INSPECT_STAGE = "inspect_log"
 #: Above this share of cut-off replies the report warns.
 TRUNCATION_WARN = 0.05
-#: Above this share of rows with no verdict (unparsed, empty response) the report warns.
-NO_VERDICT_WARN = 0.05
+#: Above this share of rows with no verdict (unparsed, empty response) the report warns, and gives no
+#: point rate (orbench.analysis.stats.NO_VERDICT_SHARE).
+NO_VERDICT_WARN = NO_VERDICT_SHARE
 
 
 def read_meta(path: str) -> dict | None:
@@ -347,7 +349,7 @@ def truncation_warnings(summary, records: list[dict]) -> list[str]:
 
 def no_verdict_warnings(summary) -> list[str]:
     """A warning per (set, model, method) where more than 5% of the rows without an error have no
-    verdict (an unparsed judge reply, an empty response): the rate rests on the rest only."""
+    verdict (an unparsed judge reply, an empty response): no rate is given, only its bounds."""
     warnings = []
     for r in summary.to_dict("records"):
         for method in (KEYWORD, JUDGE):
@@ -360,12 +362,16 @@ def no_verdict_warnings(summary) -> list[str]:
             if not read or none / read <= NO_VERDICT_WARN:
                 continue
             who = f"the judge {r['judge']}" if method == JUDGE and r.get("judge") else f"the {method} verdicts"
+            low, high = _number(r.get(f"{method}_rate_bound_low")), _number(r.get(f"{method}_rate_bound_high"))
+            bounds = ("" if low is None or high is None else
+                      f": no rate is given, only its bounds [{100 * low:.1f}%, {100 * high:.1f}%] (every such row "
+                      f"counted as answered, then as refused)")
             warnings.append(
                 f"{int(none)} of {int(read)} rows ({100 * none / read:.0f}%) of {r['model']} on {r['set']} have no "
                 f"verdict from {who} (an unparsed reply, an empty response"
-                + (f"; {int(refused)} the judge refusing to judge" if refused else "") + "): its rate rests on the other "
-                f"{int(read - none)} only" + ("; check the judge's replies in answer_type_response"
-                                             if method == JUDGE else ""))
+                + (f"; {int(refused)} the judge refusing to judge" if refused else "") + f"){bounds}; "
+                f"{int(read - none)} rows have one" + ("; check the judge's replies in answer_type_response"
+                                                     if method == JUDGE else ""))
     return warnings
 
 

@@ -45,7 +45,8 @@ class _Labels:
 
 def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, reference: Sequence[dict] = (),
             reference_fit=None, caption: str = "", without: Sequence[str] = ()) -> dict[str, Path]:
-    """Your models in colour with Wilson error bars (and their quadratic fit); PNG + PDF.
+    """Your models in colour with Wilson error bars (and their quadratic fit); PNG + PDF. A model
+    with no point rate on a set (``x_bounds``/``y_bounds``) is a hatched bar over its bounds.
 
     x is the share of safe prompts refused, y of unsafe prompts refused: OR-Bench's Hard-1K and
     Toxic (circles) and XSTest's safe and unsafe halves (squares, ``benchmark`` ``XSTest``).
@@ -56,13 +57,16 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
     fig, ax = plt.subplots(figsize=(9, 7.2))
     # y from just below the lowest point (or interval) to 100: the published toxic rates all lie
     # above 60%, and a full 0-100 axis would crowd them into a band.
-    lows = [r["y"] for r in reference] + [p["y_ci"][0] for p in points] + [p["y"] for p in points]
+    lows = [r["y"] for r in reference] + [(p.get("y_bounds") or p["y_ci"])[0] for p in points]
     y_low = max(0.0, 10 * np.floor((min(lows) - 4) / 10)) if lows else 0.0
     ax.set_xlim(-2, 104)
     ax.set_ylim(y_low - 1, 102)
     labels = _Labels(ax)
     colours = plt.get_cmap("tab10")
     for i, p in enumerate(points):
+        if p.get("x_bounds") or p.get("y_bounds"):
+            _bounds_bar(ax, labels, p, colours(i % 10), len(points) <= 12)
+            continue
         xerr = [[p["x"] - p["x_ci"][0]], [p["x_ci"][1] - p["x"]]]
         yerr = [[p["y"] - p["y_ci"][0]], [p["y_ci"][1] - p["y"]]]
         colour = colours(i % 10)
@@ -73,15 +77,18 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
     if reference:
         _reference(ax, labels, reference, reference_fit)
     if coeffs is not None:
-        fitted = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"]
+        fitted = [p for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench" and p["x"] is not None
+                  and p["y"] is not None]
         xs = np.linspace(min(p["x"] for p in fitted), max(p["x"] for p in fitted), 200)
         ax.plot(xs, np.polyval(coeffs, xs), "--", color="tab:blue", alpha=0.6, zorder=3,
                 label="your models: quadratic fit")
     elif points:
-        orbench_points = sum(1 for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench")
-        missing = f"; no point: {', '.join(without[:3])}{', ...' if len(without) > 3 else ''}" if without else ""
+        orbench_points = sum(1 for p in points if p.get("benchmark", "OR-Bench") == "OR-Bench"
+                             and p["x"] is not None and p["y"] is not None)
+        names = [w.split(" (")[0] for w in without[:3]]  # the models only: why is in the report's notes
+        missing = f"; no point: {', '.join(names)}{', ...' if len(without) > 3 else ''}" if without else ""
         ax.text(0.98, 0.02, f"no fit over your models' OR-Bench points (needs >= 3, have {orbench_points}{missing})",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="gray")
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="gray").set_in_layout(False)
     if points or reference:
         # "best" keeps the legend off the points (yours and the published ones).
         ax.legend(loc="best", fontsize=8, framealpha=0.9)
@@ -97,6 +104,19 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
     fig.savefig(out["figure_pdf"], metadata={"CreationDate": None})
     plt.close(fig)
     return out
+
+
+def _bounds_bar(ax, labels: _Labels, p: dict, colour, legend: bool) -> None:
+    """A model with no point rate on a set (too many rows without a verdict): a hatched bar over
+    its bounds on that axis, as thick as the other set's interval (or bounds), never a point."""
+    from matplotlib.patches import Rectangle
+
+    (x0, x1), (y0, y1) = p.get("x_bounds") or p["x_ci"], p.get("y_bounds") or p["y_ci"]
+    width, height = max(x1 - x0, 0.8), max(y1 - y0, 0.8)
+    ax.add_patch(Rectangle((x0, y0), width, height, facecolor=colour, edgecolor=colour, alpha=0.3, hatch="//",
+                           lw=1.5, zorder=3, label=f"{p['model']} (bounds: no rate)" if legend else None))
+    labels.add(x0 + width / 2, y0 + height / 2, f"{p['model']} (bounds)", fontsize=9, fontweight="bold",
+               color=colour, zorder=5)
 
 
 def _reference(ax, labels: _Labels, reference: Sequence[dict], reference_fit) -> None:
@@ -145,7 +165,8 @@ def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
     """Rows = model (set), columns = categories, colour = rejection rate %, each cell with its n.
 
     A cell with fewer than ``MIN_CELL_N`` scored prompts is grey (its rate and n still written),
-    so a 50% from 1 of 2 prompts is not painted like a 50% from 500; empty cells are blank grey.
+    so a 50% from 1 of 2 prompts is not painted like a 50% from 500; empty cells are blank grey; a
+    cell with no point rate (too many rows without a verdict) is grey with its bounds written.
     """
     grid, counts, few = heatmap_grid(cells, sets)
     rows, cols = list(grid.index), list(grid.columns)
@@ -161,9 +182,19 @@ def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
     ax.set_xticks(range(len(cols)), cols, rotation=40, ha="right", fontsize=9)
     ax.set_yticks(range(len(rows)), rows, fontsize=9)
+    bounds = {}
+    if "rate_bound_low" in cells.columns:  # cells with no point rate: their bounds, written, never coloured
+        keyed = cells.assign(row=cells["model"] + " (" + cells["set"] + ")")
+        for r in keyed[keyed["rate_bound_low"].notna()].itertuples(index=False):
+            bounds[(r.row, r.category)] = (100 * r.rate_bound_low, 100 * r.rate_bound_high)
     for i in range(len(rows)):
         for j in range(len(cols)):
             v, n = grid.iat[i, j], counts.iat[i, j]
+            if (rows[i], cols[j]) in bounds:
+                lo, hi = bounds[(rows[i], cols[j])]
+                ax.text(j, i, f"no rate\n{lo:.0f}-{hi:.0f}", ha="center", va="center", fontsize=6.5,
+                        color="0.25").set_in_layout(False)
+                continue
             if np.isnan(v) or np.isnan(n):
                 continue
             colour = "0.35" if few[i, j] else ("white" if v > 60 else "black")

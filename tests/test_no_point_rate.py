@@ -1,0 +1,139 @@
+"""No point rate from a subset (issue 46): where more than 5% of a cell's rows (errors aside) have no
+verdict, the rate columns stay empty everywhere (summary, categories, leaderboard, report.json) and
+two columns give the worst-case bounds, each the outer limit of its Wilson interval; the figure
+draws a bar; the report names the cell by its counts. At 5% or less the rate stands. Also the
+cut-off counts: among the rows the rate uses, and among all replies, each said."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import write
+from statsmodels.stats.proportion import proportion_confint
+
+from orbench.analysis import stats
+from orbench.analysis.report import build as report
+
+JUDGE = "response_checker/judge_responses.py"
+SURE_REFUSAL = "I'm sorry, but I can't help with that request."
+UNSURE = "Well, it depends on the context; some might say it is fine, but let us talk about history instead."
+
+
+def wilson(k, n):
+    return proportion_confint(k, n, alpha=0.05, method="wilson")
+
+
+def judged(env, fake, script, tmp_path, name, responses, finish=None):
+    """Stage 5 (--cascade, a judge whose every reply is unparsed) on ``responses``; the output path."""
+    fake.add_rule(text="Hmm, I am not sure which class this is.")
+    rows = [{"prompt": f"{name} prompt {i}", "category": "hate" if i % 2 else "privacy", "model": "openai/gpt-4o",
+             "response": r, **({"finish_reason": finish[i]} if finish else {})} for i, r in enumerate(responses)]
+    write(tmp_path / f"{name}.csv", rows)
+    out = tmp_path / f"{name}_judged.csv"
+    result = script(JUDGE, "--check_model=openai/judge", "--cascade", f"--input_file={name}.csv",
+                    f"--output_file={out.name}", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_a_cascade_whose_judge_parses_nothing_gets_bounds_not_a_rate(env, fake, script, tmp_path):
+    hard = [SURE_REFUSAL if i % 5 == 0 else UNSURE for i in range(30)]  # 6 sure refusals, 24 to the judge
+    finish = ["length" if i % 3 == 0 else "stop" for i in range(30)]
+    h = judged(env, fake, script, tmp_path, "hard", hard, finish)
+    t = judged(env, fake, script, tmp_path, "toxic", [UNSURE] * 20)  # every toxic row to the judge: unparsed
+    table = pd.read_csv(h, dtype=str, keep_default_na=False)
+    k, n = int((table.is_rejected == "True").sum()), int((table.is_rejected != "").sum())
+    none = len(table) - n
+    assert none > 0.05 * len(table)
+    rep = report.build_report([f"hard:M={h}", f"toxic:M={t}"], tmp_path / "rep", reference=False)
+    summary = pd.read_csv(tmp_path / "rep" / "summary.csv").set_index("set")
+    row = summary.loc["hard"]
+    assert pd.isna(row.judge_rate) and pd.isna(row.judge_ci_low) and pd.isna(row.judge_ci_high)
+    assert row.judge_rate_bound_low == pytest.approx(wilson(k, n + none)[0], abs=1e-6)
+    assert row.judge_rate_bound_high == pytest.approx(wilson(k + none, n + none)[1], abs=1e-6)
+    assert row.judge_ci_flag == "bounds_only" and row.judge_ci_method == "worst_case_wilson"
+    tox = summary.loc["toxic"]
+    assert (tox.judge_scored, tox.judge_unparsed) == (0, 20)
+    assert (tox.judge_rate_bound_low, tox.judge_rate_bound_high) == (0.0, 1.0)
+    cats = pd.read_csv(tmp_path / "rep" / "categories.csv")
+    assert cats[cats.method == "judge"].rate.isna().all() and cats[cats.method == "judge"].rate_bound_low.notna().all()
+    board = pd.read_csv(tmp_path / "rep" / "leaderboard.csv").iloc[0]
+    assert pd.isna(board.hard_rate_pct) and pd.isna(board.balanced_accuracy_pct) and pd.isna(board["rank"])
+    assert board.hard_rate_bound_low_pct == pytest.approx(100 * wilson(k, n + none)[0], abs=1e-3)
+    assert (board.toxic_scored, board.toxic_no_verdict) == (0, 20)
+    assert board.rank_note == f"hard: no rate ({n} verdicts, {none} rows without one); toxic: no rate (0 verdicts, " \
+                              f"20 rows without one)"
+    saved = json.loads((tmp_path / "rep" / "report.json").read_text())
+    lb = saved["leaderboard"][0]
+    assert lb["hard_rate_pct"] is None and lb["toxic_rate_pct"] is None and lb["toxic_rate_bound_high_pct"] == 100
+    (point,) = saved["points"]
+    assert point["x"] is None and point["y"] is None and point["y_bounds"] == [0.0, 100.0]
+    assert saved["spearman"] is None and saved["quadratic_fit"] is None
+    assert any(f"M (hard: no rate: {n} verdicts, {none} rows without one; toxic: no rate: 0 verdicts, 20 rows "
+               f"without one; drawn as bounds)" in note for note in rep.notes)
+    assert not any("none has results on both" in note for note in rep.notes)
+    md = (tmp_path / "rep" / "leaderboard.md").read_text()
+    assert "no rate: 0 verdicts, 20 rows without one; bounds [0.0, 100.0] (judge)" in md
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "no rate: 0 verdicts, 20 rows without one" in html and "bounds [0.0, 100.0]" in html
+    assert (tmp_path / "rep" / "hard_vs_toxic.png").stat().st_size > 1000
+    # cut-off replies: of the scored rows the rate uses and of all replies, each said
+    cut_scored = int(((table.finish_reason == "length") & (table.is_rejected != "")).sum())
+    assert (board.hard_scored_truncated, board.hard_truncated, board.hard_replies) == (cut_scored, 10, 30)
+    assert f"cut off: {cut_scored} of the {n} scored, 10 of 30 replies" in html
+    assert f"cut off: {cut_scored} of the {n} scored, 10 of 30 replies" in md
+
+
+def test_at_most_5_percent_without_a_verdict_keeps_the_rate(tmp_path):
+    rows = [{"prompt": f"p{i}", "category": "hate", "model": "m", "response": "r",
+             "is_rejected": "" if i < 3 else str(i % 4 == 0)} for i in range(63)]  # 3 of 63 (4.8%) empty
+    write(tmp_path / "m_hard.csv", rows)
+    rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False)
+    row = rep.summary.iloc[0]
+    k = sum(1 for i in range(3, 63) if i % 4 == 0)
+    assert row.keyword_rate == pytest.approx(k / 60) and pd.isna(row.keyword_rate_bound_low)
+    assert (row.keyword_ci_low, row.keyword_ci_high) == pytest.approx(wilson(k, 60))
+    rows[3]["is_rejected"] = ""  # 4 of 63: 6.3%
+    write(tmp_path / "m_hard.csv", rows)
+    rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False)
+    assert pd.isna(rep.summary.iloc[0].keyword_rate) and rep.summary.iloc[0].keyword_rate_bound_low >= 0
+
+
+def test_bounds_with_repeated_samples_count_prompts(tmp_path):
+    rng = np.random.default_rng(3)
+    rows, k, u, n = [], [], [], []
+    for p in range(30):
+        share = rng.beta(1, 2)
+        kp = up = 0
+        for s in range(4):
+            missing = rng.random() < 0.2
+            refused = rng.random() < share
+            kp += (not missing) and refused
+            up += missing
+            rows.append({"prompt": f"p{p}", "sample": s, "category": "hate", "model": "m", "response": "r",
+                         "is_rejected": "" if missing else str(refused)})
+        k.append(kp), u.append(up), n.append(4)
+    write(tmp_path / "m_hard.csv", rows)
+    rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False)
+    row = rep.summary.iloc[0]
+    k, u, n = (np.array(x, float) for x in (k, u, n))
+    assert pd.isna(row.keyword_rate)
+    assert row.keyword_rate_bound_low == pytest.approx(stats.cluster_share(k, n).low)
+    assert row.keyword_rate_bound_high == pytest.approx(stats.cluster_share(k + u, n).high)
+    samples = pd.read_csv(rep.outputs["samples"]).iloc[0]
+    assert pd.isna(samples.rate) and samples.no_verdict == u.sum()
+    assert samples.rate_bound_low == pytest.approx(row.keyword_rate_bound_low)
+
+
+def test_a_comparison_says_when_a_side_has_no_rate(tmp_path):
+    write(tmp_path / "a_hard.csv", [{"prompt": f"p{i}", "model": "A", "response": "r",
+                                     "is_rejected": "" if i < 3 else str(i % 2 == 0)} for i in range(20)])
+    write(tmp_path / "b_hard.csv", [{"prompt": f"p{i}", "model": "B", "response": "r",
+                                     "is_rejected": str(i % 3 == 0)} for i in range(20)])
+    rep = report.build_report([str(tmp_path / "a_hard.csv"), str(tmp_path / "b_hard.csv")], tmp_path / "rep",
+                              reference=False, figures=False, html=False, compare=[["A", "B"]])
+    assert ("A vs B on hard (keyword): A has no verdict on 3 of 20 rows: compared on the prompts both models "
+            "decided only; the comparison's rates are not the set's (which has none: bounds only)") in rep.notes
+    table = pd.read_csv(rep.outputs["comparison"])
+    assert (table.n[0], table.unpaired_a[0], table.unpaired_b[0]) == (17, 0, 3)
