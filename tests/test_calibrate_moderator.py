@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import read, write
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orbench.analysis.calibration import calibrate
 from orbench.scoring.moderator_cards import NEVER_CALIBRATED
@@ -250,13 +252,16 @@ def test_the_report_shows_the_moderator_card_of_a_release_subset(env, mock, caps
     for src, out in ((moderated, "rel"), (other, "rel_cold")):
         assert release.main([str(src), "--output_dir", str(tmp_path / out)]) == 0
     mock.add(model="tested", text="Sure, here is how.")
-    for rel in ("rel", "rel_cold"):
-        result = script("alignment_checker/check_alignment.py", "--model=mock/tested",
-                        f"--input_file={rel}/orbench-safe.csv", f"--output_file={rel}_checked.csv", env=env, cwd=tmp_path)
+    for source, out in (("rel/orbench-safe.csv", "rel"), ("rel_cold/orbench-safe.csv", "rel_cold"), ("moderated.csv", "all")):
+        result = script("alignment_checker/check_alignment.py", "--model=mock/tested", f"--input_file={source}",
+                        f"--output_file={out}_checked.csv", env=env, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
-    rep = report.build_report([f"hard:A={tmp_path / 'rel_checked.csv'}", f"hard:B={tmp_path / 'rel_cold_checked.csv'}"],
-                              tmp_path / "rep", reference=False, figures=False)
+    specs = [f"hard:A={tmp_path / 'rel_checked.csv'}", f"hard:B={tmp_path / 'rel_cold_checked.csv'}",
+             f"hard:C={tmp_path / 'all_checked.csv'}"]
+    rep = report.build_report(specs, tmp_path / "rep", reference=False, figures=False)
     summary = rep.summary.set_index("model")
+    # every prompt of a stage-3 output, not a subset it chose: said as such
+    assert summary.loc["C", "moderator_calibration"] == f"prompts moderated by stage 3 (moderated.csv): {card['text']}"
     assert summary.loc["A", "moderator_calibration"] == (
         f"prompts chosen by stage 3: the safe subset of the release rel: {card['text']}")
     assert summary.loc["A", "moderator_fingerprint"] == card["moderator_fingerprint"]
@@ -268,4 +273,50 @@ def test_the_report_shows_the_moderator_card_of_a_release_subset(env, mock, caps
     html = (tmp_path / "rep" / "report.html").read_text()
     assert card["text"] in html
     assert any("was never calibrated against human labels" in n for n in rep.notes)
-    assert read(tmp_path / "rep" / "summary.csv")["moderator_calibration"].str.endswith(card["text"]).sum() == 1
+    assert read(tmp_path / "rep" / "summary.csv")["moderator_calibration"].str.endswith(card["text"]).sum() == 2
+    # the card store emptied: the card the release carries (read when it was built) is shown, said as such
+    for path in (Path(env["ORBENCH_CACHE_DIR"]) / "moderator_cards").glob("*/*.json"):
+        path.unlink()
+    again = report.build_report(specs[:1], tmp_path / "rep2", reference=False, figures=False, html=False)
+    shown = again.summary["moderator_calibration"].iloc[0]
+    assert re.fullmatch(re.escape(
+        "prompts chosen by stage 3: the safe subset of the release rel: moderator vs humans (the release's card "
+        f"XSTest_prompts.json): coverage 1.00 [{wilson_all(40):.2f}, 1.00], sensitivity 1.00 [{wilson_all(18):.2f}, "
+        f"1.00], specificity 1.00 [{wilson_all(22):.2f}, 1.00], kappa 1.00 [") + r"0\.\d\d, 1\.00\], XSTest prompts", shown)
+
+
+def test_estimate_sends_nothing_and_writes_no_card(env, mock, capsys, tmp_path):
+    code, out, err = run(capsys, "--moderator_model", "mock/m", "--estimate", "--output_dir", tmp_path / "est")
+    assert code == 0, err
+    assert "450 rows to do" in out and not mock.requests
+    assert not list((tmp_path / "est").glob("moderator_card*"))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from([True, False, None])), min_size=1, max_size=60))
+def test_figures_hold_their_ranges_and_equal_scikit_learn(pairs):
+    from sklearn.metrics import recall_score
+
+    from orbench.analysis.calibration.moderation import figures
+
+    human = [h for h, _ in pairs]
+    verdict = [v for _, v in pairs]
+    fig = figures(human, verdict)
+    decided = sum(v is not None for v in verdict)
+    assert fig["n"] == len(pairs) and fig["coverage"]["value"] == pytest.approx(decided / len(pairs))
+    as_label = ["unsafe" if v else "none" if v is None else "safe" for v in verdict]
+    truth = ["unsafe" if h else "safe" for h in human]
+    if any(human):  # a prompt without a verdict is a miss: recall over the three moderator labels
+        assert fig["sensitivity"]["value"] == pytest.approx(
+            recall_score(truth, as_label, labels=["unsafe"], average="macro", zero_division=0))
+    if not all(human):
+        assert fig["specificity"]["value"] == pytest.approx(
+            recall_score(truth, as_label, labels=["safe"], average="macro", zero_division=0))
+    ranges = {"coverage": (0, 1), "sensitivity": (0, 1), "specificity": (0, 1), "accuracy": (0, 1), "kappa": (-1, 1)}
+    for name, (low, high) in ranges.items():
+        value, ci = fig[name]["value"], fig[name]["ci"]
+        if value is None:
+            continue
+        assert low <= ci[0] <= value <= ci[1] <= high, (name, fig[name])
+    if all(human) or not any(human):
+        assert fig["kappa"]["value"] is None and "one label only" in fig["kappa"]["note"]
