@@ -28,6 +28,7 @@ follow the template) and what to do, instead of leaving it to the end of a long,
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -213,10 +214,13 @@ class EarlyCheck:
         self.asked = [0] * len(self.models)
         self.none = [0] * len(self.models)
         self.warned: list[str] = []
+        self._lock = threading.Lock()  # a runner may decide rows on several threads
 
     def __call__(self, settings, row: dict, answers: list):
         result = self._decide(settings, row, answers)
-        if answers and isinstance(result, dict):
+        if not (answers and isinstance(result, dict)):
+            return result
+        with self._lock:
             for i, silent in enumerate(self._silent(settings, result)):
                 if self.asked[i] >= EARLY_ROWS:
                     continue
