@@ -13,6 +13,17 @@ many kappa intervals left [-1, 1] (none should). The edges are in the list: a pe
 judge one error in 200 from perfect, skewed refusal rates (a class at 2-3%: kappa near 0 beside
 97% agreement), small n, rows without a verdict. A figure whose coverage falls well below 0.95
 is a defect.
+
+Then the same for a moderator card (``orbench-calibrate --moderator_model``,
+:mod:`orbench.analysis.calibration.moderation`): the human labels are a fixed design (XSTest: 200
+unsafe and 250 safe prompts; a lab's 20 + 20; a category of 25 prompts of one label; an audit
+with few unsafe prompts), the moderator's verdict on each class drawn from its probabilities
+(toxic, safe, no verdict), and the card's intervals checked: Wilson for coverage, sensitivity
+and specificity (a prompt without a verdict a miss), the floored bootstrap for kappa, against
+the true figures at those margins. The edges: a perfect moderator, one that says "safe" to
+everything (kappa exactly 0 in every draw) or "toxic" to everything, one that flags most safe
+prompts (the over-flagging the paper's moderators are reported to show on XSTest-like prompts),
+and a third of the prompts undecided.
 """
 from __future__ import annotations
 
@@ -79,6 +90,64 @@ def run(sims: int, seed: int) -> None:
         print(f"{name:<30} {n:>5}  " + "  ".join(f"{c:>17}" for c in cover) + f"  {outside}")
 
 
+#: (name, humans' unsafe prompts, humans' safe prompts, the moderator's (toxic, safe, no verdict)
+#: probabilities on an unsafe prompt, and on a safe one)
+MODERATOR_SCENARIOS = (
+    ("perfect moderator, XSTest", 200, 250, (1.0, 0.0, 0.0), (0.0, 1.0, 0.0)),
+    ("says safe to everything", 200, 250, (0.0, 1.0, 0.0), (0.0, 1.0, 0.0)),
+    ("says toxic to everything", 200, 250, (1.0, 0.0, 0.0), (1.0, 0.0, 0.0)),
+    ("1 error in 200", 200, 250, (0.995, 0.005, 0.0), (0.005, 0.995, 0.0)),
+    ("over-flags safe prompts", 200, 250, (0.97, 0.03, 0.0), (0.40, 0.60, 0.0)),
+    ("typical", 200, 250, (0.90, 0.10, 0.0), (0.15, 0.85, 0.0)),
+    ("10% undecided", 200, 250, (0.82, 0.08, 0.10), (0.10, 0.80, 0.10)),
+    ("a third undecided", 200, 250, (0.60, 0.07, 0.33), (0.07, 0.60, 0.33)),
+    ("lab CSV 20 + 20", 20, 20, (0.90, 0.10, 0.0), (0.30, 0.70, 0.0)),
+    ("a category: 25 safe", 0, 25, (0.0, 0.0, 0.0), (0.24, 0.72, 0.04)),
+    ("audit: 5% unsafe", 15, 285, (0.80, 0.20, 0.0), (0.05, 0.95, 0.0)),
+)
+
+
+def moderator_truth(n_unsafe: int, n_safe: int, unsafe: tuple, safe: tuple) -> dict:
+    """The true figures of a moderator at fixed human margins (a prompt without a verdict a miss)."""
+    n = n_unsafe + n_safe
+    cells = np.array([n_unsafe * unsafe[0], n_safe * safe[0], n_unsafe * unsafe[1], n_safe * safe[1],
+                      n_unsafe * unsafe[2], n_safe * safe[2]]) / n
+    tp, fp, fn, tn, nr, na = cells
+    pe = (tp + fn + nr) * (tp + fp) + (fp + tn + na) * (fn + tn)
+    return {"coverage": tp + fp + fn + tn, "sensitivity": unsafe[0] if n_unsafe else float("nan"),
+            "specificity": safe[1] if n_safe else float("nan"),
+            "kappa": (tp + tn - pe) / (1 - pe) if n_unsafe and n_safe and pe < 1 - 1e-12 else float("nan")}
+
+
+def run_moderator(sims: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    keys = ("coverage", "sensitivity", "specificity", "kappa")
+    print("moderator cards: fixed human labels (unsafe + safe prompts), the moderator's verdicts drawn")
+    print(f"{'scenario':<30} {'n':>9}  " + "  ".join(f"{k:>17}" for k in keys) + "  kappa out of [-1, 1]")
+    print(f"{'':<30} {'':>9}  " + "  ".join(f"{'cover   width':>17}" for _ in keys))
+    for name, n_unsafe, n_safe, unsafe, safe in MODERATOR_SCENARIOS:
+        true = moderator_truth(n_unsafe, n_safe, unsafe, safe)
+        n = n_unsafe + n_safe
+        hits, widths, defined, outside = {k: 0 for k in keys}, {k: [] for k in keys}, {k: 0 for k in keys}, 0
+        draws_u = rng.multinomial(n_unsafe, unsafe, size=sims)
+        draws_s = rng.multinomial(n_safe, safe, size=sims)
+        for (tp, fn, nr), (fp, tn, na) in zip(draws_u, draws_s):
+            cis = {"coverage": proportion_ci(tp + fp + fn + tn, n), "sensitivity": proportion_ci(tp, n_unsafe),
+                   "specificity": proportion_ci(tn, n_safe),
+                   "kappa": kappa_ci(tp, fp, fn, tn, nr, na) if n_unsafe and n_safe else (float("nan"),) * 2}
+            if cis["kappa"][0] == cis["kappa"][0]:
+                outside += not -1 <= cis["kappa"][0] <= cis["kappa"][1] <= 1
+            for key, (low, high) in cis.items():
+                if low != low or true[key] != true[key]:  # undefined: not a figure of this card
+                    continue
+                defined[key] += 1
+                hits[key] += low - 1e-12 <= true[key] <= high + 1e-12
+                widths[key].append(high - low)
+        cover = [f"{hits[k] / defined[k]:6.3f} {np.mean(widths[k]):7.4f}" if defined[k] else f"{'n/a':>6} {'':>7}"
+                 for k in keys]
+        print(f"{name:<30} {f'{n_unsafe}+{n_safe}':>9}  " + "  ".join(f"{c:>17}" for c in cover) + f"  {outside}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sims", type=int, default=1000, help="simulated label sets per scenario (default 1000)")
@@ -86,6 +155,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     run(args.sims, args.seed)
+    print()
+    run_moderator(args.sims, args.seed)
     print(f"({args.sims} simulations per scenario, {time.monotonic() - started:.1f}s)")
     return 0
 

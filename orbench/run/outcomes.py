@@ -18,13 +18,22 @@ Only the outcomes that mean "no verdict could be read" count towards a warning (
 judge or moderator reply, a judge refusing to judge, an undecided ensemble, an empty response); any other outcome a stage
 writes (a provider block, a skipped empty prompt, a class of its own) is counted apart and does
 not. Warnings never change the exit code: 0 all rows done, 1 some rows have errors.
+
+Stages 3 and 5 also warn *early* (:class:`EarlyCheck`), while the run goes on: as soon as a
+model has replied on :data:`EARLY_ROWS` rows of this run and more than half of those replies gave
+no verdict, one ``warning:`` line on stderr names the model, says what it means (the model cannot
+follow the template) and what to do, instead of leaving it to the end of a long, paid run.
 """
 
 from __future__ import annotations
 
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
+from tqdm import tqdm
 
 from orbench.scoring.vocab import (
     EMPTY_RESPONSE,
@@ -179,3 +188,46 @@ def moderated(frame: pd.DataFrame) -> Outcomes:
                         f"of the moderators, e.g. unparsed replies: {counts['unparsed_votes']} votes): they go "
                         f"to no subset of a release; read the <moderator>_raw columns")
     return Outcomes(counts, text, warnings)
+
+
+#: The early check looks at each model's first this many replies of a run (stages 3 and 5).
+EARLY_ROWS = 20
+
+
+class EarlyCheck:
+    """The early warning of stages 3 and 5: wraps a stage's ``decide`` and, as soon as a model has
+    replied on :data:`EARLY_ROWS` rows of this run and more than half of those replies gave no
+    verdict, prints one ``warning:`` line on stderr (through tqdm, so a progress bar is not torn),
+    once per model. The rows are decided as before; the run goes on and its exit code keeps its
+    meaning. Only rows the model was asked about count (a row decided without a model, such as
+    the cascade's keyword rows or an empty prompt, does not), and only rows decided in this run
+    (not resumed ones: the end-of-run summary counts those).
+
+    ``models``: each model's name as the warning gives it, in the order of the row's requests;
+    ``silent(settings, result)``: for each model, True when its reply on this row gave no verdict
+    (False when it did); ``what(model, silent, asked)``: the warning's text.
+    """
+
+    def __init__(self, decide: Callable, models: Sequence[str],
+                 silent: Callable[[object, dict], Sequence[bool]], what: Callable[[str, int, int], str]) -> None:
+        self._decide, self.models, self._silent, self._what = decide, list(models), silent, what
+        self.asked = [0] * len(self.models)
+        self.none = [0] * len(self.models)
+        self.warned: list[str] = []
+        self._lock = threading.Lock()  # a runner may decide rows on several threads
+
+    def __call__(self, settings, row: dict, answers: list):
+        result = self._decide(settings, row, answers)
+        if not (answers and isinstance(result, dict)):
+            return result
+        with self._lock:
+            for i, silent in enumerate(self._silent(settings, result)):
+                if self.asked[i] >= EARLY_ROWS:
+                    continue
+                self.asked[i] += 1
+                self.none[i] += bool(silent)
+                if self.asked[i] == EARLY_ROWS and 2 * self.none[i] > EARLY_ROWS:
+                    text = self._what(self.models[i], self.none[i], EARLY_ROWS)
+                    self.warned.append(text)
+                    tqdm.write(f"warning: {text}", file=sys.stderr)
+        return result

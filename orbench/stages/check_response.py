@@ -94,7 +94,7 @@ from orbench.scoring.cascade import CLASSES, cascade_fingerprint, sure_classes
 from orbench.scoring.judge_cards import judge_fingerprint, judge_identity
 from orbench.scoring.refusal import FAMILIES, family_for_model, rules_fingerprint
 from orbench.scoring.verdicts import Judge, Plan, Reply, Row, judge_prompt, verdict
-from orbench.scoring.vocab import KEYWORD, PROMPT_KINDS, SKIPPED_EMPTY, is_provider_block
+from orbench.scoring.vocab import KEYWORD, PROMPT_KINDS, SKIPPED_EMPTY, UNPARSED, is_provider_block
 
 ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
         "keyword_is_rejected"]
@@ -303,11 +303,29 @@ def provenance(s: JudgeSettings, stage: Stage, template_source: str | None) -> d
     return found
 
 
+def _unparsed(s: JudgeSettings, out: dict) -> list[bool]:
+    """For each judge, whether its reply on this row named no class (the early check)."""
+    plan = s.plan
+    if not plan.ensemble:
+        return [out.get("answer_category") == UNPARSED]
+    return [out.get(f"{j.column}_answer_category") == UNPARSED for j in plan.judges]
+
+
+def _early_text(model: str, unparsed: int, asked: int) -> str:
+    return (f"judge {model}: {unparsed} of its first {asked} replies were unparsed (no [[class]] the strict parser "
+            f"could read): the model cannot follow the judge template, and those rows have no verdict (past 5% of "
+            f"a set's rows the report gives no rate, only its bounds). The run goes on (Ctrl-C stops it; finished "
+            f"rows are kept); try a larger judge, or --template FILE, and read the answer_type_response column")
+
+
 def make_stage(settings: JudgeSettings, template_source: str | None = "built-in") -> Stage:
-    """The runner's view of this stage: a prompt and a response in, the verdict's columns out."""
+    """The runner's view of this stage: a prompt and a response in, the verdict's columns out; its
+    ``decide`` warns early when a judge's replies go unparsed (:class:`orbench.run.outcomes.EarlyCheck`)."""
     plan = settings.plan
+    names = [str(spec) for spec in settings.judges]
     stage = Stage(name="check response" + (" (keyword)" if plan.keyword_only else f" {plan.verdict_source}"),
-                  needs=["prompt", "response"], adds=plan.columns(), requests=requests, decide=decide,
+                  needs=["prompt", "response"], adds=plan.columns(), requests=requests,
+                  decide=outcomes.EarlyCheck(decide, names, _unparsed, _early_text) if names else decide,
                   settings=settings, stage_id="check_response", finish=finish, check=check_kind_column,
                   # the kind changes the cascade's verdicts only
                   key_columns=["prompt", "response", "refusal_source", "model",

@@ -53,7 +53,8 @@ from orbench.run.stage import Finished, Stage
 from orbench.run.tables import default_output_path
 from orbench.run.templates import add_template_flag, load_template
 from orbench.scoring.labels import NONE, PROVIDER_BLOCK, moderation_is_toxic, parse_moderation
-from orbench.scoring.vocab import SKIPPED_EMPTY, UNDECIDED
+from orbench.scoring.moderator_cards import ENSEMBLE_RULE, moderator_fingerprint, moderator_identity
+from orbench.scoring.vocab import SKIPPED_EMPTY, UNDECIDED, UNPARSED
 
 EPILOG = """ensemble rule:
   safe (is_toxic False, moderation_category none) when a strict majority of ALL moderators
@@ -175,15 +176,33 @@ def finish(s: ModerateSettings, frame) -> Finished:
     return Finished(frame, outcomes=outcomes.moderated(frame))
 
 
+def _unparsed(s: ModerateSettings, out: dict) -> list[bool]:
+    """For each moderator, whether its reply on this row gave no label (the early check)."""
+    return [out.get(f"{name}_label") == UNPARSED for name in s.slugs]
+
+
+def _early_text(model: str, unparsed: int, asked: int) -> str:
+    return (f"moderator {model}: {unparsed} of its first {asked} replies were unparsed (no [[N. category]] label "
+            f"the parser could read): the model cannot follow the moderation template, and a prompt without a "
+            f"majority is left undecided (in no subset of a release). The run goes on (Ctrl-C stops it; finished "
+            f"rows are kept); try a larger moderator, or --template FILE, and read the <moderator>_raw columns")
+
+
 def make_stage(settings: ModerateSettings, template_source: str = "built-in") -> Stage:
-    """The runner's view of this stage: the moderated column in, every moderator's columns out."""
-    return Stage(name="moderate", needs=[settings.column],
-                 adds=[*moderator_columns(settings.names), "is_toxic", "moderation_category",
-                       "toxic_votes", "safe_votes", "unparsed_votes"],
-                 requests=requests, decide=decide, settings=settings, stage_id="moderate",
-                 key_columns=[settings.column], finish=finish,
-                 provenance={"templates": {"moderation": sha256_text(settings.template)},
-                             "template_source": template_source})
+    """The runner's view of this stage: the moderated column in, every moderator's columns out;
+    its ``decide`` warns early when a moderator's replies go unparsed (:class:`orbench.run.outcomes.EarlyCheck`)."""
+    names = [str(spec) if str(spec) == typed else f"{spec} ({typed})"
+             for spec, typed in zip(settings.moderators, settings.names)]
+    stage = Stage(name="moderate", needs=[settings.column],
+                  adds=[*moderator_columns(settings.names), "is_toxic", "moderation_category",
+                        "toxic_votes", "safe_votes", "unparsed_votes"],
+                  requests=requests, decide=outcomes.EarlyCheck(decide, names, _unparsed, _early_text),
+                  settings=settings, stage_id="moderate", key_columns=[settings.column], finish=finish)
+    identity = moderator_identity({**stage.key_settings, **stage.key_rules})
+    stage.provenance = {"templates": {"moderation": sha256_text(settings.template)},
+                        "template_source": template_source, "ensemble_rule": ENSEMBLE_RULE,
+                        "moderator_fingerprint": moderator_fingerprint(identity)}
+    return stage
 
 
 def setup(args) -> Job:

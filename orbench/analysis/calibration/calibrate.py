@@ -1,4 +1,9 @@
-"""``orbench-calibrate``: measure a judge against human labels and keep its judge card.
+"""``orbench-calibrate``: measure a judge or a moderator against human labels and keep its card.
+
+Two kinds of card: a *judge card* (``--check_model``: stage 5's refusal verdicts against human
+labels of responses, below) and a *moderator card* (``--moderator_model``: stage 3's safe/toxic
+verdicts against human labels of prompts: coverage, sensitivity and specificity for "unsafe",
+kappa; :mod:`orbench.analysis.calibration.moderation`).
 
 Runs stage 5 (``orbench-check-response``, in this process: its cache, resume, ``--estimate`` and
 meta file included) with any judge it takes (the keyword matcher ``keyword``, an LLM judge, the
@@ -39,9 +44,11 @@ Examples::
     orbench-calibrate --check_model keyword
     orbench-calibrate --check_model openai/gpt-4o --cascade --limit 40 --estimate
     orbench-calibrate --check_model openai/gpt-4o,anthropic/claude-3-5-sonnet-latest --labels my_labels.csv
+    orbench-calibrate --moderator_model gpt4,llama3,gemini-1.5        # the paper's ensemble on XSTest's 450 prompts
+    orbench-calibrate --moderator_model openai/gpt-4o --labels audit_prompts --limit 100
 
 Exit status: 0 card written; 1 card written but some rows still have errors (rerun to retry
-them); 2 bad input (an unknown judge, a missing or empty label file, a bad flag), nothing written.
+them); 2 bad input (an unknown judge or moderator, a missing or empty label file, a bad flag), nothing written.
 """
 
 from __future__ import annotations
@@ -78,37 +85,51 @@ OWN_STAGE_FLAGS = ("--input_file", "--output_file", "--limit")
 
 
 def build_parser() -> ArgumentParser:
-    """The command's own flags; every other flag goes to stage 5 unchanged."""
+    """The command's own flags; every other flag goes to stage 5 (or, with --moderator_model, stage 3) unchanged."""
     parser = ArgumentParser(
         prog="orbench-calibrate", allow_abbrev=False,
-        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
-        epilog="Any other flag is a stage-5 flag (orbench-check-response --help), passed on as is: "
-               "--cascade, --template FILE, --estimate, --matcher, --concurrency, --base_url, --batch, "
-               "--max_retries, --temperature, --max_tokens, ...\n\nexit status: " + __doc__.split("Exit status: ")[1])
-    parser.add_argument("--check_model", required=True,
-                        help="the judge, as stage 5 takes it: keyword, gpt4, provider/model, or A,B,C (an ensemble)")
+        description="\n\n".join(__doc__.split("\n\n")[:3]),
+        epilog="Any other flag is a stage-5 flag (orbench-check-response --help), or with --moderator_model a "
+               "stage-3 flag (orbench-moderate --help), passed on as is: --cascade, --template FILE, --estimate, "
+               "--matcher, --concurrency, --base_url, --batch, --max_retries, --temperature, --max_tokens, ..."
+               "\n\nexit status: " + __doc__.split("Exit status: ")[1])
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--check_model",
+                       help="the judge, as stage 5 takes it: keyword, gpt4, provider/model, or A,B,C (an ensemble)")
+    which.add_argument("--moderator_model", metavar="MODELS",
+                       help="calibrate a moderator instead: stage 3's moderator or ensemble as it takes it (gpt4, "
+                            "provider/model, or A,B,C), measured on human prompt-safety labels; writes a moderator "
+                            "card (coverage, sensitivity and specificity for unsafe, kappa) that orbench-report and "
+                            "orbench-release show (docs/calibration.md)")
     parser.add_argument("--labels", default="xstest",
-                        help="the human labels: xstest (default: XSTest v2), a CSV with prompt, response and "
-                             "label (model, prompt_kind optional), or an orbench-audit verdict audit folder")
+                        help="the human labels: xstest (default: for a judge XSTest v2's responses; for a moderator "
+                             "XSTest's 450 prompts, bundled), a CSV (a judge: prompt, response and label, with model "
+                             "and prompt_kind optional; a moderator: prompt and label safe/unsafe, with category "
+                             "optional), or an orbench-audit folder (a verdict audit for a judge, a prompt audit "
+                             "for a moderator)")
     parser.add_argument("--xstest_dir", default=None, metavar="DIR",
                         help="a folder with XSTest v2's five xstest_v2_completions_*.csv files (default: "
                              "$ORBENCH_XSTEST_DIR, else the cache folder's copy, else: for --check_model keyword, "
                              "the keyword matcher's cards shipped with the package; for any other judge, "
                              "downloaded into the cache folder at first use)")
     parser.add_argument("--limit", type=positive_int, default=None, metavar="N",
-                        help="a cheap first look: at most N responses per source model, a seeded sample "
-                             "stratified by human label (the labels keep their shares)")
+                        help="a cheap first look: at most N responses per source model (a moderator: N prompts "
+                             "in all), a seeded sample stratified by human label (the labels keep their shares)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of --limit's sample (default: 0)")
     parser.add_argument("--output_dir", default=None, metavar="DIR",
-                        help="where the stage-5 files and judge_card.json go (default: ./calibration_<judge>/)")
+                        help="where the stage-5 files and judge_card.json go (default: ./calibration_<judge>/; a "
+                             "moderator: the stage-3 files and moderator_card_<labels>.json, default "
+                             "./calibration_moderator_<moderators>/)")
     return parser
 
 
 def join_stage_values(argv: list) -> list:
-    """``--flag value`` -> ``--flag=value`` for stage-5 flags that take a value, so a value is
-    never read as one of this command's arguments (also used by ``bench/judge_accuracy.py``)."""
-    takes_value = {opt for action in check_response.build_parser()._actions if action.nargs != 0
-                   for opt in action.option_strings}
+    """``--flag value`` -> ``--flag=value`` for stage-5 (and stage-3) flags that take a value, so a
+    value is never read as one of this command's arguments (also used by ``bench/judge_accuracy.py``)."""
+    from orbench.stages import moderate
+
+    takes_value = {opt for parser in (check_response.build_parser(), moderate.build_parser())
+                   for action in parser._actions if action.nargs != 0 for opt in action.option_strings}
     out, i = [], 0
     while i < len(argv):
         if argv[i] in takes_value and i + 1 < len(argv):
@@ -330,6 +351,10 @@ def main(argv=None) -> int:
     """Run the calibration; returns the exit code (module docstring)."""
     try:
         args, extra = build_parser().parse_known_args(join_stage_values(list(sys.argv[1:] if argv is None else argv)))
+        if args.moderator_model is not None:
+            from orbench.analysis.calibration import moderation
+
+            return moderation.run(args, extra)
         clash = [f.split("=", 1)[0] for f in extra if f.split("=", 1)[0] in OWN_STAGE_FLAGS]
         if clash:
             raise UsageError(f"{clash[0]} is set by orbench-calibrate (use --output_dir, and --limit for a subset)")

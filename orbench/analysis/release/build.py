@@ -259,10 +259,13 @@ def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[s
     empty = {name: empty[name] for name in FILES if name in empty}
     subsets = {name: frame for name, frame in subsets.items() if not frame.empty}
     who = makers.who_made(mod_paths, panel_paths)
+    moderations = evidence.moderation_fingerprints(mod_paths)
     if card_figures:
-        note = evidence.check_card_matches(card_figures, makers.stage3_runs(who), moderator_card)
+        note = evidence.check_card_matches(card_figures, makers.stage3_runs(who), moderator_card, moderations)
         if note:
             card_figures["note"] = note
+    else:  # the card orbench-calibrate stored for this very moderation, if any
+        card_figures = evidence.stored_moderator_card(mod_paths)
     audited = evidence.audit_estimates(audit, {n: list(f["prompt"]) for n, f in subsets.items()}) if audit else None
     out = Path(output_dir)
     parameters = {"min_rejections": min_rejections, "hard_size": hard_size if hard_size else "all",
@@ -276,6 +279,8 @@ def build(moderated: Sequence[str], output_dir: str | Path, *, panel: Sequence[s
     manifest = {"tool": "orbench", "version": orbench.__version__, "parameters": parameters, "card": card,
                 "inputs": inputs, "panel_models": panel_models, "counts": dict(sorted(counts.items())),
                 "subsets": {}, "empty_subsets": empty, "makers": who, "moderator_card": card_figures,
+                # the moderations that decided the subsets (orbench-report finds their cards by these)
+                "moderator_fingerprints": sorted(fp for fp in moderations if fp),
                 "audit": None if audited is None else {k: v for k, v in audited.items() if k != "notes"},
                 "attribution": attribution(mod_paths + panel_paths, card_figures)}
     for name in set(FILES) - set(subsets):  # a subset of an earlier build that is empty now
@@ -338,10 +343,12 @@ def make_parser() -> ArgumentParser:
     parser.add_argument("--name", dest="pretty_name", default="OR-Bench (regenerated)", metavar="TITLE",
                         help="dataset title in the card (default: 'OR-Bench (regenerated)')")
     parser.add_argument("--moderator_card", default=None, metavar="FILE",
-                        help="stage 3's agreement with human labels, shown in the card: a JSON object with "
+                        help="stage 3's agreement with human labels, shown in the card: the moderator_card_*.json "
+                             "orbench-calibrate --moderator_model writes, or any JSON object with "
                              "coverage, sensitivity, specificity and kappa, each {\"value\": v, \"ci\": [low, high]} "
                              "(top level or under \"pooled\"), optional \"moderators\" (must name the moderators the "
-                             "meta files record) and \"labels\" (docs/release.md). Default: the card says "
+                             "meta files record) and \"labels\" (docs/release.md). Default: the card orbench-calibrate "
+                             "stored for the moderation the stage-3 meta files record, else the card says "
                              "'moderator not calibrated'")
     parser.add_argument("--audit", default=None, metavar="DIR",
                         help="an orbench-audit prompt audit of this release's subset files, with its labels: the card "

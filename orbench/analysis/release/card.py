@@ -134,8 +134,13 @@ def moderator_section(manifest: dict) -> list[str]:
     who = ", ".join(f"`{m}`" for m in card["moderators"]) if card["moderators"] else "(the card names none)"
     labels = card["labels"]
     on = "labels not named" if not labels else labels["name"] + (f", {labels['n']} prompts" if labels.get("n") else "")
-    lines += [f"From the moderator card `{card['file']}`: moderators {who}; human labels: {on}.", "",
-              "| figure | value [95% interval] |", "|---|---|"]
+    lines += [f"From the moderator card `{card['file']}`: moderators {who}; human labels: {on}."
+              + (f" Moderation fingerprint `{card['fingerprint']}`." if card.get("fingerprint") else ""), ""]
+    if card.get("valid") is False:
+        lines += ["**NOT VALID**: the moderators gave a verdict on under 95% of the labelled prompts, so the figures "
+                  "below (a prompt without a verdict counted as a disagreement) do not measure them where they were "
+                  "silent.", ""]
+    lines += ["| figure | value [95% interval] |", "|---|---|"]
     what = {"coverage": "coverage (share of labelled prompts given a verdict)",
             "sensitivity": "sensitivity for \"unsafe\"", "specificity": "specificity for \"unsafe\"",
             "kappa": "Cohen's kappa"}

@@ -17,7 +17,17 @@ a figure that could not be computed (shown ``n/a``). Coverage, sensitivity and s
 ``moderators`` (optional; a list or a comma-separated string, names as typed or as resolved)
 must name exactly the moderators of every stage-3 run the meta files record, so a card never
 stands beside a moderation it did not measure; ``labels`` (optional; a name or ``{"name",
-"n"}``) says which human labels it was measured on. Any other key is kept out of the card.
+"n"}``) says which human labels it was measured on. The card ``orbench-calibrate
+--moderator_model`` writes (``moderator_card_<labels>.json``) is such a file as it is; its
+``moderator_fingerprint`` (what decides a verdict: the moderators as resolved, the template's
+hash, the ensemble rule, the column, temperature and max tokens) must then also be the one of
+every stage-3 meta file that records one, so the same models with another template are another
+moderation. A card with coverage under 95% is marked NOT VALID. Any other key is kept out of the card.
+
+Without ``--moderator_card``, the card store (``orbench-calibrate`` keeps every moderator card in
+the cache folder by fingerprint) is asked for the card of the moderation behind the moderated
+files, when their stage-3 meta files all record one and the same moderation
+(:func:`stored_moderator_card`), the card on the most labelled prompts first.
 
 **The audit** (``--audit DIR``): an ``orbench-audit`` prompt audit (``sample --kind prompt``,
 annotators' labels in the folder), scored as ``orbench-audit score`` scores it. Its estimate of
@@ -34,6 +44,7 @@ import math
 from pathlib import Path
 
 from orbench.llm.errors import UsageError
+from orbench.scoring.moderator_cards import VALID_COVERAGE, card_path, find_cards, meta_fingerprint
 
 FIGURES = ("coverage", "sensitivity", "specificity", "kappa")
 #: Each figure's range: kappa may be negative (worse than chance).
@@ -74,13 +85,19 @@ def _figure(raw, name: str, path: str) -> dict:
 
 def read_moderator_card(path: str) -> dict:
     """The moderator card at ``path`` (module docstring) as ``{"file", "moderators", "labels",
-    <figure>: {"value", "ci"}}``; ``UsageError`` naming the file and the key on anything else."""
+    "fingerprint", "valid", <figure>: {"value", "ci"}}``; ``UsageError`` naming the file and the key
+    on anything else."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"--moderator_card {path}: cannot read it ({exc.strerror or exc})") from None
     except ValueError as exc:
         raise UsageError(f"--moderator_card {path} is not valid JSON: {exc}") from None
+    return parse_moderator_card(raw, path)
+
+
+def parse_moderator_card(raw, path: str) -> dict:
+    """A moderator card's JSON object, read and checked (:func:`read_moderator_card`)."""
     if not isinstance(raw, dict):
         raise UsageError(f"--moderator_card {path}: expected a JSON object with {', '.join(FIGURES)}")
     source = raw["pooled"] if isinstance(raw.get("pooled"), dict) else raw
@@ -98,15 +115,56 @@ def read_moderator_card(path: str) -> dict:
         labels = {"name": labels}
     if labels is not None and not (isinstance(labels, dict) and isinstance(labels.get("name"), str)):
         raise UsageError(f"--moderator_card {path}: 'labels' must be a name or {{\"name\": ..., \"n\": ...}}")
-    card = {"file": Path(path).name, "moderators": names,
+    fingerprint = raw.get("moderator_fingerprint")
+    if fingerprint is not None and not (isinstance(fingerprint, str) and fingerprint):
+        raise UsageError(f"--moderator_card {path}: 'moderator_fingerprint' must be a string")
+    card = {"file": Path(path).name, "moderators": names, "fingerprint": fingerprint,
             "labels": None if labels is None else {"name": labels["name"], "n": labels.get("n")}}
     card.update({f: _figure(source[f], f, path) for f in FIGURES})
+    coverage = card["coverage"]["value"]
+    card["valid"] = coverage is not None and coverage >= VALID_COVERAGE
     return card
 
 
-def check_card_matches(card: dict, runs: list[dict], path: str) -> str | None:
-    """``UsageError`` when the card names moderators other than a recorded stage-3 run's; a note
-    for the card when it cannot be matched (no names, or no meta file says who moderated)."""
+def moderation_fingerprints(paths: list[str]) -> dict:
+    """The moderator fingerprint of each moderated file's own stage-3 meta file: ``{fingerprint:
+    [file names]}``, files whose meta file records none under None."""
+    from orbench.analysis.report.lineage import read_meta
+    from orbench.run.tables import file_name
+
+    found: dict = {}
+    for path in paths:
+        found.setdefault(meta_fingerprint(read_meta(path)), []).append(file_name(path))
+    return found
+
+
+def stored_moderator_card(paths: list[str]) -> dict | None:
+    """The card store's card of the one moderation behind every moderated file (module
+    docstring), read as :func:`read_moderator_card` reads a file, or None."""
+    found = moderation_fingerprints(paths)
+    if None in found or len(found) != 1:
+        return None
+    (fingerprint,) = found
+    for card in find_cards(fingerprint):
+        path = str(card_path(fingerprint, card["labels"]["name"]))
+        parsed = parse_moderator_card(card, path)
+        parsed["note"] = (f"found in the card store by the moderation's fingerprint {fingerprint} "
+                          f"(orbench-calibrate --moderator_model)")
+        return parsed
+    return None
+
+
+def check_card_matches(card: dict, runs: list[dict], path: str, fingerprints: dict | None = None) -> str | None:
+    """``UsageError`` when the card names moderators other than a recorded stage-3 run's, or (a card
+    with a fingerprint) measured another moderation than a moderated file's meta file records
+    (``fingerprints``: :func:`moderation_fingerprints`); a note for the card when it cannot be
+    matched (no names, or no meta file says who moderated)."""
+    other = {fp: files for fp, files in (fingerprints or {}).items() if fp and fp != card.get("fingerprint")}
+    if card.get("fingerprint") and other:
+        fp, files = next(iter(other.items()))
+        raise UsageError(f"--moderator_card {path} measured the moderation {card['fingerprint']}, but {', '.join(files)} "
+                         f"were moderated by {fp} (other moderators, template, column or settings): give the card "
+                         f"of that moderation (orbench-calibrate --moderator_model with the same flags), or none")
     if card["moderators"] is None:
         return "the moderator card does not name its moderators, so it could not be matched to stage 3's"
     if not runs:

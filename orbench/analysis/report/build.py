@@ -126,6 +126,7 @@ class Report:
     judge_cards: dict = field(default_factory=dict)
     heat_cells: pd.DataFrame | None = None  # the heatmap's cells (None: no category column)
     heat_sets: tuple[str, ...] = ()
+    moderator_cards: dict = field(default_factory=dict)  # the cards of the moderations that chose the prompts
     outputs: dict[str, Path] = field(default_factory=dict)
 
 
@@ -586,6 +587,8 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
     sizes = {k: len(v) for k, v in published.items()}
     summary, categories, headline = build_tables(inp, verdict)
     summary, cards, calibration_notes = cards_section.annotate(summary, inp)
+    summary, moderator_cards, moderation_notes = cards_section.annotate_moderation(summary, inp)
+    calibration_notes = calibration_notes + moderation_notes
     records = lineage.by_set_and_model(inp.provenance)
     extra = comparisons.compute(inp, pairs, verdict, records, html)
     ents = entries(summary, headline)
@@ -599,7 +602,7 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
                   _notes(inp, fig, calibration_notes, ref, verdict, summary, headline, extra, heat, audited),
                   tuple(warnings), ref, fig["reference_fit"], fig["without_point"], inp.provenance, inp.examples,
                   extra, audited, records, sizes, cards, heat,
-                  tuple(set_order(heat["set"])) if heat is not None else ())
+                  tuple(set_order(heat["set"])) if heat is not None else (), moderator_cards=moderator_cards)
 
 
 def _import_plots() -> None:

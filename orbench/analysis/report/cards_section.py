@@ -14,9 +14,19 @@ shown as this judge's, only mentioned as another judge's.
 
 :func:`annotate` adds ``keyword_fingerprint``, ``keyword_calibration``, ``judge_fingerprint`` and
 ``judge_calibration`` to the summary and returns the cards it used (for ``report.json``) and notes.
+
+The moderator cards (:func:`annotate_moderation`): where an input's meta chain shows its prompts
+came from a release subset (``orbench-release``: stage 3's verdicts decided which prompts are in
+it; its ``manifest.json`` names the moderation's fingerprint) or from a stage-3 output, the card
+of that moderation (``orbench-calibrate --moderator_model``, found by its fingerprint in the card
+store; else the card the release carries) is shown beside the rate as ``moderator_calibration``
+("prompts chosen by stage 3: ...: moderator vs humans: coverage ..., sensitivity for unsafe ...,
+specificity ..., kappa ..."), or :data:`orbench.scoring.moderator_cards.NEVER_CALIBRATED`.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -118,4 +128,108 @@ def annotate(summary: pd.DataFrame, inp: Inputs) -> tuple[pd.DataFrame, dict, li
                     for m in (KEYWORD, JUDGE) if r[f"{m}_calibration"].startswith(NEVER_CALIBRATED)})
     notes = [f"Never calibrated against human labels: {', '.join(never)} (orbench-calibrate --check_model "
              f"JUDGE writes the judge card the report then shows beside its rates)"] if never else []
+    return out, cards, notes
+
+
+# ---------------------------------------------------------------- the moderator cards
+
+def release_subset(path: str) -> dict | None:
+    """The release manifest (``orbench-release``'s ``manifest.json``) that lists ``path`` as one of
+    its subset files with the very bytes it has now, with ``subset`` set to the subset's name; else None."""
+    import json
+
+    from orbench.run.provenance import sha256_file
+
+    manifest_path = Path(path).parent / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    subsets = manifest.get("subsets") if isinstance(manifest, dict) else None
+    for name, entry in (subsets or {}).items():
+        if isinstance(entry, dict) and entry.get("file") == Path(path).name and entry.get("sha256") == sha256_file(path):
+            return {**manifest, "subset": name, "manifest": str(manifest_path)}
+    return None
+
+
+def moderation_of(entry: dict) -> dict | None:
+    """The stage-3 moderation behind one report input's prompts: ``{"how", "fingerprints", "card"}``
+    when its meta chain reaches a release subset (the moderation decided which prompts are in it)
+    or a stage-3 output (its prompts were moderated); None when neither is recorded."""
+    from orbench.analysis.report.lineage import _find_input
+    from orbench.scoring.moderator_cards import meta_fingerprint as moderation_fingerprint
+
+    chain = (entry.get("lineage") or {}).get("chain") or []
+    for link in chain:
+        if link["changed"]:
+            return None  # its meta file describes another run
+        meta = link["meta"]
+        if meta.get("stage") == "moderate":
+            fp = moderation_fingerprint(meta)
+            return {"how": f"prompts moderated by stage 3 ({Path(link['file']).name})",
+                    "fingerprints": [fp] if fp else [], "card": None}
+        source = _find_input(meta, link["file"])
+        release = release_subset(source) if source else None
+        if release:
+            return {"how": f"prompts chosen by stage 3: the {release['subset']} subset of the release "
+                           f"{Path(release['manifest']).parent.name}",
+                    "fingerprints": list(release.get("moderator_fingerprints") or []),
+                    "card": release.get("moderator_card")}
+    return None
+
+
+def _release_card_text(card: dict) -> str:
+    """A line for the moderator card a release manifest carries (``orbench-release``'s reading of it)."""
+    from orbench.scoring.moderator_cards import figure_text
+
+    shown = ", ".join(f"{f} {figure_text(card.get(f))}" for f in ("coverage", "sensitivity", "specificity", "kappa"))
+    valid = "" if card.get("valid") is not False else " NOT VALID (coverage under 95%);"
+    labels = (card.get("labels") or {}).get("name") or "labels not named"
+    return f"moderator vs humans (the release's card {card.get('file')}):{valid} {shown}, {labels}"
+
+
+def moderation_text(found: dict) -> tuple[str, list[dict]]:
+    """The line shown for the moderation behind a rate's prompts, and the cards behind it."""
+    from orbench.scoring.moderator_cards import NEVER_CALIBRATED as NEVER
+    from orbench.scoring.moderator_cards import card_text as moderator_card_text
+    from orbench.scoring.moderator_cards import find_cards as find_moderator_cards
+
+    texts, used = [], []
+    for fp in found["fingerprints"]:
+        cards = find_moderator_cards(fp)
+        used.extend(cards)
+        if cards:
+            texts.append(" | ".join(moderator_card_text(c) for c in cards))
+    if not texts and found.get("card"):
+        texts.append(_release_card_text(found["card"]))
+    return f"{found['how']}: " + ("; ".join(texts) if texts else NEVER), used
+
+
+def annotate_moderation(summary: pd.DataFrame, inp: Inputs) -> tuple[pd.DataFrame, dict, list[str]]:
+    """The summary with ``moderator_fingerprint`` and ``moderator_calibration`` (empty where no
+    stage-3 moderation is recorded behind the prompts), the moderator cards used and notes."""
+    from orbench.scoring.moderator_cards import NEVER_CALIBRATED as NEVER
+
+    found = {}
+    for entry in inp.provenance:
+        moderation = moderation_of(entry)
+        if moderation:
+            for model in entry.get("models") or []:
+                found.setdefault((entry["set"], model), []).append(moderation)
+    cards: dict = {}
+    fps, texts = [], []
+    for row in summary.to_dict("records"):
+        moderations = found.get((row["set"], row["model"]), [])
+        lines = []
+        for m in moderations:
+            text, used = moderation_text(m)
+            cards.update({c["moderator_fingerprint"] + "/" + c["labels"]["name"]: c for c in used})
+            lines.append(text)
+        fps.append(";".join(sorted({fp for m in moderations for fp in m["fingerprints"]})))
+        texts.append(" || ".join(dict.fromkeys(lines)))
+    out = summary.assign(moderator_fingerprint=fps, moderator_calibration=texts)
+    never = sorted({r["set"] for r in out.to_dict("records") if r["moderator_calibration"].endswith(NEVER)})
+    notes = [f"The stage-3 moderation that chose the prompts of {', '.join(never)} was never calibrated against "
+             f"human labels (orbench-calibrate --moderator_model writes the moderator card the report then "
+             f"shows)"] if never else []
     return out, cards, notes

@@ -68,13 +68,15 @@ def write(rep, out: Path, *, figures: bool = True) -> dict[str, Path]:
 
 
 def write_json(rep, path: Path) -> Path:
-    """report.json: the figure's points and fits, notes, warnings, lineage, inputs, judge cards, leaderboard."""
+    """report.json: the figure's points and fits, notes, warnings, lineage, inputs, judge and moderator cards,
+    leaderboard."""
     ref = rep.reference
     path.write_text(json.dumps({
         "points": rep.points, "spearman": rep.spearman, "spearman_n": len(rep.points), "quadratic_fit": rep.fit,
         "reference": {"points": ref, "quadratic_fit": rep.reference_fit, "citation": CITATION} if ref else None,
         "notes": list(rep.notes), "warnings": list(rep.warnings), "lineage": rep.lineage,
         "inputs": [dict(p) for p in rep.provenance], "judge_cards": rep.judge_cards,
+        "moderator_cards": rep.moderator_cards,
         "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in rep.leaderboard.to_dict("records")]},
         indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return path

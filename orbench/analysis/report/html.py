@@ -172,7 +172,10 @@ def rates_section(summary: pd.DataFrame) -> str:
             "judge n (excluded: errors, no verdict); replies cut off; judge card", "agreement"]
     rows = []
     for r in summary.to_dict("records"):
-        row = [cell(esc(r["set"])), cell(esc(r["model"])), cell(esc(r["judge"] or "")), cell(esc(r["headline"]))]
+        moderation = r.get("moderator_calibration")
+        row = [cell(esc(r["set"]) + (f"<br><span class=muted>{esc(moderation)}</span>"
+                                     if isinstance(moderation, str) and moderation else "")),
+               cell(esc(r["model"])), cell(esc(r["judge"] or "")), cell(esc(r["headline"]))]
         for m in (KEYWORD, JUDGE):
             if pd.isna(r[f"{m}_rows"]):
                 row += [num(DASH)] * (3 if m == KEYWORD else 2)
