@@ -280,7 +280,7 @@ def test_one_default_concurrency_everywhere():
 
     assert clients.DEFAULT_CONCURRENCY == 16
     assert Client().concurrency == 16
-    assert inspect.signature(stage.run_stage).parameters["concurrency"].default == 16
+    assert inspect.signature(stage.arun_stage).parameters["concurrency"].default == 16
     parser = cli.ArgumentParser()
     cli.add_run_flags(parser)
     assert parser.parse_args([]).concurrency == 16

@@ -45,7 +45,7 @@ import pandas as pd
 from orbench.benchmark.sets import EIGHTY_K, HARD_1K, SET_NAMES, TOXIC, XSTEST_SAFE, XSTEST_UNSAFE
 from orbench.llm.errors import UsageError
 from orbench.llm.models import slug
-from orbench.run.cli import ArgumentParser
+from orbench.run.cli import ArgumentParser, entry_point
 from orbench.run.provenance import dumps, meta_path_for, package_versions, sha256_file
 from orbench.run.tables import write_csv_atomic, write_text_atomic
 from orbench.scoring.judge_cards import judge_fingerprint, judge_identity, meta_fingerprint
@@ -274,6 +274,7 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv=None) -> int:
     """Convert one log; exit 0, or 2 with one line on stderr for bad input."""
     try:

@@ -131,8 +131,8 @@ class BatchSummary:
                 f"{self.input_tokens:,} in / {self.output_tokens:,} out | {self.elapsed:.1f}s")
 
 
-def run_batches(requests: Sequence[tuple[Request, str]], client: Client, output: Path, *,
-                poll_interval: float = 30.0, quiet: bool = False) -> BatchSummary:
+async def run_batches(requests: Sequence[tuple[Request, str]], client: Client, output: Path, *,
+                      poll_interval: float = 30.0, quiet: bool = False) -> BatchSummary:
     """Submit ``requests`` (``(request, cache key)`` pairs) as provider batches, poll every
     unfinished batch of this output until it ends, and store the answers in ``client``'s cache.
 
@@ -154,7 +154,7 @@ def run_batches(requests: Sequence[tuple[Request, str]], client: Client, output:
     started = time.monotonic()
     with OutputLock(output):
         runner = _Runner(client, BatchState(state_path_for(output)), poll_interval, quiet)
-        asyncio.run(runner.run(list(requests)))
+        await runner.run(list(requests))
     runner.summary.elapsed = time.monotonic() - started
     if not quiet:
         print(runner.summary.line(), file=sys.stderr)

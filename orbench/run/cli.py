@@ -1,37 +1,89 @@
-"""What every stage script shares on the command line: the common flags, one-line errors, exit codes.
+"""What every script shares on the command line: the common flags, one-line errors, exit codes.
 
 A stage script builds an ``ArgumentParser``, adds its own flags and ``add_model_flags``, and calls
-``run(parser, setup)``; ``setup(args)`` returns an ``orbench.run.lifecycle.Job`` (the stage, its
+``run(parser, setup, argv)``; ``setup(args)`` returns an ``orbench.run.lifecycle.Job`` (the stage, its
 input, its output path, the models it will call). ``run`` reads the shared flags once into
 ``orbench.run.lifecycle.RunOptions`` and runs the job through the lifecycle every stage shares
 (``orbench.run.lifecycle.execute``: set-up, estimate, batch, run, meta file, summary), and returns the
 exit code: 0 all rows done, 1 some rows have errors, 2 bad input or configuration (one line:
-``error: ...``), 130 interrupted.
+``error: ...``), 3 a bug in orbench (its traceback, :func:`report_bug`), 130 interrupted.
+
+The Python API goes the same way from keywords instead of argv: :func:`keyword_settings` makes
+the namespace ``parse_args`` would have made (the same names, defaults, types and choices), and the
+same ``setup`` and lifecycle run it. Every parser made here takes ``-v/--verbose`` and
+``--log_file`` (``orbench.logs``); the other scripts' ``main`` functions are wrapped in
+:func:`entry_point`, which gives a bug exit code 3 with its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from orbench.llm.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
 from orbench.llm.errors import UsageError
 from orbench.llm.models import keys_not_needed, redact
 from orbench.llm.ratelimit import DEFAULT_PATIENCE
-from orbench.run.lifecycle import Job, RunOptions, execute
+from orbench.run.lifecycle import Delivery, Job, RunOptions, execute, report_bug, run_job
 
+logger = logging.getLogger(__name__)
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with one-line errors (raised as ``UsageError``) and help that shows defaults."""
+    """argparse with one-line errors (raised as ``UsageError``), help that shows defaults, and the
+    logging flags ``-v/--verbose`` and ``--log_file``, applied as soon as the flags are parsed
+    (``orbench.logs.configure``)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+        group = self.add_argument_group("logging")
+        # SUPPRESS: a sub-command's parser (orbench-audit sample) has them too, without overriding
+        # what the main parser read
+        group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                           help="log everything from DEBUG on to stderr: providers and addresses, retries and "
+                                "waits, the pacer's decisions, files read and written (orbench's own loggers)")
+        group.add_argument("--log_file", default=argparse.SUPPRESS, metavar="FILE",
+                           help="append the same log, with times, to FILE (with or without -v)")
 
     def error(self, message: str):  # noqa: D401 - argparse hook
         raise UsageError(f"{message} (see --help)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        from orbench import logs
+
+        parsed, extra = super().parse_known_args(args, namespace)
+        if hasattr(parsed, "verbose") or hasattr(parsed, "log_file"):  # given (a second parser leaves them be)
+            logs.configure(getattr(parsed, "verbose", False), getattr(parsed, "log_file", None))
+        return parsed, extra
+
+
+def entry_point(main: Callable[..., int]) -> Callable[..., int]:
+    """A script's ``main`` with the exit codes every script shares: 2 for a ``UsageError`` it did not
+    catch itself (one line), 130 for Ctrl-C, and 3 for any other exception, a bug in orbench
+    (:func:`report_bug`)."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        from orbench import logs
+
+        logs.configure()  # as its own flags say (the parser applies them), not as an earlier run in this process said
+        try:
+            return main(*args, **kwargs)
+        except UsageError as exc:
+            print(f"error: {redact(str(exc))}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("\ninterrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:  # noqa: BLE001 - a bug: its traceback and exit code 3
+            return report_bug(exc)
+
+    return wrapped
 
 
 def _number(convert, ok, expected: str):
@@ -156,6 +208,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                       estimate=args.estimate, prices=args.prices)
 
 
+@entry_point
 def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace], Job],
         argv: Sequence[str] | None = None) -> int:
     """Parse flags, set the job up, run it through the lifecycle (``orbench.run.lifecycle.execute``);
@@ -169,6 +222,109 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace], J
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
+
+
+async def run_settings(setup: Callable[[argparse.Namespace], Job], args: argparse.Namespace, *,
+                       command: list[str], in_memory: bool = False, table: Any = None,
+                       table_name: str | None = None) -> Delivery:
+    """A stage's run from its settings (``args``: the namespace ``parse_args`` or
+    :func:`keyword_settings` made): ``setup`` makes the job, the lifecycle runs it
+    (``orbench.run.lifecycle.run_job``). ``in_memory`` writes no file; ``table`` (a DataFrame of text
+    cells, named ``table_name`` in messages) replaces the input file. What the Python API and
+    ``orbench-calibrate`` run; a script runs the same through :func:`run`."""
+    options = options_from(args)
+    with keys_not_needed(options.estimate):  # --estimate sends nothing: no key asked
+        job = setup(args)
+        job.in_memory = in_memory
+        if table is not None:
+            job.input, job.input_name = table, table_name
+        delivery = await run_job(job, options, command)
+    delivery.job = job
+    return delivery
+
+
+# ---------------------------------------------------------------- the same settings from keywords
+
+def _flag_names(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Each setting a parser takes, by its flags' names without dashes (``input_file_path`` and
+    ``input_file`` for one flag with two spellings) and by its ``dest``; help and logging aside."""
+    names: dict[str, argparse.Action] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.dest in ("verbose", "log_file"):
+            continue
+        for option in action.option_strings:
+            if option.startswith("--"):
+                names.setdefault(option[2:], action)
+        if action.option_strings:
+            names.setdefault(action.dest, action)
+    return names
+
+
+def setting_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The keywords :func:`keyword_settings` takes for ``parser``: its flags without dashes."""
+    return sorted({o[2:] for a in _flag_names(parser).values() for o in a.option_strings if o.startswith("--")})
+
+
+def _convert(action: argparse.Action, name: str, value: Any) -> Any:
+    """``value`` for ``action`` as ``parse_args`` would have made it from ``--name value``."""
+    flag = f"--{name}"
+    if action.nargs == 0:  # store_true / store_false
+        if not isinstance(value, bool):
+            raise UsageError(f"{name}={value!r}: expected True or False (the flag {flag} takes no value)")
+        return value if isinstance(action, argparse._StoreTrueAction) else not value
+    if value is None:
+        return None
+    if isinstance(action, argparse._AppendAction):  # a repeatable flag: a list of what each takes
+        items = [value] if isinstance(value, str) or action.nargs not in (None, "?") and not \
+            isinstance(value, (list, tuple)) else list(value)
+        if action.nargs not in (None, "?") and items and not isinstance(items[0], (list, tuple)):
+            items = [items]  # one --compare A B given as ("A", "B")
+        return [_one(action, name, item) for item in items]
+    return _one(action, name, value)
+
+
+def _one(action: argparse.Action, name: str, value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_one(action, name, v) for v in value]
+    if action.type is not None:
+        text = value if isinstance(value, str) else ("" if isinstance(value, bool) else str(value))
+        try:
+            value = action.type(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+            raise UsageError(f"argument --{name}: {exc}") from None
+    elif not isinstance(value, str):
+        value = str(value)
+    if action.choices is not None and value not in action.choices:
+        raise UsageError(f"argument --{name}: invalid choice: {value!r} (choose from "
+                         f"{', '.join(map(repr, action.choices))})")
+    return value
+
+
+def keyword_settings(parser: argparse.ArgumentParser, given: dict, *, call: str,
+                     fixed: dict | None = None) -> argparse.Namespace:
+    """The namespace ``parser.parse_args`` would make, from keywords instead of flags: each
+    keyword is a flag's name without dashes, with that flag's default when left out, its type's
+    check (``concurrency=0`` fails as ``--concurrency 0`` does) and choices. ``fixed`` are the
+    values the caller sets itself (the API's positional arguments), by ``dest``. ``UsageError``
+    for a keyword no flag has, naming it and listing the valid ones (``call`` names the function)."""
+    names = _flag_names(parser)
+    unknown = [k for k in given if k not in names]
+    if unknown:
+        from orbench.run.tables import did_you_mean
+
+        valid = [n for n in setting_names(parser) if names[n].dest not in (fixed or {})]
+        raise UsageError(f"{call}() got an unknown setting {unknown[0]!r}{did_you_mean(unknown[0], valid)}; "
+                         f"the settings it takes: {', '.join(valid)}")
+    values = {a.dest: a.default for a in parser._actions if a.dest is not argparse.SUPPRESS
+              and a.default is not argparse.SUPPRESS}
+    values.update(parser._defaults)
+    for name, value in given.items():
+        action = names[name]
+        if action.dest in (fixed or {}):
+            raise UsageError(f"{call}() takes {name} as an argument of its own, not as a setting")
+        values[action.dest] = _convert(action, name, value)
+    values.update(fixed or {})
+    return argparse.Namespace(**values)
 
 
 def command_of(argv: Sequence[str] | None, module: str | None = None) -> list[str]:

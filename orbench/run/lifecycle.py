@@ -17,12 +17,20 @@ runs it, in this order:
    the output (``orbench.run.provenance``);
 5. **report**: the summary line (not with ``--quiet``), warnings, why the exit code is not 0, the
    output path on stdout; the exit code: 0 all rows done, 1 some rows have errors, 2 bad input
-   or configuration (``UsageError``), 130 interrupted.
+   or configuration (``UsageError``), 3 a bug in orbench (its traceback shown; the finished rows
+   are in the progress file), 130 interrupted.
+
+Steps 1 to 4 are :func:`run_job`, a coroutine the script (:func:`execute`) and the Python API
+(``orbench.api``) both run; it raises instead of returning an exit code. A job whose ``in_memory``
+is set (the API without ``output_file``) writes nothing: no lock, progress, output or meta file;
+its output and meta record come back in the :class:`Delivery`.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,17 +42,20 @@ from orbench.llm.clients import Client
 from orbench.llm.errors import UsageError
 from orbench.llm.models import ModelSpec, redact
 from orbench.llm.types import AnswerSource, Request
+from orbench.run.loops import run_sync
 from orbench.run.provenance import build_meta, dumps, meta_path_for
 from orbench.run.stage import (
     RunResult,
     Stage,
+    arun_stage,
     check_existing,
     check_writable,
     pending_records,
     progress_path_for,
-    run_stage,
 )
 from orbench.run.tables import read_table, resolve_input, write_text_atomic
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,14 +97,24 @@ def make_client(options: RunOptions) -> Client:
 class Delivery:
     """What a finished run reports: the counts its meta file records and the lines it prints."""
 
-    result: RunResult  # the delivered output, its counts, times, outcomes and further meta keys
+    result: RunResult | None  # the delivered output, its counts, times, outcomes and further meta keys
     input_rows: int
     summary: list[str]  # not with --quiet
     closing: list[str] = field(default_factory=list)  # said even with --quiet: why the exit code is not 0
     exit_code: int = 0
+    meta: dict | None = None  # the provenance record (written beside the output unless in memory)
+    estimate: str | None = None  # --estimate: the text pricing the run; nothing was sent
+    job: Job | None = None  # the job that made it
+
+    @property
+    def frame(self) -> pd.DataFrame | None:
+        """The delivered output (as written, or as it would be in memory)."""
+        return None if self.result is None else self.result.frame
 
     @property
     def warnings(self) -> list[str]:
+        if self.result is None:
+            return []
         outcomes = self.result.outcomes
         return [*(outcomes.warnings if outcomes is not None else []), *self.result.warnings]
 
@@ -109,10 +130,13 @@ class Job:
 
     stage: Stage
     input: str | pd.DataFrame
+    #: Where the output goes; in memory, the path it would have had (its name names the output).
     output: Path
     models: Sequence[ModelSpec] = field(default_factory=list)
     input_name: str | None = None
     typed: Sequence[str] | None = None  # the model names as the user wrote them, parallel to models
+    #: Nothing written: no lock, progress, output or meta file (the API without ``output_file``).
+    in_memory: bool = False
     #: Whether ``--limit`` limits the runner's rows (stage 1 counts it in calls, in its rounds).
     limits_rows = True
 
@@ -120,9 +144,12 @@ class Job:
         self.output = Path(self.output)
 
     @property
-    def work(self) -> Path:
-        """Where the runner writes (its progress, lock and batch files beside it)."""
-        return self.output
+    def work(self) -> Path | None:
+        """Where the runner writes (its progress, lock and batch files beside it); None in memory."""
+        return None if self.in_memory else self.output
+
+    def ran(self, result: RunResult) -> None:
+        """Told each round's result, before the next round is asked for."""
 
     def row_limit(self, options: RunOptions) -> int | None:
         """The runner's ``limit``: ``--limit``, unless the job counts it otherwise."""
@@ -131,7 +158,7 @@ class Job:
     def guard(self, table: pd.DataFrame, options: RunOptions) -> None:
         """Before anything is sent: stop (``UsageError``) when the output was made with other
         settings. The runner checks again under its lock; ``--estimate`` and ``--batch`` check here."""
-        if options.estimate or options.batch:
+        if (options.estimate or options.batch) and self.work is not None:
             check_existing(self.stage, table, self.work, overwrite=options.overwrite)
 
     def planned(self, table: pd.DataFrame, options: RunOptions) -> pd.DataFrame:
@@ -146,8 +173,9 @@ class Job:
         """The runner's output as it wrote it, and the summary of the run."""
         closing = []
         if result.errors:
-            closing.append(f"{result.errors} rows still have errors (see the 'error' column); rerun the same "
-                           f"command to retry them")
+            again = ("call again to retry them (with output_file, a call keeps the rows done and retries only "
+                     "these)") if self.in_memory else "rerun the same command to retry them"
+            closing.append(f"{result.errors} rows still have errors (see the 'error' column); {again}")
         return Delivery(result, len(table), [summary_line(self.stage, result, client), *result.lines],
                         closing, result.exit_code)
 
@@ -157,7 +185,8 @@ def summary_line(stage: Stage, result: RunResult, client: Client | None) -> str:
     counts = f"{result.new} new, {result.resumed} resumed, {result.errors} errors"
     if result.upstream_errors:
         counts += f", {result.upstream_errors} passed through with an earlier stage's error"
-    parts = [f"{stage.name}: {result.rows} rows -> {result.output}", counts]
+    where = "(in memory)" if result.output is None else result.output
+    parts = [f"{stage.name}: {result.rows} rows -> {where}", counts]
     if result.outcomes is not None:
         parts.append(result.outcomes.text)
     if result.bad_progress_lines:
@@ -185,7 +214,7 @@ def pending_requests(job: Job, table: pd.DataFrame, options: RunOptions,
     """The rows a round over ``table`` would still do (after the progress file, within ``--limit``),
     and their declared requests that the cache cannot answer, with their cache keys."""
     todo = pending_records(job.stage, table, job.work, limit=job.row_limit(options),
-                           retry_upstream=options.retry_upstream)
+                           retry_upstream=options.retry_upstream)  # in memory (work None): nothing done yet
     requests = client.unanswered(r for record in todo.values() for r in job.stage.requests_of(record))
     return len(todo), requests
 
@@ -198,7 +227,7 @@ def estimate(job: Job, table: pd.DataFrame, options: RunOptions, client: Client)
     return pricing.estimate_text(requests, rows=rows, batch=options.batch, prices_file=options.prices)
 
 
-def send_batches(job: Job, table: pd.DataFrame, options: RunOptions, client: Client) -> AnswerSource:
+async def send_batches(job: Job, table: pd.DataFrame, options: RunOptions, client: Client) -> AnswerSource:
     """``--batch``: the round's pending requests of providers with a batch API go through it
     (``orbench.llm.batch.run_batches``); returns the round's answer source, which answers those
     providers from the batch results and asks the others (e.g. a Together moderator in an
@@ -210,11 +239,14 @@ def send_batches(job: Job, table: pd.DataFrame, options: RunOptions, client: Cli
         names = ", ".join(sorted({s.provider.name for s in job.models})) or "none"
         raise UsageError(f"--batch: provider {names} has no batch API; providers with one: "
                          f"{', '.join(providers.batch_providers())}")
+    if job.work is None:
+        raise UsageError("batch=True needs output_file: the batches' state is kept beside the output, so "
+                         "a rerun resumes polling and never submits the same rows twice")
     _, requests = pending_requests(job, table, options, client)
     requests = [(r, k) for r, k in requests if r.model.provider.name in batched]
     check_writable(job.work)  # before anything is submitted (and paid for)
-    summary = batch.run_batches(requests, client, job.work, poll_interval=options.poll_interval,
-                                quiet=options.quiet)
+    summary = await batch.run_batches(requests, client, job.work, poll_interval=options.poll_interval,
+                                      quiet=options.quiet)
     return batch.BatchAnswers(client, batched, summary.failures)
 
 
@@ -226,16 +258,17 @@ def load_input(job: Job, options: RunOptions) -> tuple[pd.DataFrame, str, str | 
     if "://" not in str(input_path):
         input_path = str(Path(input_path).resolve())
     table = read_table(job.input, job.stage.needs, sep=options.sep)
-    if Path(input_path).resolve() == job.output.resolve():
+    if job.work is not None and Path(input_path).resolve() == job.output.resolve():
         raise UsageError(f"--output_file {job.output} would overwrite the input file; choose another")
     return table, job.input_name or str(job.input), input_path
 
 
-def execute(job: Job, options: RunOptions, command: list[str]) -> int:
-    """Run ``job`` through the lifecycle (module docstring); returns the exit code.
-    ``command`` is what the meta file records as the command that reruns it."""
+async def run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery:
+    """Steps 1 to 4 of the lifecycle (module docstring) for ``job``: its output and what the run
+    came to. ``UsageError`` for bad input or configuration; any other exception is raised as it
+    is. ``command`` is what the meta file records as the command that reruns it."""
+    client = make_client(options)
     try:
-        client = make_client(options)
         table, name, input_path = load_input(job, options)
         if job.stage.check is not None:
             job.stage.check(table, name)
@@ -243,45 +276,85 @@ def execute(job: Job, options: RunOptions, command: list[str]) -> int:
             client.prepare(spec)
         job.guard(table, options)
         if options.estimate:
-            print(estimate(job, table, options, client))
-            return 0
+            return Delivery(None, len(table), [], estimate=estimate(job, table, options, client))
         result = None
         for rows in job.rounds(table, options):
-            source = send_batches(job, rows, options, client) if options.batch else client
-            result = run_stage(job.stage, rows, job.work, concurrency=options.concurrency,
-                               limit=job.row_limit(options), input_name=name, client=source,
-                               retry_upstream=options.retry_upstream, quiet=options.quiet,
-                               overwrite=options.overwrite, meta_path=meta_path_for(job.output))
+            source = await send_batches(job, rows, options, client) if options.batch else client
+            result = await arun_stage(job.stage, rows, job.work, concurrency=options.concurrency,
+                                      limit=job.row_limit(options), input_name=name, client=source,
+                                      retry_upstream=options.retry_upstream, quiet=options.quiet,
+                                      overwrite=options.overwrite, meta_path=meta_path_for(job.output))
+            job.ran(result)
         delivery = job.deliver(table, result, client, options)
-        write_meta(job, delivery, client, input_path, command)
+        delivery.meta = meta_of(job, delivery, client, input_path, command)
+        if not job.in_memory:
+            write_meta(delivery)
+        return delivery
+    finally:
+        await client.close()  # its SDK connections belong to this event loop
+
+
+def execute(job: Job, options: RunOptions, command: list[str]) -> int:
+    """Run ``job`` through the lifecycle (module docstring) from a script; returns the exit code.
+    ``command`` is what the meta file records as the command that reruns it."""
+    try:
+        delivery = run_sync(run_job(job, options, command))
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        where = f" in {progress_path_for(job.work)}"
+        where = "" if job.work is None else f" in {progress_path_for(job.work)}"
         if options.batch:
             where += f" (submitted batches in {job.work.name}.batches.jsonl; a rerun resumes polling)"
         print(f"\ninterrupted: finished rows are saved{where}; rerun the same command to continue",
               file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - a bug in orbench: its traceback, and where the rows are
+        kept = [] if job.work is None else [f"the rows finished before it are saved in {progress_path_for(job.work)}"]
+        return report_bug(exc, kept)
+    if delivery.estimate is not None:
+        print(delivery.estimate)
+        return 0
     return report(delivery, options.quiet)
 
 
-def write_meta(job: Job, delivery: Delivery, client: Client, input_path: str | None, command: list[str]) -> None:
-    """The delivered output's meta file (``orbench.run.provenance``), written atomically beside it."""
+#: What a script says under a bug's traceback.
+BUG = "a bug in orbench: please report it, with the traceback above"
+
+
+def report_bug(exc: BaseException, lines: Sequence[str] = ()) -> int:
+    """A bug in orbench, said on stderr: its traceback, :data:`BUG` and ``lines`` (where the
+    finished work is); also to the log. Returns the exit code, 3."""
+    # DEBUG: for --log_file (the traceback is printed just below; a WARNING would print it twice)
+    logger.debug("a bug in orbench: %s: %s", type(exc).__name__, exc, exc_info=exc)
+    traceback.print_exception(exc, file=sys.stderr)
+    print(f"error: {BUG}", file=sys.stderr)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 3
+
+
+def meta_of(job: Job, delivery: Delivery, client: Client, input_path: str | None, command: list[str]) -> dict:
+    """The delivered output's provenance record (``orbench.run.provenance``)."""
     typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
-    output = delivery.result.output
-    meta = build_meta(stage=job.stage, result=delivery.result, client=client,
+    return build_meta(stage=job.stage, result=delivery.result, client=client,
                       models=[client.describe(s, t) for s, t in zip(job.models, typed)],
-                      input_path=input_path, input_rows=delivery.input_rows, output=output, argv=command)
+                      input_path=input_path, input_rows=delivery.input_rows, output=delivery.result.output,
+                      argv=command)
+
+
+def write_meta(delivery: Delivery) -> None:
+    """The delivered output's meta file, written atomically beside it."""
+    path = meta_path_for(delivery.result.output)
     try:
-        write_text_atomic(dumps(meta), meta_path_for(output))
+        write_text_atomic(dumps(delivery.meta), path)
     except OSError as exc:
-        raise UsageError(f"cannot write {meta_path_for(output)}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def report(delivery: Delivery, quiet: bool) -> int:
-    """The summary, the warnings, why the exit code is not 0, and the output path; the exit code."""
+def report(delivery: Delivery, quiet: bool, *, path: bool = True) -> int:
+    """The summary, the warnings, why the exit code is not 0, and (``path``) the output path on
+    stdout; the exit code."""
     if not quiet:
         for line in delivery.summary:
             print(line, file=sys.stderr)
@@ -289,5 +362,6 @@ def report(delivery: Delivery, quiet: bool) -> int:
         print(f"warning: {warning}", file=sys.stderr)  # even with --quiet, as the closing lines below
     for line in delivery.closing:
         print(line, file=sys.stderr)
-    print(delivery.result.output)
+    if path and delivery.result.output is not None:
+        print(delivery.result.output)
     return delivery.exit_code

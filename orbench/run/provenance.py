@@ -87,7 +87,7 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
         "rules": dict(stage.key_rules),  # which of the settings are the project's rules, not the user's
         "input": {"path": input_path, "sha256": sha256_file(input_path) if input_path else None,
                   "rows": input_rows},
-        "output": str(output),
+        "output": None if output is None else str(output),  # None: an in-memory run (the Python API)
         "counts": {
             "rows": result.rows,
             "done": result.rows - result.errors - result.upstream_errors,

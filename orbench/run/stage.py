@@ -51,6 +51,7 @@ batch). The runner asks each row's requests together and keeps these promises:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -155,7 +156,7 @@ class Finished:
 class RunResult:
     """What a run did, for the summary line, the meta file and the exit code."""
 
-    output: Path
+    output: Path | None  # None: an in-memory run
     rows: int = 0
     new: int = 0
     resumed: int = 0
@@ -170,6 +171,7 @@ class RunResult:
     meta: dict = field(default_factory=dict)  # the stage's further keys of the meta file
     lines: list[str] = field(default_factory=list)  # the stage's further summary lines
     warnings: list[str] = field(default_factory=list)  # the stage's warnings beside the outcomes'
+    frame: pd.DataFrame | None = None  # the output as written (or, in memory, as it would be)
 
     @property
     def exit_code(self) -> int:
@@ -215,9 +217,10 @@ class ProgressLog:
     ``entries`` holds the latest entry per key: what ``load`` read plus what ``append`` wrote.
     ``bad_lines`` counts lines ``load`` skipped (torn by a kill, or not of the runner's shape).
     ``header`` is the settings line ``load`` found (the file's first line), or None.
+    With ``path`` None (an in-memory run) the entries are kept in memory only.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path | None):
         self.path = path
         self.entries: dict[str, dict] = {}
         self.bad_lines = 0
@@ -230,7 +233,7 @@ class ProgressLog:
         entries = self.entries = {}
         self.bad_lines = 0
         self.header = None
-        if not self.path.exists():
+        if self.path is None or not self.path.exists():
             return entries
         try:
             with open(self.path, encoding="utf-8", errors="replace") as handle:
@@ -252,6 +255,8 @@ class ProgressLog:
         return entries
 
     def open(self) -> None:
+        if self.path is None:
+            return
         # A killed writer may leave a line without its newline; start ours on a fresh line.
         needs_newline = False
         if self.path.exists() and self.path.stat().st_size:
@@ -266,6 +271,9 @@ class ProgressLog:
             self._handle.write("\n")
 
     def append(self, entry: dict) -> None:
+        if self.path is None:
+            self.entries[entry["key"]] = entry
+            return
         try:
             self._handle.write(json.dumps(entry, ensure_ascii=False, default=str) + "\n")
             self._handle.flush()
@@ -284,6 +292,9 @@ class ProgressLog:
     def rewrite(self, entries: list[dict], header: dict | None = None) -> None:
         """Replace the file with ``header`` (the settings line), then just ``entries`` (drops stale
         keys after a finished run)."""
+        if self.path is None:
+            self.header = header
+            return
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -443,35 +454,46 @@ def check_existing(stage: Stage, table: pd.DataFrame, output: Path, *, overwrite
                           overwrite=overwrite)[1]
 
 
-def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: int = DEFAULT_CONCURRENCY,
-              limit: int | None = None, input_name: str = "input",
-              client: AnswerSource | None = None, retry_upstream: bool = False,
-              quiet: bool = False, overwrite: bool = False, meta_path: Path | None = None) -> RunResult:
+def run_stage(stage: Stage, table: pd.DataFrame, output: Path | None, **how) -> RunResult:
+    """:func:`arun_stage` run to its end from synchronous code (``orbench.run_sync``)."""
+    from orbench.run.loops import run_sync
+
+    return run_sync(arun_stage(stage, table, output, **how))
+
+
+async def arun_stage(stage: Stage, table: pd.DataFrame, output: Path | None, *,
+                     concurrency: int = DEFAULT_CONCURRENCY, limit: int | None = None, input_name: str = "input",
+                     client: AnswerSource | None = None, retry_upstream: bool = False,
+                     quiet: bool = False, overwrite: bool = False, meta_path: Path | None = None) -> RunResult:
     """Run ``stage`` over ``table`` and write ``output``; see the module docstring for the promises.
 
-    ``client`` answers the rows' requests (None for a stage that asks no model).
-    ``overwrite`` replaces an output made with other settings (else ``UsageError``);
-    ``meta_path`` is where that output's meta file is (default ``<output>.meta.json``).
+    ``output`` None runs in memory: no lock, no progress file, nothing written, nothing resumed;
+    ``RunResult.frame`` holds the output either way. ``client`` answers the rows' requests (None
+    for a stage that asks no model). ``overwrite`` replaces an output made with other settings
+    (else ``UsageError``); ``meta_path`` is where that output's meta file is (default
+    ``<output>.meta.json``).
     """
-    output = Path(output)
+    output = None if output is None else Path(output)
     missing = [c for c in stage.needs if c not in table.columns]
     if missing:
         raise UsageError(missing_columns_text("input", input_name, missing, list(table.columns)))
-    check_writable(output)
+    if output is not None:
+        check_writable(output)
     records = table.to_dict("records")
     keys = _row_keys(stage, records)
     upstream = [(not retry_upstream) and _has_error(r) for r in records]
 
-    with OutputLock(output):
-        log = ProgressLog(progress_path_for(output))
+    with OutputLock(output) if output is not None else contextlib.nullcontext():
+        log = ProgressLog(progress_path_for(output) if output is not None else None)
         log.load()
-        discard, notes = guard_existing(stage, output, log, keys, overwrite=overwrite, meta_path=meta_path)
+        discard, notes = (guard_existing(stage, output, log, keys, overwrite=overwrite, meta_path=meta_path)
+                          if output is not None else (False, []))
         previous = log.entries = {} if discard else log.entries  # --overwrite: the old rows go
         done = _done(previous)
         # A trial run works on the first rows, but keeps every row an earlier run wrote: the
         # rows it finished or failed, and (when there is an earlier output) the passed-through ones.
         chosen = len(records) if limit is None else limit
-        earlier = output.exists() and not discard
+        earlier = output is not None and output.exists() and not discard
         keep = [i for i in range(len(records))
                 if i < chosen or keys[i] in previous or (earlier and upstream[i])]
         todo = _todo(records, keys, upstream, done, limit)
@@ -483,7 +505,7 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
         result.started = time.time()
         started = time.monotonic()
         if todo:
-            _process(stage, todo, log, header, concurrency, client, quiet, fresh=discard)
+            await _process(stage, todo, log, header, concurrency, client, quiet, fresh=discard)
         result.elapsed = time.monotonic() - started
         result.finished = time.time()
 
@@ -495,18 +517,20 @@ def run_stage(stage: Stage, table: pd.DataFrame, output: Path, *, concurrency: i
             finished = stage.finish(stage.settings, frame)
             frame, result.outcomes, result.meta = finished.frame, finished.outcomes, finished.meta
             result.lines, result.warnings = finished.lines, finished.warnings
-        try:
-            write_csv_atomic(frame, output)
-            # Keep every entry for a row of the whole input (a trial run drops nothing).
-            all_keys = dict.fromkeys(k for k, up in zip(keys, upstream) if not up)
-            log.rewrite([entries[k] for k in all_keys if k in entries], header)
-        except OSError as exc:
-            raise _disk_full(output, exc) from None
+        result.frame = frame
+        if output is not None:
+            try:
+                write_csv_atomic(frame, output)
+                # Keep every entry for a row of the whole input (a trial run drops nothing).
+                all_keys = dict.fromkeys(k for k, up in zip(keys, upstream) if not up)
+                log.rewrite([entries[k] for k in all_keys if k in entries], header)
+            except OSError as exc:
+                raise _disk_full(output, exc) from None
     return result
 
 
-def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict, concurrency: int,
-             client: AnswerSource | None, quiet: bool, *, fresh: bool) -> None:
+async def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict, concurrency: int,
+                   client: AnswerSource | None, quiet: bool, *, fresh: bool) -> None:
     """Run the rows ``todo``, each appended to ``log`` as it finishes. The settings line goes first,
     before any request (``fresh``: the file is started anew, its old rows discarded)."""
     try:
@@ -516,7 +540,8 @@ def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict
     except OSError as exc:
         raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
     try:
-        asyncio.run(_run_rows(stage, todo, log, concurrency, client, quiet))
+        # its own task: the row places it sets (a context variable) stay out of the caller's context
+        await asyncio.ensure_future(_run_rows(stage, todo, log, concurrency, client, quiet))
     finally:
         log.close()
 

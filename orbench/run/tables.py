@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import difflib
+import io
 import math
 import os
 import tempfile
@@ -224,6 +225,15 @@ def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "
     if missing:
         raise UsageError(missing_columns_text(what, name, missing, list(frame.columns)))
     return frame
+
+
+def text_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as :func:`read_table` reads the CSV it would be written as: every cell text, an
+    empty cell ``""`` (True -> ``"True"``, 2 -> ``"2"``, None -> ``""``)."""
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False)
+    buffer.seek(0)
+    return pd.read_csv(buffer, dtype=str, keep_default_na=False)
 
 
 def _sep_name(sep: str) -> str:

@@ -163,12 +163,14 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def save_card(card: dict, beside: Path, folder: Path | None = None) -> Path | None:
-    """Write ``card`` to ``beside`` and into the card store (``folder``, default :func:`cards_dir`);
-    returns the store's path, or None when the store keeps a card of this judge on more labelled
-    rows of the same source (a ``--limit`` trial leaves a full calibration's card alone)."""
+def save_card(card: dict, beside: Path | None, folder: Path | None = None) -> Path | None:
+    """Write ``card`` to ``beside`` (unless None: an in-memory calibration) and into the card store
+    (``folder``, default :func:`cards_dir`); returns the store's path, or None when the store keeps a
+    card of this judge on more labelled rows of the same source (a ``--limit`` trial leaves a full
+    calibration's card alone)."""
     text = json.dumps(card, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
-    _write(beside, text)
+    if beside is not None:
+        _write(beside, text)
     path = card_path(card["judge_fingerprint"], card["labels"]["name"], folder)
     old = _read(path)
     if old is not None and int((old.get("pooled") or {}).get("n") or 0) > int(card["pooled"].get("n") or 0):

@@ -203,6 +203,10 @@ def setup_for(default_provider: str | None):
     return setup
 
 
+#: The job of one command line of ``check_alignment.py`` itself (no provider fallback).
+setup = setup_for(None)
+
+
 def main(argv=None, default_provider: str | None = None) -> int:
     """Run stage 4; ``default_provider`` is tried for model names with no known provider."""
     return cli.run(build_parser(default_provider), setup_for(default_provider), argv)

@@ -299,12 +299,17 @@ class SeedJob(Job):
     calls: int = 0
     state: Tally = field(default_factory=Tally)
     started: float = 0.0
+    calls_frame: pd.DataFrame | None = None  # the calls of the last round, as the runner delivered them
     limits_rows = False
 
     @property
-    def work(self) -> Path:
-        """The calls' work file, ``<output>.calls.csv`` (the raw replies, kept for inspection)."""
-        return self.output.with_name(self.output.name + ".calls.csv")
+    def work(self) -> Path | None:
+        """The calls' work file, ``<output>.calls.csv`` (the raw replies, kept for inspection); None in memory."""
+        return None if self.in_memory else self.output.with_name(self.output.name + ".calls.csv")
+
+    def ran(self, result: RunResult) -> None:
+        """The calls of the round just run (the work file's rows), read when the calls are tallied."""
+        self.calls_frame = result.frame
 
     @property
     def examples(self) -> frozenset[str]:
@@ -315,6 +320,8 @@ class SeedJob(Job):
         """The settings check over the calls and the prompts (``--overwrite`` removes them both
         now, unless ``--estimate``), then what is already there: prompts and recorded calls."""
         self.started = time.time()
+        if self.in_memory:  # nothing to continue, nothing to guard
+            return
         check_writable(self.output)
         self.notes = guard_output(self.stage, self.output, self.work, options.overwrite, remove=not options.estimate)
         self.prior = read_prior(self.output, self.category)
@@ -322,7 +329,12 @@ class SeedJob(Job):
 
     def tally(self, calls: int) -> Tally:
         """The earlier prompts, then the prompts of the first ``calls`` calls, walked in call order."""
-        found = read_calls(self.work) if calls and self.work.exists() else []
+        if not calls:
+            found = []
+        elif self.calls_frame is not None:
+            found = self.calls_frame.to_dict("records")
+        else:  # before any round (--estimate): the calls an earlier run recorded
+            found = read_calls(self.work) if self.work is not None and self.work.exists() else []
         return tally(self.prior, found, str(self.stage.settings.model), self.category, self.examples)
 
     def planned(self, table: pd.DataFrame, options: RunOptions) -> pd.DataFrame:
@@ -366,12 +378,13 @@ class SeedJob(Job):
         """The prompts (the first ``--num_toxic_prompts`` unique ones) written to ``output``."""
         state, rows = self.state, self.state.rows[:self.target]
         frame = pd.DataFrame([{**r, "error": ""} for r in rows], columns=list(OUTPUT_COLUMNS))
-        try:
-            write_csv_atomic(frame, self.output)
-        except OSError as exc:
-            raise UsageError(f"cannot write {self.output}: {exc.strerror or exc}") from None
-        delivered = RunResult(output=self.output, rows=len(rows), errors=state.failed, started=self.started,
-                              finished=time.time(),
+        if not self.in_memory:
+            try:
+                write_csv_atomic(frame, self.output)
+            except OSError as exc:
+                raise UsageError(f"cannot write {self.output}: {exc.strerror or exc}") from None
+        delivered = RunResult(output=None if self.in_memory else self.output, rows=len(rows), errors=state.failed,
+                              started=self.started, finished=time.time(), frame=frame,
                               meta={"calls": self.calls, "duplicates_dropped": state.duplicates,
                                     "template_examples_dropped": state.example_repeats})
         code, closing = self.outcome(len(rows), options)
@@ -380,7 +393,8 @@ class SeedJob(Job):
     def summary(self, rows: int, client: Client) -> str:
         state, s = self.state, client.stats
         repeats = f", {state.example_repeats} template examples dropped" if state.example_repeats else ""
-        return (f"generate {self.category}: {rows} of {self.target} prompts -> {self.output} | {self.calls} calls "
+        where = "(in memory)" if self.in_memory else self.output
+        return (f"generate {self.category}: {rows} of {self.target} prompts -> {where} | {self.calls} calls "
                 f"({self.calls - self.recorded} new, {self.recorded} resumed, {state.failed} failed), "
                 f"{state.duplicates} duplicates dropped{repeats} | requests {s.sent} sent, "
                 f"{s.cached} from cache" + "".join(f" | {n}" for n in self.notes))
@@ -390,8 +404,8 @@ class SeedJob(Job):
         if rows >= self.target:
             return 0, []
         if self.state.failed:
-            return 1, [f"{self.state.failed} calls failed after retries (see the 'error' column of {self.work}); "
-                       f"rerun the same command to retry them"]
+            where = "" if self.work is None else f" (see the 'error' column of {self.work})"
+            return 1, [f"{self.state.failed} calls failed after retries{where}; rerun the same command to retry them"]
         if self.state.stale_streak >= self.stale_limit:
             return 1, [f"stopped: the last {self.state.stale_streak} calls gave no new prompt, with {rows} of "
                        f"{self.target} found; the model seems to have run dry for {self.category!r} (raise "

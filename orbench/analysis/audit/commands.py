@@ -69,7 +69,7 @@ from orbench.analysis.audit.sample import (
 )
 from orbench.analysis.folders import check_writable, write_error
 from orbench.llm.errors import UsageError
-from orbench.run.cli import ArgumentParser
+from orbench.run.cli import ArgumentParser, entry_point
 from orbench.run.tables import write_csv_atomic, write_text_atomic
 
 
@@ -409,6 +409,7 @@ def _input_arguments(parser) -> None:
                         help="set name for files whose name names no set (default: the file name)")
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; exit 0, or 2 with one line on bad input or a folder that cannot be written."""
     try:

@@ -56,6 +56,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -65,9 +66,11 @@ from orbench.analysis.calibration import card_stats
 from orbench.analysis.calibration.label_sources import COLUMNS, load_labels, stratified_subset
 from orbench.llm.errors import UsageError
 from orbench.llm.models import parse_model, slug
-from orbench.run.cli import ArgumentParser, positive_int
-from orbench.run.provenance import meta_path_for
-from orbench.run.tables import write_text_atomic
+from orbench.run.cli import ArgumentParser, command_of, entry_point, positive_int, run_settings
+from orbench.run.lifecycle import report
+from orbench.run.loops import run_sync
+from orbench.run.provenance import dumps
+from orbench.run.tables import text_cells, write_text_atomic
 from orbench.scoring.judge_cards import (
     CARD_VERSION,
     by_family,
@@ -82,6 +85,10 @@ from orbench.stages import check_response
 
 #: Flags this command sets for stage 5 itself.
 OWN_STAGE_FLAGS = ("--input_file", "--output_file", "--limit")
+OWN_STAGE_FLAGS_NAMES = tuple(flag[2:] for flag in OWN_STAGE_FLAGS)
+#: The figures of a card's table (:func:`card_table`), each a value with its 95% interval.
+TABLE_FIGURES = ("coverage", "accuracy", "kappa", "precision", "recall", "specificity", "judge_rate", "human_rate",
+                 "rate_bias")
 
 
 def build_parser() -> ArgumentParser:
@@ -203,9 +210,10 @@ def card_families(table: pd.DataFrame, settings: dict) -> dict:
     return {str(f): part for f, part in table.groupby(family, sort=True)}
 
 
-def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path, family: str | None = None) -> dict:
+def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path | None, family: str | None = None) -> dict:
     """The card of the judge behind stage 5's ``table`` (with the label columns) and its ``meta``;
-    ``family``: the keyword family that decided these rows (:func:`card_families`)."""
+    ``output``: stage 5's output file (None in memory); ``family``: the keyword family that decided
+    these rows (:func:`card_families`)."""
     settings = meta.get("settings") or {}
     identity = judge_identity(settings, family=family)
     card = {"card_version": CARD_VERSION, "judge_fingerprint": judge_fingerprint(identity),
@@ -213,7 +221,7 @@ def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path, fami
             "judge": {"identity": identity, "judges": meta.get("judges"),
                       "models": meta.get("models"), "template_source": meta.get("template_source")},
             "labels": labels, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "calibration_output": str(output), "counts": _counts(table), "pooled": _figures(table),
+            "calibration_output": None if output is None else str(output), "counts": _counts(table), "pooled": _figures(table),
             "per_source": {str(s): _figures(p) for s, p in table.groupby("source", sort=False)},
             "per_prompt_kind": {str(k) or "unknown": _figures(p) for k, p in
                                 table.groupby(table["prompt_kind"].astype(str).str.strip(), sort=True)},
@@ -273,7 +281,7 @@ def print_card(card: dict) -> None:
 
 # ---------------------------------------------------------------- the bundled cards
 
-def bundled_cards(args, extra: list) -> list[dict] | None:
+def bundled_cards(args, stage_flags: bool) -> list[dict] | None:
     """The keyword matcher's own XSTest cards shipped with the package, when they are this very
     calibration's: ``--check_model keyword`` on XSTest (all of it, no stage flag) with the keyword
     rules as shipped, and XSTest's completions not at hand (no ``--xstest_dir``, no
@@ -287,7 +295,7 @@ def bundled_cards(args, extra: list) -> list[dict] | None:
 
     if (args.labels.strip().lower() != XSTEST or args.xstest_dir or os.environ.get("ORBENCH_XSTEST_DIR")
             or os.environ.get("ORBENCH_XSTEST_URL")
-            or args.check_model.strip().lower() != "keyword" or args.limit or extra or cached_xstest()):
+            or args.check_model.strip().lower() != "keyword" or args.limit or stage_flags or cached_xstest()):
         return None
     cards = []
     for family in sorted({family_for_model(model) for model, _ in XSTEST_FILES.values()}):
@@ -300,43 +308,45 @@ def bundled_cards(args, extra: list) -> list[dict] | None:
     return cards
 
 
-def _show_bundled(cards: list[dict], args) -> int:
-    out_dir = Path(args.output_dir or "calibration_keyword")
+def _save_bundled(cards: list[dict], args, in_memory: bool) -> list[tuple[dict, Path | None, Path | None]]:
+    out_dir = None if in_memory else Path(args.output_dir or "calibration_keyword")
     print("XSTest v2's completions are not shipped with orbench (they are under the model providers' licences): "
           "these are the keyword matcher's own cards, shipped with the package for its rules as they are; to "
           "compute them from the data, pass --xstest_dir DIR (the five xstest_v2_completions_*.csv files) or set "
           "$ORBENCH_XSTEST_DIR", file=sys.stderr)
+    saved = []
     for card in cards:
-        beside = out_dir / f"judge_card_XSTest_v2_{slug(card['family'])}.json"
-        try:
-            stored = save_card(card, beside)
-        except OSError as exc:
-            print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-        print_card(card)
-        print(f"card: {beside} (bundled)")
-        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled rows")
-        print()
-    for card in cards:
-        print(card["text"])
-    return 0
+        beside = None if out_dir is None else out_dir / f"judge_card_XSTest_v2_{slug(card['family'])}.json"
+        saved.append((card, beside, _save(card, beside)))
+    return saved
+
+
+def _save(card: dict, beside: Path | None) -> Path | None:
+    try:
+        return save_card(card, beside)
+    except OSError as exc:
+        raise UsageError(f"cannot write the judge card: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------- main
 
-def _prepare(args) -> tuple[pd.DataFrame, dict, Path, Path, Path]:
+def _prepare(args, in_memory: bool) -> tuple[pd.DataFrame, dict, Path | None, Path, Path | None]:
+    """The labelled rows, what the card says of its labels, and where stage 5 reads and writes
+    (in memory: the input's name only, nothing written)."""
     frame, labels = load_labels(args.labels, args.xstest_dir)
     labels["rows"] = len(frame)
     if args.limit:
         frame = stratified_subset(frame, args.limit, args.seed)
         labels.update(limit=args.limit, seed=args.seed)
     labels["used"] = len(frame)
+    suffix = f"_{slug(labels['name'])}" + (f"_limit{args.limit}_seed{args.seed}" if args.limit else "")
+    if in_memory:
+        return frame, labels, None, Path(f"labelled{suffix}.csv"), None
     out_dir = Path(args.output_dir or f"calibration_{slug(args.check_model.strip())}")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
-    suffix = f"_{slug(labels['name'])}" + (f"_limit{args.limit}_seed{args.seed}" if args.limit else "")
     input_csv, output_csv = out_dir / f"labelled{suffix}.csv", out_dir / f"judged{suffix}.csv"
     text = frame[COLUMNS].to_csv(index=False)
     try:
@@ -347,6 +357,90 @@ def _prepare(args) -> tuple[pd.DataFrame, dict, Path, Path, Path]:
     return frame, labels, out_dir, input_csv, output_csv
 
 
+@dataclass
+class Calibrated:
+    """What a judge's calibration made: each card with its file beside the output (None in memory)
+    and its place in the card store (None: the store keeps one on more rows); the exit code."""
+
+    cards: list[tuple[dict, Path | None, Path | None]] = field(default_factory=list)
+    exit_code: int = 0
+    estimate: str | None = None  # --estimate: the text pricing stage 5; nothing sent, no card
+    bundled: bool = False  # the keyword matcher's cards shipped with the package
+    families: list[str] = field(default_factory=list)
+
+
+async def calibrate_judge(args, stage_args, *, command: list[str], stage_flags: bool = True,
+                          in_memory: bool = False) -> Calibrated:
+    """The judge's calibration the flags ask for (the script's ``args`` and stage 5's
+    ``stage_args``, parsed from the command line or made from the Python API's keywords): stage 5
+    on the labelled rows (``in_memory``: nothing written but the card store), then its card(s).
+    ``stage_flags``: whether any stage-5 flag was given (the bundled cards are this calibration's
+    only without one). ``UsageError`` for bad input."""
+    for name in check_response.judge_names(args.check_model):  # a bad judge fails before any file is written
+        if name.lower() != "keyword":
+            parse_model(name)
+    bundled = bundled_cards(args, stage_flags)
+    if bundled is not None:
+        return Calibrated(_save_bundled(bundled, args, in_memory), bundled=True)
+    frame, labels, _, input_csv, output_csv = _prepare(args, in_memory)
+    stage_args.check_model, stage_args.input_file, stage_args.limit = args.check_model, str(input_csv), None
+    stage_args.output_file = None if output_csv is None else str(output_csv)
+    delivery = await run_settings(check_response.setup, stage_args, command=command, in_memory=in_memory,
+                                  table=frame[COLUMNS].astype(str) if in_memory else None, table_name=str(input_csv))
+    if delivery.estimate is not None:
+        return Calibrated(estimate=delivery.estimate)
+    report(delivery, stage_args.quiet, path=False)
+    table = text_cells(delivery.frame)
+    table["human_refusal"] = table["human_refusal"].map(_verdict)
+    meta = json.loads(dumps(delivery.meta))  # as the meta file holds it
+    families = card_families(table, meta.get("settings") or {})
+    found = Calibrated(exit_code=delivery.exit_code, families=[str(f) for f in families])
+    for family, part in families.items():
+        card = build_card(part, meta, labels, output_csv, family)
+        beside = None
+        if output_csv is not None:
+            stem = output_csv.stem.replace("judged", "judge_card", 1) + (f"_{slug(family)}" if len(families) > 1 else "")
+            beside = output_csv.with_name(stem + ".json")
+        found.cards.append((card, beside, _save(card, beside)))
+    return found
+
+
+def card_table(cards) -> pd.DataFrame:
+    """The figures of ``cards`` (``(card, beside, stored)`` or cards), a row per card and group
+    (each source model, POOLED, each prompt kind): n, verdicts, errors, and each of
+    :data:`TABLE_FIGURES` with its 95% interval (``<figure>_low``, ``<figure>_high``)."""
+    rows = []
+    for item in cards:
+        card = item[0] if isinstance(item, tuple) else item
+        groups = [*card["per_source"].items(), ("POOLED", card["pooled"]),
+                  *((f"kind: {k}", v) for k, v in card["per_prompt_kind"].items())]
+        for group, fig in groups:
+            row = {"judge": card.get("judge_name"), "family": card.get("family") or "", "group": group,
+                   "n": fig["n"], "verdicts": fig["verdicts"], "errors": fig["counts"]["errors"],
+                   "unparsed": fig["counts"]["unparsed"], "judge_refused": fig["counts"]["judge_refused"]}
+            for name in TABLE_FIGURES:
+                value, (low, high) = fig[name]["value"], fig[name]["ci"]
+                row.update({name: value, f"{name}_low": low, f"{name}_high": high})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def print_cards(found: Calibrated) -> None:
+    """The cards on stdout as the script shows them: each card's table and files, then its text."""
+    for card, beside, stored in found.cards:
+        print_card(card)
+        print(f"card: {beside}" + (" (bundled)" if found.bundled else ""))
+        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled rows"
+              + ("" if found.bundled else " of this source; this one is only beside the output"))
+        print()
+    if len(found.families) > 1:
+        print(f"one card per keyword family (the rules that decided each row: {', '.join(found.families)}); "
+              f"a report shows each beside the verdicts of its own family")
+    for card, _, _ in found.cards:
+        print(card["text"])
+
+
+@entry_point
 def main(argv=None) -> int:
     """Run the calibration; returns the exit code (module docstring)."""
     try:
@@ -358,49 +452,16 @@ def main(argv=None) -> int:
         clash = [f.split("=", 1)[0] for f in extra if f.split("=", 1)[0] in OWN_STAGE_FLAGS]
         if clash:
             raise UsageError(f"{clash[0]} is set by orbench-calibrate (use --output_dir, and --limit for a subset)")
-        for name in check_response.judge_names(args.check_model):  # a bad judge fails before any file is written
-            if name.lower() != "keyword":
-                parse_model(name)
-        bundled = bundled_cards(args, extra)
-        if bundled is not None:
-            return _show_bundled(bundled, args)
-        frame, labels, out_dir, input_csv, output_csv = _prepare(args)
+        stage_args = check_response.build_parser().parse_args(["--check_model", args.check_model, "--input_file", "-",
+                                                               *extra])
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is for the card
+            found = run_sync(calibrate_judge(args, stage_args, command=command_of(argv, __name__),
+                                             stage_flags=bool(extra)))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    stage_argv = ["--check_model", args.check_model, "--input_file", str(input_csv),
-                  "--output_file", str(output_csv), *extra]
-    if "--estimate" in extra:
-        return check_response.main(stage_argv)
-    with contextlib.redirect_stdout(sys.stderr):  # stdout is for the card
-        code = check_response.main(stage_argv)
-    if code not in (0, 1):
-        return code
-    table = pd.read_csv(output_csv, dtype=str, keep_default_na=False)
-    table["human_refusal"] = table["human_refusal"].map(_verdict)
-    meta = json.loads(meta_path_for(output_csv).read_text(encoding="utf-8"))
-    families = card_families(table, meta.get("settings") or {})
-    written = []
-    for family, part in families.items():
-        card = build_card(part, meta, labels, output_csv, family)
-        stem = output_csv.stem.replace("judged", "judge_card", 1) + (f"_{slug(family)}" if len(families) > 1 else "")
-        beside = output_csv.with_name(stem + ".json")
-        try:
-            stored = save_card(card, beside)
-        except OSError as exc:
-            print(f"error: cannot write the judge card: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-        written.append((card, beside, stored))
-    for card, beside, stored in written:
-        print_card(card)
-        print(f"card: {beside}")
-        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled "
-              "rows of this source; this one is only beside the output")
-        print()
-    if len(written) > 1:
-        print(f"one card per keyword family (the rules that decided each row: {', '.join(families)}); "
-              f"a report shows each beside the verdicts of its own family")
-    for card, _, _ in written:
-        print(card["text"])
-    return code
-
+    if found.estimate is not None:
+        print(found.estimate)
+        return 0
+    print_cards(found)
+    return found.exit_code

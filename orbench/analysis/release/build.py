@@ -69,7 +69,7 @@ from orbench.analysis.report.inputs import expand
 from orbench.analysis.report.lineage import source_sets
 from orbench.llm.errors import UsageError
 from orbench.run import existing_output
-from orbench.run.cli import ArgumentParser, positive_int
+from orbench.run.cli import ArgumentParser, entry_point, positive_int
 from orbench.run.tables import file_name, input_stem, parse_bool, read_table, write_csv_atomic, write_text_atomic
 from orbench.scoring.parsing import normalise_for_dedup
 from orbench.scoring.vocab import SKIPPED_ERROR
@@ -369,6 +369,7 @@ def make_parser() -> ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = make_parser().parse_args(argv)

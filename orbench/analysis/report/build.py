@@ -93,7 +93,7 @@ from orbench.analysis.stats import balanced_accuracy, quadratic_fit, spearman, w
 from orbench.benchmark.sets import HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
 from orbench.benchmark.sets import TOXIC as TOXIC_SET
 from orbench.llm.errors import UsageError
-from orbench.run.cli import ArgumentParser
+from orbench.run.cli import ArgumentParser, entry_point
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
@@ -128,6 +128,36 @@ class Report:
     heat_sets: tuple[str, ...] = ()
     moderator_cards: dict = field(default_factory=dict)  # the cards of the moderations that chose the prompts
     outputs: dict[str, Path] = field(default_factory=dict)
+
+    def save(self, output_dir: str | Path = "report", *, figures: bool = True, html: bool = True) -> dict[str, Path]:
+        """Write the report's files into ``output_dir`` (:func:`orbench.analysis.report.files.write`:
+        the tables as CSV, the figures unless ``figures`` is off, report.json) and, with ``html``,
+        report.html; what was written, by name (as ``outputs``)."""
+        from orbench.analysis.report import html as html_report
+
+        out = Path(output_dir)
+        check_writable(out)
+        rep = self if figures or files.NO_FIGURES in self.notes else replace(self, notes=(*self.notes, files.NO_FIGURES))
+        rep = replace(rep, outputs=files.write(rep, out, figures=figures))
+        return {**rep.outputs, "html": html_report.write(rep, out / "report.html")} if html else rep.outputs
+
+    def html(self) -> str:
+        """report.html's text: one self-contained page, its figures inlined."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="orbench-report-") as folder:
+            return self.save(folder)["html"].read_text(encoding="utf-8")
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the rates per set, model and judge (the summary's headline columns)."""
+        from orbench.analysis.html_kit import esc
+
+        rows = [c for c in ("set", "model", "judge", "headline", "keyword_scored", "keyword_rate", "judge_scored",
+                            "judge_rate") if c in self.summary.columns]
+        notes = "".join(f"<li>{esc(w)}</li>" for w in self.warnings)
+        return ("<p><b>OR-Bench report</b>: rates per set, model and judge (Report.summary; Report.leaderboard, "
+                "Report.categories, Report.save(dir), Report.html())</p>"
+                + self.summary[rows].to_html(index=False, na_rep="") + (f"<ul>{notes}</ul>" if notes else ""))
 
 
 # ---------------------------------------------------------------- grouping (once)
@@ -617,24 +647,34 @@ def _import_plots() -> None:
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True,
                  figures: bool = True, **options) -> Report:
     """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
-    ``output_dir`` (:func:`orbench.analysis.report.files.write`) and, with ``html``, report.html;
-    the report with ``outputs`` naming every file written. ``figures=False`` draws no figure (a
-    figure left in ``output_dir`` by an earlier run is removed, so none shows other numbers)."""
+    ``output_dir`` (:meth:`Report.save`; with ``html``, report.html too); the report with
+    ``outputs`` naming every file written. ``figures=False`` draws no figure (a figure left in
+    ``output_dir`` by an earlier run is removed, so none shows other numbers)."""
     if figures:
         # matplotlib takes a third of a second to import: on another thread while the inputs are read
         # (the CSV parser leaves the interpreter free), ready when the figures are drawn
         threading.Thread(target=_import_plots, daemon=True).start()
     rep = compute(specs, html=html, **options)
     release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
-    out = Path(output_dir)
     if not figures:
         rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
-    rep = replace(rep, outputs=files.write(rep, out, figures=figures))
-    if html:
-        from orbench.analysis.report import html as html_report
+    return replace(rep, outputs=rep.save(output_dir, figures=figures, html=html))
 
-        rep = replace(rep, outputs={**rep.outputs, "html": html_report.write(rep, out / "report.html")})
-    return rep
+
+def report_from(args) -> Report:
+    """The report the flags ask for (``make_parser``'s namespace; the Python API's ``orbench.report``
+    makes the same from keywords): written into ``args.output_dir``, or, when it is None, computed
+    only. ``UsageError`` for bad input."""
+    if args.examples < 0:
+        raise UsageError("--examples must be 0 or more")
+    options = dict(default_set=args.default_set, default_model=args.default_model, verdict=args.verdict,
+                   reference=not args.no_reference, examples=args.examples, compare=args.compare,
+                   baseline=args.baseline, audit=args.audit, custom_sets=args.custom_sets)
+    if args.output_dir is None:
+        rep = compute(args.files, **options)
+        return replace(rep, notes=(*rep.notes, files.NO_FIGURES)) if args.no_figures else rep
+    check_writable(args.output_dir)
+    return build_report(args.files, args.output_dir, figures=not args.no_figures, **options)
 
 
 def make_parser() -> ArgumentParser:
@@ -680,18 +720,13 @@ def make_parser() -> ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the report; exit 0, or 2 with one line on bad input or an output folder that cannot be written."""
+    args = None
     try:
         args = make_parser().parse_args(argv)
-        if args.examples < 0:
-            raise UsageError("--examples must be 0 or more")
-        check_writable(args.output_dir)
-        rep = build_report(args.files, args.output_dir, default_set=args.default_set,
-                           default_model=args.default_model, verdict=args.verdict,
-                           reference=not args.no_reference, examples=args.examples,
-                           compare=args.compare, baseline=args.baseline, audit=args.audit,
-                           custom_sets=args.custom_sets, figures=not args.no_figures)
+        rep = report_from(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -707,4 +742,3 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{what}: {path}")
     print(rep.outputs["html"])
     return 0
-
