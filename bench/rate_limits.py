@@ -281,7 +281,7 @@ def run_one(s: Scenario, rows: int) -> dict:
             "errors": result.errors, "ok": stats["ok"], "429": refused, "overloaded": stats["overloaded"],
             "wall": wall, "ratio": ideal / wall if wall else 0.0, "per_success": refused / max(1, stats["ok"]),
             "goal_429": 0.2 if s.bare else 0.05, "following": pacer["following"],
-            "max_in_flight": stats["max_in_flight"], "shape": dataclasses.asdict(s.shape)}
+            "max_in_flight": stats["max_in_flight"], "shape": dataclasses.asdict(s.shape), "pacer": pacer}
 
 
 def stop_time(url: str, sdk: str = "openai") -> tuple[float, str]:
