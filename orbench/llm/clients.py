@@ -91,26 +91,16 @@ def valid_text(text: str | None) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _v1_hint(exc: BaseException, spec: ModelSpec, base_url: str | None) -> str:
-    """For a 404 from an OpenAI-compatible server whose base URL has no ``/v1``: say so."""
-    if getattr(exc, "status_code", None) != 404 or spec.provider.api != "openai" or not base_url:
-        return ""
-    if "/v1" in base_url:
-        return ""
-    return (f"; the base URL has no /v1 in it, and OpenAI-compatible servers answer under "
-            f"/v1: try {base_url.rstrip('/')}/v1")
-
-
-def _unreachable(provider, slot: _Slot, verdict: ErrorClass) -> str:
-    """The one line that stops a run whose address has never answered (or only "overloaded")."""
+def _unreachable(provider, slot: _Slot, verdict: ErrorClass) -> ErrorClass:
+    """The stop of a run whose address has never answered (or only "overloaded")."""
     where = f"{provider.name} at {slot.base_url or 'its default address'}"
     check = f"the address (--base_url or {provider.base_url_var})"
     if verdict.outcome is Outcome.OVERLOAD:
-        return (f"{where} has answered nothing but \"overloaded\" since the run started "
-                f"({verdict.message}): check {check} and that the server has a model loaded, "
-                f"or try again later")
-    return (f"cannot connect to {where} ({verdict.message}); nothing there has answered: check "
-            f"{check}, that the server is running, and the network")
+        return ErrorClass(Outcome.STOP, f"{where} has answered nothing but \"overloaded\" since the run "
+                          f"started ({verdict.message}): check {check} and that the server has a model "
+                          f"loaded, or try again later")
+    return ErrorClass(Outcome.STOP, f"cannot connect to {where} ({verdict.message}); nothing there has "
+                      f"answered: check {check}, that the server is running, and the network")
 
 
 @dataclass
@@ -270,56 +260,43 @@ class Client:
         while True:
             ticket = await pacer.acquire(costs)
             self.stats.sent += 1
-            replied = True  # a reply came, if not always a usable one
-            with ratelimit.watching() as headers:
+            with ratelimit.watching() as seen:
                 try:
-                    completion = await slot.api.generate(request)
-                    verdict = None
-                except TransientReply as exc:
+                    answer, verdict = await slot.api.generate(request), None
+                except TransientReply as exc:  # a reply, but no answer in it
                     self.stats.transient += 1
-                    verdict = ErrorClass(Outcome.RETRY, f"{exc} from {provider.name}")
+                    answer, verdict = None, ErrorClass(Outcome.RETRY, f"{exc} from {provider.name}")
                 except Exception as exc:
-                    replied = False
-                    verdict = slot.api.classify(exc, spec)
-                    if verdict is None:
+                    answer, verdict = exc, slot.api.classify(exc, spec)
+                    if verdict is None:  # not the provider's to sort: a bug
                         pacer.released(ticket)
                         raise
-                    if verdict.outcome is Outcome.STOP:
-                        verdict = ErrorClass(Outcome.STOP, verdict.message + _v1_hint(exc, spec, slot.base_url))
-            outcome = verdict.outcome if verdict else None
+            outcome = verdict and verdict.outcome
             never = not slot.answered and outcome in (Outcome.CONNECTION, Outcome.OVERLOAD)
             slot.answered = not never
-            if replied:
-                pacer.admitted(ticket, headers)
+            if not isinstance(answer, Exception):
+                pacer.admitted(ticket, seen)
             elif outcome is not Outcome.RATE_LIMIT:
-                pacer.released(ticket, headers)
-            if outcome is None:
-                return completion
-            if outcome in (Outcome.BLOCK, Outcome.STOP, Outcome.ROW):
-                return apply_verdict(verdict)
-            if never and outcome is Outcome.CONNECTION:
-                raise FatalProviderError(_unreachable(provider, slot, verdict))
-            now = time.monotonic()
-            patient = outcome in (Outcome.RATE_LIMIT, Outcome.OVERLOAD) and not never
-            if patient:
-                waits += 1
-                first_wait = now if first_wait is None else first_wait
+                pacer.released(ticket, seen)
+            if verdict is None:
+                return answer
+            if outcome in (Outcome.BLOCK, Outcome.STOP, Outcome.ROW) or never and outcome is Outcome.CONNECTION:
+                return apply_verdict(_unreachable(provider, slot, verdict) if never else verdict)
+            now, patient = time.monotonic(), outcome in (Outcome.RATE_LIMIT, Outcome.OVERLOAD) and not never
+            waits, first_wait = waits + patient, now if first_wait is None and patient else first_wait
             wait = verdict.wait if verdict.wait is not None else backoff(waits if patient else retries + 1)
             if outcome is Outcome.RATE_LIMIT:
-                pacer.refused(ticket, wait, headers)
+                pacer.refused(ticket, wait, seen)
             self.rate_limits.overloaded += outcome is Outcome.OVERLOAD
             if not (patient and now + wait - first_wait <= self.patience):
-                retries += 1
-                if patient:  # past --patience: a retry spent, after a backoff, not the wait asked
-                    self.rate_limits.past_patience += 1
-                    wait = backoff(retries)
+                retries, wait = retries + 1, backoff(retries + 1) if patient else wait  # past --patience
+                self.rate_limits.past_patience += patient
                 if retries > self.max_retries:
-                    if never:
-                        raise FatalProviderError(_unreachable(provider, slot, verdict))
-                    raise RowError(verdict.message + (f", {retries} attempts" if retries > 1 else ""))
+                    return apply_verdict(_unreachable(provider, slot, verdict) if never else ErrorClass(
+                        Outcome.ROW, verdict.message + (f", {retries} attempts" if retries > 1 else "")))
             self.rate_limits.waited += wait if patient else 0.0
             place = ROW_PLACE.get()
-            if place is not None:  # out of the flight while it waits
+            if place is not None:  # its row's place goes to the next row while it waits
                 place.release()
             await asyncio.sleep(wait)
             if place is not None:

@@ -3,9 +3,10 @@ the set-up from the provider table (:class:`SDKProvider`), and the sorting of HT
 (:func:`classify_http`) that each SDK provider's ``classify`` builds on.
 
 httpx's own timeouts apply per network read, so a server that trickles a reply a byte at a time
-never trips them; :class:`WholeRequestTimeout` reads the whole reply inside the limit. The SDKs'
-own retries are off (``max_retries=0``): the client's one retry loop (``orbench.llm.clients``)
-asks again, on what :func:`classify_http` sorts as worth it, waiting as :func:`retry_after` reads.
+never trips them; :class:`WholeRequestTimeout` reads the whole reply inside the limit, and hands
+the rate-limit budgets its headers report (:func:`budgets`) to the pacer. The SDKs' own retries
+are off (``max_retries=0``): the client's one retry loop (``orbench.llm.clients``) asks again, on
+what :func:`classify_http` sorts as worth it, waiting as :func:`retry_after` reads.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ import asyncio
 import contextlib
 import importlib
 import json
+import math
 import os
 import re
+import time
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 
 from orbench.llm import ratelimit
 from orbench.llm.models import ModelSpec, api_key_for, base_url_for, redact
@@ -50,8 +55,8 @@ class WholeRequestTimeout:
     """An HTTP transport that bounds one attempt, reply body included, by ``timeout`` seconds.
 
     On expiry the SDK sees the library's ``ReadTimeout``. ``http`` is the SDK's HTTP module.
-    Every reply's headers go to ``orbench.llm.ratelimit.note_reply`` (the rate-limit budgets they
-    report pace the requests that follow).
+    The budgets every reply's headers report go to ``orbench.llm.ratelimit.note_reply``: they
+    pace the requests that follow.
     """
 
     def __init__(self, timeout: float, http):
@@ -65,7 +70,7 @@ class WholeRequestTimeout:
         except asyncio.TimeoutError:
             raise self.http.ReadTimeout(f"no complete reply within {self.timeout:g} s",
                                         request=request) from None
-        ratelimit.note_reply(response.headers)
+        ratelimit.note_reply(budgets(response.headers))
         return response
 
     async def _fetch(self, request):
@@ -116,6 +121,44 @@ def short_message(exc: BaseException) -> str:
     return redact(re.sub(r"\s+", " ", message).strip())[:300]
 
 
+def seconds_until(text: str, now_wall: float | None = None) -> float | None:
+    """Seconds from now in a reset or retry header: ``"6m0s"``, ``"20ms"``, ``"1.5"``, an
+    RFC 3339 time, an HTTP date or epoch seconds; None when unreadable."""
+    text, now = (text or "").strip(), time.time() if now_wall is None else now_wall
+    with contextlib.suppress(ValueError):  # seconds, or (past half of now's) an epoch time
+        value = float(text)
+        return max(0.0, value - now if value > now / 2 else value) if math.isfinite(value) else None
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
+    if parts and "".join(n + u for n, u in parts) == text:
+        return sum(float(n) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}[u] for n, u in parts)
+    for parse in (lambda t: datetime.fromisoformat(t.replace("Z", "+00:00")), parsedate_to_datetime):
+        with contextlib.suppress(ValueError, TypeError, IndexError):
+            moment = parse(text)
+            if moment.tzinfo is not None:
+                return max(0.0, moment.timestamp() - now)
+    return None
+
+
+def budgets(headers) -> list[tuple[str, float, float | None]]:
+    """``(unit, remaining, seconds until reset)`` of each budget a reply's headers report, the unit
+    one of ``orbench.llm.ratelimit.request_costs``' (a ``tokens-per-day`` budget counts ``tokens``)."""
+    fields: dict[str, dict] = {}
+    for name, value in headers.items():
+        name = name.lower()
+        if name == "ratelimit":  # the IETF draft: "limit=100, remaining=50, reset=5"
+            fields["requests"] = dict(p.strip().split("=", 1) for p in value.split(",") if "=" in p)
+        parts = name.split("ratelimit-", 1)[1].split("-") if re.match(r"(x-|anthropic-)?ratelimit-", name) else []
+        for key in {"remaining", "reset"}.intersection(parts):
+            fields.setdefault("-".join(p for p in parts if p != key), {})[key] = value
+    found = []
+    for kind, values in fields.items():
+        unit = ("input-tokens" if "input" in kind else "output-tokens" if "output" in kind
+                else "tokens" if "token" in kind else "requests")
+        with contextlib.suppress(KeyError, ValueError):
+            found.append((unit, float(values["remaining"]), seconds_until(values.get("reset", ""))))
+    return found
+
+
 def retry_after(headers) -> float | None:
     """The wait a reply asks for: OpenAI's ``retry-after-ms``, else ``Retry-After`` (seconds or an
     HTTP date, RFC 9110); None when it names none."""
@@ -124,7 +167,7 @@ def retry_after(headers) -> float | None:
         if headers.get("retry-after-ms") is not None:
             return max(0.0, float(headers["retry-after-ms"]) / 1000)
     value = headers.get("retry-after")
-    return ratelimit.seconds_until(value) if value is not None else None
+    return seconds_until(value) if value is not None else None
 
 
 def connect_failed(exc: BaseException) -> bool:
@@ -162,9 +205,13 @@ def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
         return ErrorClass(Outcome.STOP, f"{provider.name} refused access to model {spec.model!r} "
                                         f"(HTTP 403): check that the key in {keys} may use it")
     if status == 404:
+        hint = ""
+        if provider.api == "openai" and base_url and "/v1" not in base_url:
+            hint = (f"; the base URL has no /v1 in it, and OpenAI-compatible servers answer under "
+                    f"/v1: try {base_url.rstrip('/')}/v1")
         return ErrorClass(Outcome.STOP, f"{provider.name} has no model {spec.model!r} at "
                                         f"{base_url or 'its default address'} (HTTP 404): check the "
-                                        f"model name and the base URL")
+                                        f"model name and the base URL{hint}")
     if status in (400, 429) and any(m in text for m in CREDIT_MARKERS):  # every row would fail alike
         return ErrorClass(Outcome.STOP, f"{provider.name} says the account is out of credit (HTTP {status}): "
                                         f"add credit, or set {keys} to another key")
