@@ -113,15 +113,19 @@ def test_the_exact_bounds_on_a_share():
 
 
 def test_a_share_that_no_cut_moves_is_not_the_rate():
-    # 8 in 100 before, 8 in 100 since three cuts: a limit would have refused none by now
-    assert not_the_rate(100, 8, 100, 8, BETA ** 3)
+    # 8 in 100 before, since, and since the last of three cuts: a limit would have refused none by now
+    assert not_the_rate(100, 8, 100, 8, 300, 24, BETA ** 3)
     # the same share after one small cut: a limit the first round over could still refuse that many
-    assert not not_the_rate(20, 4, 20, 4, BETA)
-    # 429s that stopped after the cut are the rate's; so are 429s that rose (a limit that fell)
-    assert not not_the_rate(100, 8, 100, 0, BETA ** 3)
-    assert not not_the_rate(100, 2, 100, 30, BETA ** 3)
-    # no 429 before, or nothing since: nothing to test
-    assert not not_the_rate(100, 0, 100, 3, BETA ** 3) and not not_the_rate(100, 8, 0, 0, BETA ** 3)
+    assert not not_the_rate(20, 4, 20, 4, 20, 4, BETA)
+    # 429s that stopped after the last cut are the rate's; so are 429s that rose (a limit that fell)
+    assert not not_the_rate(100, 8, 100, 0, 300, 16, BETA ** 3)
+    assert not not_the_rate(100, 2, 100, 30, 300, 90, BETA ** 3)
+    # ... and 429s the last cut lowered from the rest of the series (a limit that drained a burst)
+    assert not not_the_rate(100, 8, 100, 2, 400, 60, BETA ** 3)
+    # no 429 before, nothing since, or too few answers since to see a share move: nothing to test
+    assert not not_the_rate(100, 0, 100, 3, 300, 9, BETA ** 3)
+    assert not not_the_rate(100, 8, 0, 0, 0, 0, BETA ** 3)
+    assert not not_the_rate(100, 8, 1, 1, 1, 1, BETA ** 3)
 
 
 # -- the pacer, on a fake clock ------------------------------------------------------------------
@@ -141,12 +145,15 @@ def test_slow_start_grows_by_one_per_answer_of_a_full_window_up_to_concurrency(c
     assert pacer.window == 6  # 4, then one per answer, never past the ceiling
 
 
-def test_requests_go_out_spread_over_the_round_trip(clock):
+def test_once_a_429_came_requests_go_out_spread_over_the_round_trip(clock):
     pacer = Pacer(clock=clock)
     answered(pacer, clock, rtt=0.5)
     pacer.take(COSTS)
-    # srtt 0.5 s, a window of 5: the next no sooner than 0.5 / (1.25 x 5) = 0.08 s
-    assert pacer.wait_time() == pytest.approx(0.08)
+    assert pacer.wait_time() == 0.0  # no 429 yet: no limit known, no spreading
+    pacer.refused(pacer.take(COSTS), wait=1.0)  # a window of 5, cut to 4.375
+    pacer.take(COSTS)
+    # srtt 0.5 s: the next no sooner than 0.5 / (1.25 x 4.375) s
+    assert pacer.wait_time() == pytest.approx(0.5 / (1.25 * 5 * BETA))
 
 
 def test_a_429_cuts_the_window_once_a_round_trip(clock):

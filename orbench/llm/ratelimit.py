@@ -6,9 +6,9 @@ the other half: how long a refused request waits, and how often a failed one goe
 1. **A window on requests in flight**, as TCP paces its segments. Slow start: ``INITIAL_WINDOW``
    requests until the first answer, then one more per answer (twice as many each round trip).
    Past it, ``GROWTH`` more per answer (one per cent a round trip). Only answers to requests that
-   found the window full grow it (RFC 7661), and never past ``--concurrency``. Requests go out
-   spread over the smoothed round trip (``srtt / (PACING x window)`` apart, RFC 9002 7.7), not in
-   bursts that a limit enforced over a short period refuses.
+   found the window full grow it (RFC 7661), and never past ``--concurrency``. Once a 429 came,
+   requests go out spread over the smoothed round trip (``srtt / (PACING x window)`` apart,
+   RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses.
 2. **A 429 cuts the window** to ``BETA`` of itself (floor one), once a round trip: a 429 of a
    request sent less than a round trip after the last cut is that cut's congestion. Past the
    slow start, the cut goes no wider than the requests of the last round trip less the share
@@ -22,7 +22,8 @@ the other half: how long a refused request waits, and how often a failed one goe
    two-sided at ``ALPHA``), the rate is not their cause: the window goes back to where the series
    began, slow start resumes, and 429s stop cutting. They cut again once the share of 429s in a
    round trip is clearly above the share the test saw (Fisher's, one-sided at ``ALPHA``, asked
-   once a round trip). A series ends when the window grows back; the slow start ends at its second cut.
+   once a round trip). A series ends when the window grows back; the slow start ends at its
+   second cut.
 4. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
    ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``, read
    by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went after
@@ -91,17 +92,23 @@ def fisher_tail(k: int, n: int, marked: int, total: int) -> float:
                for i in range(max(k, 0), min(n, marked) + 1)) / math.comb(total, n)
 
 
-def not_the_rate(before: int, refused_before: int, after: int, refused_after: int, cut: float = BETA) -> bool:
+def not_the_rate(before: int, refused_before: int, after: int, refused_after: int, since: int,
+                 refused_since: int, cut: float = BETA) -> bool:
     """Rule 3: whether ``refused_before`` 429s of ``before`` answers in the round trip before a
-    series of cuts, and ``refused_after`` of ``after`` since its last cut, the window ``cut`` of
-    what it was, say that the rate is not their cause."""
+    series of cuts, ``refused_after`` of ``after`` since its last cut (the window ``cut`` of what it
+    was) and ``refused_since`` of ``since`` in all of it say that the rate is not their cause: more
+    429s after than a limit would refuse, at a share neither the series moved from the one before
+    (two-sided) nor the last cut lowered from the one before it (one-sided), with answers enough
+    that a share which moved would show."""
     if before <= 0 or after <= 0 or not refused_before:
         return False
     most = max(0.0, 1 - (1 - share_bound(refused_before, before, upper=True)) / cut)
-    total, refused = before + after, refused_before + refused_after
-    moved = min(fisher_tail(refused_after, after, refused, total),
-                1 - fisher_tail(refused_after + 1, after, refused, total)) <= ALPHA / 2
-    return binomial_tail(refused_after, after, most) <= ALPHA and not moved
+    total, refused = before + since, refused_before + refused_since
+    moved = min(fisher_tail(refused_since, since, refused, total),
+                1 - fisher_tail(refused_since + 1, since, refused, total)) <= ALPHA / 2
+    could_move = fisher_tail(since, since, refused_before + since, total) <= ALPHA / 2  # were all refused
+    lowered = 1 - fisher_tail(refused_after + 1, after, refused_since, since) <= ALPHA  # P(as few or fewer)
+    return binomial_tail(refused_after, after, most) <= ALPHA and could_move and not moved and not lowered
 
 
 @contextlib.contextmanager
@@ -136,13 +143,14 @@ class Ticket:
 
 @dataclass
 class _Series:
-    """A series of cuts on trial (rule 3): answers and 429s of the round trip before its first cut,
-    and of the requests sent since its last (but in the round trip after it)."""
+    """A series of cuts on trial (rule 3): answers and 429s of the requests of the round trip
+    before its first cut, and of those sent since its last and since its first (but in the round
+    trip after them)."""
 
     start: float
     span: float  # the round trip then
     window: float  # before the first cut
-    counts: list  # before: answers, 429s; since: answers, 429s
+    counts: list  # answers and 429s: the round trip before; since the last cut; since the first
     at: float  # the last cut
     cuts: int = 1
 
@@ -178,7 +186,7 @@ class Pacer:
     def take(self, costs: dict, full: bool = False) -> Ticket:
         """Book a request costing ``costs`` as sent now (``full``: it found the window full)."""
         now = self.clock()
-        if self.srtt:
+        if self.srtt and self.responses_429:  # a limit is there: no bursts it would refuse
             self.next_send = max(now, self.next_send) + self.srtt / (PACING * self.window)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
@@ -262,9 +270,11 @@ class Pacer:
         if series and series.start - series.span <= sent_at < series.start:
             series.counts[0] += 1
             series.counts[1] += refused
-        elif series and sent_at >= series.at + series.span:
-            series.counts[2] += 1
-            series.counts[3] += refused
+        elif series and sent_at >= series.at + series.span:  # since the last cut, and the first
+            series.counts[2:] = [series.counts[2] + 1, series.counts[3] + refused,
+                                 series.counts[4] + 1, series.counts[5] + refused]
+        elif series and sent_at >= series.start + series.span:  # since the first
+            series.counts[4:] = [series.counts[4] + 1, series.counts[5] + refused]
 
     def _cut(self, now: float, trigger: float) -> None:
         """Rules 2 and 3: cut the window, and put the cut on trial (``trigger``: when the request
@@ -276,9 +286,9 @@ class Pacer:
             sent = sum(1 for at in self.sends if now - span <= at != trigger)
             window = min(window, sent * (1 - share_bound(sum(before), len(before), upper=False)))
         if self.series is None or not self.series.counts[1]:  # a series starts (again)
-            self.series = _Series(now, span, self.window, [len(before), sum(before), 0, 0], now)
+            self.series = _Series(now, span, self.window, [len(before), sum(before), 0, 0, 0, 0], now)
         else:  # 429s went on after a cut: the slow start is over
-            self.series.at, self.series.counts[2:], self.slow_start = now, [0, 0], False
+            self.series.at, self.series.counts[2:4], self.slow_start = now, [0, 0], False
             self.series.cuts += 1
         self.last_cut, self.window, self.rate_to_blame = now, max(1.0, window), True
         self.cuts += 1
