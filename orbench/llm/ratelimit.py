@@ -6,9 +6,10 @@ the other half: how long a refused request waits, and how often a failed one goe
 1. **A window on requests in flight**, as TCP paces its segments. Slow start: ``INITIAL_WINDOW``
    requests until the first answer, then one more per answer (twice as many each round trip).
    Past it, ``GROWTH`` more per answer (one per cent a round trip). Only answers to requests that
-   found the window full grow it (RFC 7661), and never past ``--concurrency``. Once a 429 came,
-   requests go out spread over the smoothed round trip (``srtt / (PACING x window)`` apart,
-   RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses.
+   found the window full grow it (RFC 7661), and never past ``--concurrency``. Once a 429 came
+   (and while the rate is to blame, rule 3), requests go out spread over the smoothed round trip
+   (``srtt / (PACING x window)`` apart, RFC 9002 7.7), not in bursts that a limit enforced over a
+   short period refuses.
 2. **A 429 cuts the window** to ``BETA`` of itself (floor one), once a round trip: a 429 of a
    request sent less than a round trip after the last cut is that cut's congestion. Past the
    slow start, the cut goes no wider than the requests of the last round trip less the share
@@ -186,7 +187,7 @@ class Pacer:
     def take(self, costs: dict, full: bool = False) -> Ticket:
         """Book a request costing ``costs`` as sent now (``full``: it found the window full)."""
         now = self.clock()
-        if self.srtt and self.responses_429:  # a limit is there: no bursts it would refuse
+        if self.srtt and self.responses_429 and self.rate_to_blame:  # no bursts a rate limit would refuse
             self.next_send = max(now, self.next_send) + self.srtt / (PACING * self.window)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
