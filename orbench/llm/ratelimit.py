@@ -6,10 +6,10 @@ the other half: how long a refused request waits, and how often a failed one goe
 1. **A window on requests in flight**, as TCP paces its segments. Slow start: ``INITIAL_WINDOW``
    requests until the first answer, then one more per answer (twice as many each round trip).
    Past it, ``GROWTH`` more per answer (one per cent a round trip). Only answers to requests that
-   found the window full grow it (RFC 7661), and never past ``--concurrency``. Once a 429 came
-   (and while the rate is to blame, rule 3), requests go out spread over the smoothed round trip
-   (``srtt / (PACING x window)`` apart, RFC 9002 7.7), not in bursts that a limit enforced over a
-   short period refuses.
+   found the window full grow it (RFC 7661), and never past ``--concurrency``. Once a 429 came,
+   requests go out spread over the smoothed round trip (``srtt / (PACING x window)`` apart,
+   RFC 9002 7.7): not in bursts that a limit enforced over a short period refuses, and 429s that
+   come back at once do not let the refused go again faster than that.
 2. **A 429 cuts the window** to ``BETA`` of itself (floor one), once a round trip: a 429 of a
    request sent less than a round trip after the last cut is that cut's congestion. Past the
    slow start, the cut goes no wider than the requests of the last round trip less the share
@@ -22,9 +22,9 @@ the other half: how long a refused request waits, and how often a failed one goe
    the round trip before had 429s too, and the share has not moved (Fisher's exact test,
    two-sided at ``ALPHA``), the rate is not their cause: the window goes back to where the series
    began, slow start resumes, and 429s stop cutting. They cut again once the share of 429s in a
-   round trip is clearly above the share the test saw (Fisher's, one-sided at ``ALPHA``, asked
-   once a round trip). A series ends when the window grows back; the slow start ends at its
-   second cut.
+   round trip is clearly above the share the test saw (Fisher's, one-sided, asked once a round
+   trip, the ``k``-th time at ``ALPHA / k**2``: false alarms in all below ``ALPHA * pi**2 / 6``).
+   A series ends when the window grows back; the slow start ends at its second cut.
 4. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
    ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``, read
    by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went after
@@ -168,6 +168,7 @@ class Pacer:
         self.window, self.slow_start, self.srtt = float(min(INITIAL_WINDOW, ceiling)), True, None
         self.in_flight, self.next_send, self.next_rpm, self.hold_until = 0, 0.0, 0.0, 0.0
         self.last_cut = self.last_test = -math.inf
+        self.tests = 0  # of whether the share rose, since the rate was cleared
         self.last_admitted: float | None = None
         self.rate_to_blame, self.reference, self.series = True, [0, 0], None
         self.answers: deque = deque()  # (sent at, refused) of the last two round trips' answers
@@ -187,7 +188,7 @@ class Pacer:
     def take(self, costs: dict, full: bool = False) -> Ticket:
         """Book a request costing ``costs`` as sent now (``full``: it found the window full)."""
         now = self.clock()
-        if self.srtt and self.responses_429 and self.rate_to_blame:  # no bursts a rate limit would refuse
+        if self.srtt and self.responses_429:  # no bursts a limit would refuse, no storm of retries
             self.next_send = max(now, self.next_send) + self.srtt / (PACING * self.window)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
@@ -255,7 +256,7 @@ class Pacer:
         if series and self.window >= series.window:
             series = self.series = None  # the window grew back: the series is over
         if series and not_the_rate(*series.counts, BETA ** series.cuts):
-            self.series, self.rate_to_blame, self.undone = None, False, self.undone + 1
+            self.series, self.rate_to_blame, self.undone, self.tests = None, False, self.undone + 1, 0
             self.reference = [series.counts[0] + series.counts[2], series.counts[1] + series.counts[3]]
             self.window, self.slow_start = max(self.window, series.window), True
         elif series or self.rate_to_blame or self._share_rose(now):
@@ -296,13 +297,15 @@ class Pacer:
 
     def _share_rose(self, now: float) -> bool:
         """Whether the share of 429s among the last round trip that is all back is clearly above
-        the share that cleared the rate (Fisher's exact test at ``ALPHA``, once a round trip)."""
+        the share that cleared the rate: Fisher's exact test, asked once a round trip, the ``k``-th
+        time at ``ALPHA / k**2`` (so that all of them together raise a false alarm with a chance
+        under ``ALPHA * pi**2 / 6``, however long the run)."""
         if now < self.last_test + self.srtt:
             return False
-        self.last_test = now
+        self.last_test, self.tests = now, self.tests + 1
         last = [refused for at, refused in self.answers if now - 2 * self.srtt <= at < now - self.srtt]
         answers, refused = self.reference
-        return fisher_tail(sum(last), len(last), refused + sum(last), answers + len(last)) <= ALPHA
+        return fisher_tail(sum(last), len(last), refused + sum(last), answers + len(last)) <= ALPHA / self.tests ** 2
 
     def describe(self) -> dict:
         """What the meta file records: what the pacer followed and why, and its counts."""
