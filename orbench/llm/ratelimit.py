@@ -10,10 +10,11 @@ the other half: how long a refused request waits, and how often a failed one goe
    requests go out spread over the smoothed round trip (``srtt / (PACING x window)`` apart,
    RFC 9002 7.7): not in bursts that a limit enforced over a short period refuses, and 429s that
    come back at once do not let the refused go again faster than that.
-2. **A 429 cuts the window** to ``BETA`` of itself (floor one), once a round trip: a 429 of a
+2. **A 429 cuts the window** to ``BETA`` of itself, once a round trip: a 429 of a
    request sent less than a round trip after the last cut is that cut's congestion. Past the
    slow start, the cut goes no wider than the requests of the last round trip less the share
-   refused (its lower ``1 - ALPHA`` bound): what the server admitted is what it admits.
+   refused (its lower ``1 - ALPHA`` bound): what the server admitted is what it admits. Below a
+   window of one, one request at a time goes, the sends paced further apart.
 3. **Each series of cuts is a test of whether the rate is to blame.** A limit refuses only what
    is sent past it: a share ``s`` refused in the round trip before a series (but for the 429 that
    set it off), ``m`` cuts later, becomes at most ``q = 1 - (1 - s) / BETA**m`` (taking ``s`` at its
@@ -28,7 +29,7 @@ the other half: how long a refused request waits, and how often a failed one goe
 4. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
    ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``, read
    by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went after
-   that request, sending waits for the reset they name; and at a window of one, a 429 after a
+   that request, sending waits for the reset they name; and at a window of one or less, a 429 after a
    round trip in which nothing got in (a fixed window shut) holds sending as long as it asks. A
    request costs what providers count before generation: one request, its prompt's estimated
    tokens and ``max_tokens``. No hold outlasts ``--patience``.
@@ -181,7 +182,7 @@ class Pacer:
     def wait_time(self) -> float:
         """Seconds until one more request may go (``math.inf``: until one leaves the flight)."""
         now = self.clock()
-        if self.in_flight >= self.window:
+        if self.in_flight >= max(1.0, self.window):  # below one: one at a time, paced further apart
             return math.inf
         return max(0.0, self.next_send - now, self.next_rpm - now, self.hold_until - now)
 
@@ -248,7 +249,7 @@ class Pacer:
             self.holds += now + wait > self.hold_until
             self.hold_until = max(self.hold_until, now + min(wait, self.longest_hold))
         if self.srtt is None:  # nothing admitted yet: no round trip to count cuts by, or to test
-            self.window = max(1.0, self.window * BETA)
+            self.window *= BETA
             return
         series = self.series
         if ticket.sent_at < self.last_cut + self.srtt:
@@ -292,7 +293,7 @@ class Pacer:
         else:  # 429s went on after a cut: the slow start is over
             self.series.at, self.series.counts[2:4], self.slow_start = now, [0, 0], False
             self.series.cuts += 1
-        self.last_cut, self.window, self.rate_to_blame = now, max(1.0, window), True
+        self.last_cut, self.window, self.rate_to_blame = now, window or self.window * BETA, True
         self.cuts += 1
 
     def _share_rose(self, now: float) -> bool:
