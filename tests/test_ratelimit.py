@@ -236,9 +236,9 @@ def test_no_hold_outlasts_patience(clock):
 
 def test_at_a_window_of_one_a_429_with_nothing_admitted_holds_sending_as_it_asks(clock):
     pacer = Pacer(clock=clock)
-    for _ in range(11):  # nothing admitted, no round trip known: each 429 cuts, to one
+    for _ in range(12):  # nothing admitted, no round trip known: each 429 cuts, below one
         pacer.refused(pacer.take(COSTS), wait=0.2)
-    assert pacer.window == pytest.approx(INITIAL_WINDOW * BETA ** 11) and pacer.window < 1
+    assert pacer.window == pytest.approx(INITIAL_WINDOW * BETA ** 12) and pacer.window < 1
     assert pacer.wait_time() == pytest.approx(0.2)
 
 
