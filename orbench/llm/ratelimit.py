@@ -73,9 +73,16 @@ def request_costs(prompt: int, max_tokens: int) -> dict[str, float]:
     return {"requests": 1, "tokens": prompt + max_tokens, "input-tokens": prompt, "output-tokens": max_tokens}
 
 
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
 def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(K >= k) for K ~ Binomial(n, p)."""
-    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(max(k, 0), n + 1))
+    """P(K >= k) for K ~ Binomial(n, p) (in logarithms: no overflow however many answers)."""
+    if p <= 0 or p >= 1:
+        return float(max(k, 0) <= (n if p >= 1 else 0))
+    return sum(math.exp(_log_choose(n, i) + i * math.log(p) + (n - i) * math.log(1 - p))
+               for i in range(max(k, 0), n + 1))
 
 
 def share_bound(k: int, n: int, upper: bool) -> float:
@@ -90,8 +97,8 @@ def share_bound(k: int, n: int, upper: bool) -> float:
 
 def fisher_tail(k: int, n: int, marked: int, total: int) -> float:
     """P(X >= k) for X the marked among ``n`` drawn from ``total`` of which ``marked`` are."""
-    return sum(math.comb(marked, i) * math.comb(total - marked, n - i)
-               for i in range(max(k, 0), min(n, marked) + 1)) / math.comb(total, n)
+    return sum(math.exp(_log_choose(marked, i) + _log_choose(total - marked, n - i) - _log_choose(total, n))
+               for i in range(max(k, 0, n - total + marked), min(n, marked) + 1))
 
 
 def not_the_rate(before: int, refused_before: int, after: int, refused_after: int, since: int,
