@@ -102,6 +102,8 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
             "sent": stats.sent, "from_cache": stats.cached, "provider_blocks": stats.provider_blocks,
             "transient_replies_retried": stats.transient,
             "rate_limit_429s": client.rate_limits.responses_429,
+            "overloaded_answers": client.rate_limits.overloaded,
+            "waits_past_patience": client.rate_limits.past_patience,
         },
         "rate_limits": None if stats is None else client.rate_limits.describe(),
         "tokens": None if stats is None else {
