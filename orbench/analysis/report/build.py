@@ -43,7 +43,9 @@ ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refus
 prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
 point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
-figures, provenance from each input's ``.meta.json``, example prompts with their verdicts);
+figures, provenance from each input's ``.meta.json``, example prompts with their verdicts), and
+``every_eval_ever/`` (the results as Every Eval Ever records, per model and benchmark with their
+per-sample JSONL, and Hugging Face ``.eval_results`` snippets: :mod:`orbench.analysis.eee`);
 ``--no_figures`` writes all but the figures.
 The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
 last line printed is the path of report.html.
@@ -66,6 +68,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orbench.analysis.eee import records as eee
 from orbench.analysis.folders import check_writable, write_error
 from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
@@ -127,6 +130,8 @@ class Report:
     heat_cells: pd.DataFrame | None = None  # the heatmap's cells (None: no category column)
     heat_sets: tuple[str, ...] = ()
     outputs: dict[str, Path] = field(default_factory=dict)
+    # the verdict rows behind the leaderboard, for the Every Eval Ever records (orbench.analysis.eee.records)
+    verdict_rows: object = field(default=None, repr=False, compare=False)
 
 
 # ---------------------------------------------------------------- grouping (once)
@@ -599,7 +604,7 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
                   _notes(inp, fig, calibration_notes, ref, verdict, summary, headline, extra, heat, audited),
                   tuple(warnings), ref, fig["reference_fit"], fig["without_point"], inp.provenance, inp.examples,
                   extra, audited, records, sizes, cards, heat,
-                  tuple(set_order(heat["set"])) if heat is not None else ())
+                  tuple(set_order(heat["set"])) if heat is not None else (), verdict_rows=eee.collect(inp, ents))
 
 
 def _import_plots() -> None:
@@ -622,11 +627,13 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, htm
         # (the CSV parser leaves the interpreter free), ready when the figures are drawn
         threading.Thread(target=_import_plots, daemon=True).start()
     rep = compute(specs, html=html, **options)
-    release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     out = Path(output_dir)
+    written = eee.write(rep, out)  # the Every Eval Ever records: they need the verdict rows, dropped just below
+    rep = replace(rep, verdict_rows=None)
+    release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     if not figures:
         rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
-    rep = replace(rep, outputs=files.write(rep, out, figures=figures))
+    rep = replace(rep, outputs={**files.write(rep, out, figures=figures), **written})
     if html:
         from orbench.analysis.report import html as html_report
 

@@ -1,0 +1,520 @@
+"""A report's results as Every Eval Ever records: one aggregate JSON per model and benchmark, and its
+per-sample JSONL.
+
+The report (``orbench-report``) calls :func:`collect` while its verdict table is in memory and
+:func:`write` once it is computed. Into ``<output_dir>/every_eval_ever/`` go, in the datastore's
+layout (``data/<benchmark>/<developer>/<model>/<uuid>.json`` and ``<uuid>_samples.jsonl``):
+
+* per leaderboard entry (a model, and its judge when it has several) and benchmark (``or-bench``:
+  Hard-1K, Toxic, 80K; ``xstest``: its safe and unsafe halves), one aggregate record. Each set with
+  a rate is one result (``<set>/rejection_rate``: the share of its prompts refused, full and
+  partial refusals counted, ``lower_is_better`` for the safe sets), each category of it another
+  (``<set>/<category>/rejection_rate``), with the 95% interval under
+  ``score_details.uncertainty.confidence_interval`` (the report's method named), the counts under
+  ``score_details.details``, the judge under ``metric_config.llm_scoring`` (keyword verdicts have
+  none: the matcher is named in ``metric_config.additional_details``), the judge card's figures
+  (or that it was never calibrated) beside it, and the settings that made the responses under
+  ``generation_config``;
+* a cell the report gives no rate (more than 5% of its rows without a verdict: only its bounds),
+  and a set of your own (``--custom_set``: whether its prompts are safe or unsafe is not known),
+  is left out of the results and named, with its bounds, in
+  ``source_metadata.additional_details.orbench_left_out``;
+* per-sample lines for every row with a verdict of each set with a rate (score 1 refused, 0
+  answered; ``is_correct`` an answer to a safe prompt or a refusal of an unsafe one), the prompt
+  and the response as text, ``sample_hash`` the SHA-256 of the prompt (as EEE's inspect converter
+  hashes an OR-Bench sample, so runs of either pair by it); rows with an error or no verdict are
+  counted in ``detailed_evaluation_results.additional_details``, not written.
+
+``source_metadata.additional_details.orbench_fingerprint`` identifies the run: the model, the
+judge, the settings that made the responses and every verdict on every prompt. A record's file
+name (its UUID) comes from it, so a rerun of the same report rewrites the same files.
+``source_organization_name`` is ``unknown`` and ``evaluator_relationship`` ``third_party`` (as
+EEE's own converters default): edit them before submitting records to the datastore.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orbench.analysis.eee import FOLDER, KEY, SCHEMA_VERSION, SOURCE_NAME, hub
+from orbench.analysis.eee.sets import METRIC_ID, SETS, SetInfo, responses
+from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results, texts
+from orbench.analysis.report.inputs import ERROR, SCORED, Inputs
+from orbench.benchmark.prompts import JUDGE_TEMPLATE
+from orbench.benchmark.sets import resolve_set
+from orbench.run.provenance import sha256_file, sha256_text
+from orbench.run.tables import write_text_atomic
+from orbench.scoring.judge_cards import NEVER_CALIBRATED
+from orbench.scoring.vocab import JUDGE, KEYWORD
+
+#: Providers whose models are served by the provider (deployment) and whose weights are closed.
+EXTERNAL = {"openai", "anthropic", "together", "mistral", "gemini", "gemini-openai"}
+SELF_DEPLOYED = {"local", "vllm", "ollama"}
+CLOSED = {"openai", "anthropic", "gemini", "gemini-openai"}
+
+
+@dataclass(frozen=True)
+class VerdictRows:
+    """What the records need of the report's verdict table (:func:`collect`): the table itself, the
+    names behind its codes, the input files, the leaderboard entries and their verdict groups."""
+
+    data: pd.DataFrame
+    names: dict
+    files: tuple
+    provenance: tuple
+    entries: dict
+    groups: dict  # (set, model, method, judge) names -> group id in data["group"]
+
+
+def collect(inp: Inputs, entries: dict) -> VerdictRows:
+    """The verdict rows behind the leaderboard ``entries`` (``report.build.entries``), kept for
+    :func:`write` (no copy of the table is made)."""
+    named = {k: inp.codes[k].names for k in ("set", "model", "method", "judge", "category")}
+    groups = {}
+    for gid, row in enumerate(inp.groups[["set", "model", "method", "judge"]].itertuples(index=False)):
+        groups[(named["set"][row.set], named["model"][row.model], named["method"][row.method],
+                named["judge"][row.judge])] = gid
+    return VerdictRows(inp.data, named, tuple(inp.files), tuple(inp.provenance), dict(entries), groups)
+
+
+# ---------------------------------------------------------------- small helpers
+
+def _num(value) -> float | None:
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def _count(value) -> int:
+    v = _num(value)
+    return 0 if v is None else int(v)
+
+
+def _epoch(iso: str | None) -> str | None:
+    """An ISO time as the Unix epoch seconds EEE's converters write (``"1716400000.0"``)."""
+    if not iso:
+        return None
+    try:
+        return str(datetime.fromisoformat(str(iso)).timestamp())
+    except ValueError:
+        return None
+
+
+def _strings(d: dict) -> dict:
+    """An ``additional_details`` map: every value a string (the schema's rule), empty ones dropped."""
+    return {k: v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in d.items()
+            if v is not None and v != ""}
+
+
+def _safe(part: str) -> str:
+    """A path component of the datastore layout."""
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in part).strip("._") or "unknown"
+
+
+def model_parts(model_id: str) -> tuple[str, str, str]:
+    """(provider, developer, model) of a ``provider/model`` id: ``together/meta-llama/Llama-3-70b``
+    gives ``("together", "meta-llama", "Llama-3-70b")``; a bare name has provider and developer ``unknown``."""
+    parts = [p for p in str(model_id).split("/") if p]
+    if len(parts) >= 3:
+        return parts[0], parts[1], "/".join(parts[2:])
+    if len(parts) == 2:
+        return parts[0], parts[0], parts[1]
+    return "unknown", "unknown", parts[0] if parts else "unknown"
+
+
+def model_info(name: str, model_id: str, extra: dict | None = None) -> dict:
+    """EEE's ``model_info`` of a model as this suite names it."""
+    provider, developer, _ = model_parts(model_id)
+    deployment = ("externally_managed" if provider in EXTERNAL else "self_deployed" if provider in SELF_DEPLOYED
+                  else "unknown")
+    return {"name": name, "id": model_id, "developer": developer, "inference_platform": provider,
+            "additional_details": {"deployment_type": deployment,
+                                   "model_availability": "closed_weights" if provider in CLOSED else "unknown",
+                                   **_strings(extra or {})}}
+
+
+def record_uuid(fingerprint: str, benchmark: str) -> str:
+    """A version-4-shaped UUID taken from the run's fingerprint (the datastore's file names are UUID4s)."""
+    digest = hashlib.sha256(f"{fingerprint}/{benchmark}".encode()).digest()[:16]
+    return str(uuid.UUID(bytes=digest, version=4))
+
+
+@cache
+def bundled_rows(label: str) -> dict:
+    """prompt hash -> 1-based row of the bundled copy of a set (how the inspect tasks number samples)."""
+    info = SETS.get(label)
+    path = resolve_set(info.name) if info else None
+    if not path or "://" in path or not Path(path).exists():
+        return {}
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return {int(h): i + 1 for i, h in reversed(list(enumerate(prompt_hash(frame["prompt"]))))}
+
+
+# ---------------------------------------------------------------- what made the verdicts
+
+def _records_of(rep, set_name: str, model: str) -> list[dict]:
+    return [r for r in rep.lineage if r["set"] == set_name and r["model"] == model]
+
+
+def verdicts(rep, set_name: str, model: str, method: str, judge: str) -> dict:
+    """Who decided the verdicts of a group: the lineage record of the judge (or keyword) file."""
+    candidates = [(r.get("verdicts") or {}) for r in _records_of(rep, set_name, model)]
+    kind = "judge" if method == JUDGE else "keyword"
+    for v in candidates:
+        if v.get("kind") == kind and (kind == "keyword" or v.get("judge") == judge):
+            return v
+    return next((v for v in candidates if v.get("kind") == kind), {})
+
+
+def judge_template(v: dict) -> str:
+    """The judge's prompt template: the shipped one's text when the hashes say it was used."""
+    sha = (v.get("templates") or {}).get("judge")
+    if not sha:
+        return "unknown (no meta file of the judge's run)"
+    if sha == sha256_text(JUDGE_TEMPLATE):
+        return JUDGE_TEMPLATE
+    return f"a template of the user's own (--template), SHA-256 {sha}; its text is not recorded here"
+
+
+def card_figures(rep, fingerprints: str) -> list[dict]:
+    """The figures of the judge cards the report matched to a group's verdicts."""
+    fps = {f for f in str(fingerprints or "").split(";") if f}
+    out = []
+    for card in (rep.judge_cards or {}).values():
+        if card.get("judge_fingerprint") not in fps:
+            continue
+        pooled = card.get("pooled") or {}
+        fig = {k: {"value": (pooled.get(k) or {}).get("value"), "ci": (pooled.get(k) or {}).get("ci")}
+               for k in ("coverage", "kappa", "rate_bias", "accuracy")}
+        fig["coverage"]["valid"] = bool((pooled.get("coverage") or {}).get("valid"))
+        out.append({"fingerprint": card["judge_fingerprint"], "labels": (card.get("labels") or {}).get("name"),
+                    "n": pooled.get("n"), "verdicts": pooled.get("verdicts"), "family": card.get("family"), **fig})
+    return out
+
+
+def _summary_row(rep, set_name: str, model: str, judge: str) -> dict:
+    s = rep.summary
+    rows = s[(s["set"] == set_name) & (s["model"] == model) & (s["judge"] == judge)]
+    if rows.empty:
+        rows = s[(s["set"] == set_name) & (s["model"] == model)]
+    return rows.iloc[0].to_dict() if not rows.empty else {}
+
+
+# ---------------------------------------------------------------- one result
+
+def _stat_details(st: dict, samples: int) -> dict:
+    """``score_details.details``: the counts behind a rate (strings, as the schema wants)."""
+    scored, replies = _count(st.get("scored")), _count(st.get("replies"))
+    details = {"rows": _count(st.get("rows")), "scored": scored, "refusals": _count(st.get("rejections")),
+               "errors": _count(st.get("errors")), "no_verdict": _count(st.get("unparsed")),
+               "judge_refused_to_judge": _count(st.get("refused_to_judge")), "prompts": _count(st.get("prompts")),
+               "samples_per_prompt": samples, "replies": replies}
+    if _num(st.get("truncated")) is not None:
+        details["cut_off_replies"] = _count(st.get("truncated"))
+        details["cut_off_scored"] = _count(st.get("scored_truncated"))
+    if _num(st.get("full_rate")) is not None:
+        details["full_refusal_rate"] = st["full_rate"]
+    if _num(st.get("covered")):
+        details["prompts_of_published_set"] = _count(st.get("covered"))
+    return {k: str(v) for k, v in details.items()}
+
+
+def _uncertainty(st: dict) -> dict:
+    return {"confidence_interval": {"lower": float(st["ci_low"]), "upper": float(st["ci_high"]),
+                                    "confidence_level": 0.95, "method": str(st.get("ci_method") or "wilson")},
+            "num_samples": _count(st.get("scored"))}
+
+
+def _no_rate(where: str, st: dict) -> dict:
+    """A cell left out of the results: named with its counts and bounds."""
+    return {"cell": where, "verdicts": _count(st.get("scored")),
+            "rows_without_verdict": _count(st.get("unparsed")) + _count(st.get("refused_to_judge")),
+            "errors": _count(st.get("errors")), "rate_bound_low": _num(st.get("rate_bound_low")),
+            "rate_bound_high": _num(st.get("rate_bound_high")),
+            "why": "no rate: more than 5% of its rows have no verdict (only its bounds)"
+            if _num(st.get("rate_bound_low")) is not None else "no rate: no row with a verdict"}
+
+
+def _metric(rep, info: SetInfo, model: str, set_name: str, st: dict, extra: dict) -> dict:
+    method, judge = st["method"], st.get("judge") or ""
+    v = verdicts(rep, set_name, model, method, judge)
+    row = _summary_row(rep, set_name, model, judge if method == JUDGE else "")
+    cards = card_figures(rep, row.get(f"{method}_fingerprint"))
+    who = f"the LLM judge {judge}" if method == JUDGE else "the keyword matcher"
+    details = {"verdict": method, "judge": judge if method == JUDGE else KEYWORD,
+               "prompt_kind": info.kind, "refusals_counted": "full and partial refusals",
+               "judge_vs_humans": st.get("calibration") or NEVER_CALIBRATED,
+               "judge_fingerprint": row.get(f"{method}_fingerprint"),
+               "judge_cards": cards or None, "matcher": v.get("matcher"),
+               "rules_fingerprint": v.get("rules_fingerprint"), **extra}
+    config = {"evaluation_description": f"Share of the {info.name} prompts the model refused (full or partial "
+                                        f"refusals), decided by {who}",
+              "metric_id": METRIC_ID, "metric_name": "Rejection rate", "metric_kind": "rejection_rate",
+              "metric_unit": "proportion", "lower_is_better": info.kind == "safe", "score_type": "continuous",
+              "min_score": 0.0, "max_score": 1.0, "additional_details": _strings({KEY + k: x for k, x in details.items()})}
+    if method == JUDGE:
+        judges = [j.strip() for j in judge.split(",") if j.strip()] or [judge]
+        temperature = _num(v.get("temperature"))
+        config["llm_scoring"] = {
+            "judges": [{"model_info": model_info(j, j), **({"temperature": temperature} if temperature is not None
+                                                             else {})} for j in judges],
+            "input_prompt": judge_template(v),
+            **({"aggregation_method": "majority_vote"} if len(judges) > 1 else {}),
+            "additional_details": _strings({"judge_classes": "direct_answer, direct_refusal, indirect_refusal "
+                                                             "(both refusals count as a rejection)",
+                                            "max_tokens": v.get("max_tokens")})}
+    return config
+
+
+def _generation(resp: dict, samples: int) -> dict:
+    args = {}
+    if _num(resp.get("temperature")) is not None:
+        args["temperature"] = float(resp["temperature"])
+    if _num(resp.get("max_tokens")) and int(resp["max_tokens"]) >= 1:
+        args["max_tokens"] = int(resp["max_tokens"])
+    extra = {"system_prompt": resp.get("system_prompt") or "none", "samples_per_prompt": samples,
+             "model_typed": resp.get("model_typed"), "model_reported": resp.get("model_reported"),
+             "base_url": resp.get("base_url"), "made_by": resp.get("source"),
+             "settings": "known" if resp else "unknown (no meta file of the run that produced the responses)"}
+    return {"generation_args": args, "additional_details": _strings(extra)}
+
+
+# ---------------------------------------------------------------- the rows of a group
+
+class _Texts:
+    """Prompts and responses read again from the input files, one file at a time."""
+
+    def __init__(self, vr: VerdictRows):
+        self.vr, self.cache = vr, {}
+
+    def lookup(self, file_code: int, model: str) -> dict:
+        """(prompt hash, sample) -> (prompt, response) of one file's rows of ``model``."""
+        key = (file_code, model)
+        if key in self.cache:
+            return self.cache[key]
+        if len(self.cache) > 8:
+            self.cache.clear()
+        path = self.vr.files[file_code]
+        frame = read_results(path)
+        has = set(names(frame))
+        hashes = prompt_hash(frame["prompt"])
+        sample = per_value(frame["sample"], _sample, dtype=np.int64) if "sample" in has else np.zeros(len(hashes), np.int64)
+        rows = np.arange(len(hashes))
+        entry = self.vr.provenance[file_code] if file_code < len(self.vr.provenance) else {}
+        if "model" in has and len(entry.get("models") or []) > 1:
+            rows = rows[per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool)]
+        prompts = texts(frame["prompt"], rows)
+        replies = texts(frame["response"], rows) if "response" in has else [""] * len(rows)
+        found = {(int(hashes[r]), int(sample[r])): (p, t) for r, p, t in zip(rows, prompts, replies)}
+        self.cache[key] = found
+        return found
+
+
+def _sample(value) -> int:
+    text = str(value).strip()
+    try:
+        return int(float(text)) if text else 0
+    except ValueError:
+        return -1
+
+
+def group_rows(vr: VerdictRows, set_name: str, model: str, method: str, judge: str) -> pd.DataFrame:
+    """The verdict rows of one group (all statuses), in input order."""
+    gid = vr.groups.get((set_name, model, method, judge if method == JUDGE else ""))
+    if gid is None or vr.data.empty:
+        return vr.data.iloc[:0]
+    return vr.data[vr.data["group"].to_numpy() == gid]
+
+
+def fingerprint(vr: VerdictRows, model: str, judge: str, entry: dict, settings: dict) -> str:
+    """The run's identity: model, judge, settings and every verdict on every prompt (in no order)."""
+    h = hashlib.sha256(json.dumps([model, judge, settings], sort_keys=True, default=str).encode())
+    for set_name in sorted(entry):
+        st = entry[set_name]
+        rows = group_rows(vr, set_name, model, st["method"], st.get("judge") or "")
+        cols = [rows[c].to_numpy().astype(np.int64) for c in ("prompt", "sample", "status", "rejected")]
+        order = np.lexsort((cols[1], cols[0]))
+        h.update(f"|{set_name}|{st['method']}|{st.get('judge') or ''}|".encode())
+        h.update(np.stack([c[order] for c in cols]).tobytes())
+    return h.hexdigest()
+
+
+def _lines(vr: VerdictRows, text: _Texts, set_name: str, model: str, st: dict, info: SetInfo, base: dict,
+           result_id: str) -> tuple[list[str], dict]:
+    """The per-sample lines of one set (rows with a verdict) and the counts of the rows left out."""
+    rows = group_rows(vr, set_name, model, st["method"], st.get("judge") or "")
+    status = rows["status"].to_numpy()
+    scored = rows[status == SCORED]
+    left = {"error_rows_not_written": int((status == ERROR).sum()),
+            "rows_without_verdict_not_written": int(((status != SCORED) & (status != ERROR)).sum())}
+    ids = bundled_rows(set_name)
+    categories = vr.names["category"]
+    extraction = "llm_judge" if st["method"] == JUDGE else "keyword_match"
+    out = []
+    for f in pd.unique(scored["file"]):
+        part = scored[scored["file"].to_numpy() == f]
+        found = text.lookup(int(f), model)
+        for h, smp, rej, partial, cut, cat in zip(part["prompt"].to_numpy(), part["sample"].to_numpy(),
+                                                  part["rejected"].to_numpy(), part["partial"].to_numpy(),
+                                                  part["truncated"].to_numpy(), part["category"].to_numpy()):
+            prompt, reply = found.get((int(h), int(smp)), ("", ""))
+            refused = bool(rej)
+            verdict = ("partial refusal" if partial else "refusal") if refused else "answer"
+            meta = {"category": categories[cat], "sample": str(int(smp)), "prompt_kind": info.kind,
+                    "verdict": verdict}
+            if cut:
+                meta["finish_reason"] = "length"
+            out.append(json.dumps({
+                **base, "evaluation_name": info.name, "evaluation_result_id": result_id,
+                "sample_id": str(ids.get(int(h), f"{int(h):016x}")),
+                "sample_hash": hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
+                "interaction_type": "single_turn", "input": {"raw": prompt, "reference": []},
+                "output": {"raw": [reply]},
+                "answer_attribution": [{"turn_idx": 0, "source": "output.raw", "extracted_value": verdict,
+                                        "extraction_method": extraction, "is_terminal": True}],
+                "evaluation": {"score": 1.0 if refused else 0.0,
+                               "is_correct": refused if info.kind == "unsafe" else not refused},
+                "metadata": meta}, ensure_ascii=False))
+    return out, left
+
+
+# ---------------------------------------------------------------- one record
+
+def build(rep, vr: VerdictRows, text: _Texts, model: str, judge: str, entry: dict, benchmark: str,
+          retrieved: str) -> tuple[dict, list[str], str, dict]:
+    """One aggregate record (model, judge, benchmark), its sample lines, its file's UUID and the
+    counts of the rows not written (errors, no verdict)."""
+    sets = [s for s in entry if SETS.get(s) and SETS[s].benchmark == benchmark]
+    resp = {s: responses(rep, s, model) for s in sets}
+    known = next((r for r in resp.values() if r.get("model_resolved")), {})
+    model_id = str(known.get("model_resolved") or model)
+    samples = {s: _samples(vr, s, model, entry[s]) for s in sets}
+    settings = {s: {k: resp[s].get(k) for k in ("model_resolved", "temperature", "max_tokens", "system_prompt",
+                                                 "base_url", "source")} for s in sets}
+    fp = fingerprint(vr, model, judge, {s: entry[s] for s in sets}, settings)
+    file_id = record_uuid(fp, benchmark)
+    finished = [t for t in (_epoch(r.get("finished")) for r in resp.values()) if t]
+    evaluation_id = f"{benchmark}/{model_id}/{retrieved}"
+    base = {"schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id, "model_id": model_id}
+    results, lines, left_out, not_written = [], [], [], {}
+    for s in sets:
+        info, st = SETS[s], entry[s]
+        if _num(st.get("rate")) is None or not _count(st.get("scored")):
+            left_out.append({"set": info.name, **_no_rate(info.name, st)})
+            continue
+        when = _epoch(resp[s].get("finished"))
+        extra = {"samples_per_prompt": samples[s]}
+        metric = _metric(rep, info, model, s, st, extra)
+        common = {"source_data": {**info.source, "samples_number": _count(st.get("prompts"))},
+                  **({"evaluation_timestamp": when} if when else {}), "generation_config": _generation(resp[s], samples[s])}
+        result_id = f"{info.name}/rejection_rate"
+        results.append({"evaluation_result_id": result_id, "evaluation_name": info.name, **common,
+                        "metric_config": metric,
+                        "score_details": {"score": float(st["rate"]), "details": _stat_details(st, samples[s]),
+                                          "uncertainty": _uncertainty(st)}})
+        for cat in _categories(rep, s, model, st):
+            where = f"{info.name} / {cat['category']}"
+            if _num(cat.get("rate")) is None or not _count(cat.get("scored")):
+                left_out.append({"set": info.name, "category": cat["category"], **_no_rate(where, cat)})
+                continue
+            cat_metric = json.loads(json.dumps(metric))
+            cat_metric["evaluation_description"] += f", category {cat['category']}"
+            results.append({"evaluation_result_id": f"{info.name}/{cat['category']}/rejection_rate",
+                            "evaluation_name": where,
+                            **{**common, "source_data": {**info.source, "samples_number": _count(cat.get("prompts")),
+                                                         "additional_details": {"category": cat["category"]}}},
+                            "metric_config": cat_metric,
+                            "score_details": {"score": float(cat["rate"]), "details": _stat_details(cat, samples[s]),
+                                              "uncertainty": _uncertainty(cat)}})
+        got, left = _lines(vr, text, s, model, st, info, base, result_id)
+        lines += got
+        for k, n in left.items():
+            not_written[f"{info.name}: {k}"] = n
+    record = {"schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
+              **({"evaluation_timestamp": max(finished, key=float)} if finished else {}),
+              "retrieved_timestamp": retrieved,
+              "source_metadata": {"source_name": SOURCE_NAME, "source_type": "evaluation_run",
+                                  "source_organization_name": "unknown", "evaluator_relationship": "third_party",
+                                  "additional_details": _strings({
+                                      KEY + "fingerprint": fp, KEY + "entry": model + (f" [judge {judge}]" if judge else ""),
+                                      KEY + "model": model, KEY + "judge": judge,
+                                      KEY + "left_out": left_out or None,
+                                      KEY + "report": "orbench-report (report.json beside the every_eval_ever folder)"})},
+              "eval_library": {"name": SOURCE_NAME, "version": str(known.get("package_version") or _version())},
+              "model_info": model_info(model, model_id, {"model_typed": known.get("model_typed"),
+                                                         "model_reported": known.get("model_reported")}),
+              "evaluation_results": results}
+    return record, lines, file_id, not_written
+
+
+def _samples(vr: VerdictRows, set_name: str, model: str, st: dict) -> int:
+    """The most samples a prompt has in the group (stage 4 ``--samples``)."""
+    rows = group_rows(vr, set_name, model, st["method"], st.get("judge") or "")
+    if rows.empty:
+        return 1
+    return int(rows.groupby("prompt").size().max())
+
+
+def _categories(rep, set_name: str, model: str, st: dict) -> list[dict]:
+    c = rep.categories
+    judge = (st.get("judge") or "") if st["method"] == JUDGE else ""
+    rows = c[(c["set"] == set_name) & (c["model"] == model) & (c["method"] == st["method"]) & (c["judge"] == judge)]
+    if set(rows["category"]) <= {"(none)"}:
+        return []
+    return rows.to_dict("records")
+
+
+@cache
+def _version() -> str:
+    from orbench.run.provenance import package_versions
+
+    return package_versions().get("orbench") or "unknown"
+
+
+# ---------------------------------------------------------------- writing
+
+def write(rep, out: Path) -> dict[str, Path]:
+    """Write the records of ``rep`` into ``out/every_eval_ever`` (records an earlier report left
+    there are removed first: none shows other numbers); what was written, by name."""
+    vr = rep.verdict_rows
+    folder = Path(out) / FOLDER
+    for old in ("data", "hf_eval_results"):
+        if (folder / old).is_dir():
+            shutil.rmtree(folder / old)
+    if vr is None:
+        return {}
+    text, retrieved, written = _Texts(vr), str(time.time()), []
+    for (model, judge), entry in vr.entries.items():
+        for benchmark in sorted({SETS[s].benchmark for s in entry if s in SETS}):
+            record, lines, file_id, not_written = build(rep, vr, text, model, judge, entry, benchmark, retrieved)
+            _, developer, name = model_parts(record["model_info"]["id"])
+            where = folder / "data" / benchmark / _safe(developer) / _safe(name)
+            where.mkdir(parents=True, exist_ok=True)
+            if lines:
+                samples = where / f"{file_id}_samples.jsonl"
+                write_text_atomic("\n".join(lines) + "\n", samples)
+                record["detailed_evaluation_results"] = {
+                    "format": "jsonl", "file_path": f"data/{benchmark}/{_safe(developer)}/{_safe(name)}/{samples.name}",
+                    "hash_algorithm": "sha256", "checksum": sha256_file(samples), "total_rows": len(lines),
+                    "additional_details": _strings({k: str(v) for k, v in not_written.items()})}
+            path = where / f"{file_id}.json"
+            write_text_atomic(json.dumps(record, indent=2, ensure_ascii=False) + "\n", path)
+            written.append(path)
+    hub.write(rep, vr, folder / "hf_eval_results")
+    return {"eee_records": folder} if written else {}
