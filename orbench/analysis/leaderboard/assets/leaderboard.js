@@ -154,7 +154,8 @@
     return out;
   }
   var SORT = {
-    rank: function (r) { return r.entry && r.category === 'all' && has(r.parent.rank) ? r.parent.rank : null; },
+    // by set, then rank; a set's unranked rows (no rate, or a category) after its ranked ones; the paper's last
+    rank: function (r) { return r.entry ? SETS[r.set].order * 1e6 + (r.category === 'all' && has(r.parent.rank) ? r.parent.rank : 1e5) : null; },
     name: function (r) { return r.entry ? r.entry.name : r.pub.model; },
     source: function (r) { return r.entry ? r.entry.source : 'published'; },
     provider: function (r) { return r.entry ? r.entry.provider : ''; },
@@ -246,10 +247,13 @@
     sv('text', { x: 14, y: sy(50), 'text-anchor': 'middle', 'class': 'label', transform: 'rotate(-90 14 ' + sy(50) + ')' }, svgNode).textContent =
       SETS[pair.y].name + ': prompts refused (%)';
   }
-  function tipLines(name, source, pair, cx, cy, judge) {
-    return [name, source, SETS[pair.x].name + ': ' + rateText(cx), SETS[pair.y].name + ': ' + rateText(cy),
-            'judge: ' + judge].join('\n');
+  function tipLines(name, source, pair, cx, cy, judge, others) {
+    var lines = [name, source, SETS[pair.x].name + ': ' + rateText(cx), SETS[pair.y].name + ': ' + rateText(cy),
+                 'judge: ' + judge];
+    if (others && others.length) { lines.push('at the same place: ' + others.join('; ')); }
+    return lines.join('\n');
   }
+  function place(c) { return has(c.rate) ? String(c.rate) : 'b' + c.bound_low + ',' + c.bound_high; }
   function showTip(evt, text) {
     var tip = $('tip'), wrap = $('plot-wrap').getBoundingClientRect();
     tip.textContent = text;
@@ -304,15 +308,24 @@
         dot.addEventListener('mouseleave', hideTip);
       });
     }
-    D.entries.forEach(function (e) {
+    var shown = D.entries.filter(function (e) {
       var cx = e.cells[pair.x], cy = e.cells[pair.y];
-      if (!entryPasses(e) || !plottable(cx) || !plottable(cy)) { return; }
-      if (state.judge && cx.judge !== state.judge && cy.judge !== state.judge) { return; }
+      if (!entryPasses(e) || !plottable(cx) || !plottable(cy)) { return false; }
+      return !state.judge || cx.judge === state.judge || cy.judge === state.judge;
+    });
+    var at = {};  // entries drawn at the same place: each one's tip names the others
+    shown.forEach(function (e) {
+      var key = place(e.cells[pair.x]) + '|' + place(e.cells[pair.y]);
+      (at[key] = at[key] || []).push(e.name);
+    });
+    shown.forEach(function (e) {
+      var cx = e.cells[pair.x], cy = e.cells[pair.y];
+      var others = at[place(cx) + '|' + place(cy)].filter(function (n) { return n !== e.name; });
       var cls = e.ours ? 'ours' : 'other';
       var g = sv('g', { 'class': 'point ' + cls + (e.id === state.selected ? ' sel' : (state.selected ? ' dim' : '')), 'data-id': e.id }, svgNode);
       drawEntry(g, e, cx, cy, cls);
       var judge = cx.judge === cy.judge ? cx.judge : cx.judge + '; ' + cy.judge;
-      g.addEventListener('mousemove', function (evt) { showTip(evt, tipLines(e.name, e.source, pair, cx, cy, judge)); });
+      g.addEventListener('mousemove', function (evt) { showTip(evt, tipLines(e.name, e.source, pair, cx, cy, judge, others)); });
       g.addEventListener('mouseleave', hideTip);
       g.addEventListener('click', function () { select(e.id === state.selected ? null : e.id); });
     });
