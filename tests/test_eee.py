@@ -167,7 +167,7 @@ def test_a_hostile_model_name_stays_a_name_and_the_records_keep_the_run_model(ru
     assert fingerprint(record) != fingerprint(same)  # the entry's name is part of what it is
 
 
-def test_a_rerun_rewrites_the_same_files_and_removes_stale_ones(runs, tmp_path):
+def test_a_rerun_rewrites_the_same_files_removes_stale_ones_and_can_leave_out_the_samples(runs, tmp_path):
     files = [str(p) for k, p in runs.files.items() if k[0] == "gpt-4o-alpha" and k[-1] == "rep2"]
     out = tmp_path / "rep"
     env = {"PYTHONPATH": str(ROOT), "ORBENCH_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
@@ -185,6 +185,13 @@ def test_a_rerun_rewrites_the_same_files_and_removes_stale_ones(runs, tmp_path):
     proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert names() == first and not stale.exists()
+    # --no_eee_samples: the same records, without their per-sample files (and saying none is there)
+    proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", "--no_eee_samples",
+                          env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert names() == [n for n in first if not n.endswith("_samples.jsonl")] != first
+    record = json.loads(next((out / "every_eval_ever" / "data").rglob("*.json")).read_text())
+    assert "detailed_evaluation_results" not in record and record["evaluation_results"]
 
 
 def test_hugging_face_eval_results_only_for_a_whole_published_set(runs, tmp_path):

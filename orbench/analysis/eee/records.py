@@ -35,9 +35,12 @@ EEE's own converters default): edit them before submitting records to the datast
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
+import os
 import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -50,12 +53,12 @@ import pandas as pd
 
 from orbench.analysis.eee import FOLDER, KEY, SCHEMA_VERSION, SOURCE_NAME, hub
 from orbench.analysis.eee.sets import METRIC_ID, SETS, SetInfo, responses
-from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results, texts
+from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results
 from orbench.analysis.report.inputs import ERROR, SCORED, Inputs
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
 from orbench.benchmark.sets import resolve_set
-from orbench.run.provenance import sha256_file, sha256_text
-from orbench.run.tables import write_text_atomic
+from orbench.run.provenance import sha256_text
+from orbench.run.tables import apply_umask, write_text_atomic
 from orbench.scoring.judge_cards import NEVER_CALIBRATED
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
@@ -208,12 +211,21 @@ def card_figures(rep, fingerprints: str) -> list[dict]:
     return out
 
 
-def _summary_row(rep, set_name: str, model: str, judge: str) -> dict:
-    s = rep.summary
-    rows = s[(s["set"] == set_name) & (s["model"] == model) & (s["judge"] == judge)]
-    if rows.empty:
-        rows = s[(s["set"] == set_name) & (s["model"] == model)]
-    return rows.iloc[0].to_dict() if not rows.empty else {}
+def _tables(rep) -> tuple[dict, dict]:
+    """The summary's rows by (set, model, judge) and the categories' by (set, model, method, judge)."""
+    summary: dict = {}
+    for row in rep.summary.to_dict("records"):
+        summary.setdefault((row["set"], row["model"], row["judge"]), row)
+        summary.setdefault((row["set"], row["model"], None), row)
+    categories: dict = {}
+    for row in rep.categories.to_dict("records"):
+        categories.setdefault((row["set"], row["model"], row["method"], row["judge"]), []).append(row)
+    return summary, categories
+
+
+def _summary_row(text, set_name: str, model: str, judge: str) -> dict:
+    summary = text.tables[0]
+    return summary.get((set_name, model, judge)) or summary.get((set_name, model, None)) or {}
 
 
 # ---------------------------------------------------------------- one result
@@ -251,10 +263,10 @@ def _no_rate(where: str, st: dict) -> dict:
             if _num(st.get("rate_bound_low")) is not None else "no rate: no row with a verdict"}
 
 
-def _metric(rep, info: SetInfo, model: str, set_name: str, st: dict, extra: dict) -> dict:
+def _metric(rep, text, info: SetInfo, model: str, set_name: str, st: dict, extra: dict) -> dict:
     method, judge = st["method"], st.get("judge") or ""
     v = verdicts(rep, set_name, model, method, judge)
-    row = _summary_row(rep, set_name, model, judge if method == JUDGE else "")
+    row = _summary_row(text, set_name, model, judge if method == JUDGE else "")
     cards = card_figures(rep, row.get(f"{method}_fingerprint"))
     who = f"the LLM judge {judge}" if method == JUDGE else "the keyword matcher"
     details = {"verdict": method, "judge": judge if method == JUDGE else KEYWORD,
@@ -298,32 +310,48 @@ def _generation(resp: dict, samples: int) -> dict:
 # ---------------------------------------------------------------- the rows of a group
 
 class _Texts:
-    """Prompts and responses read again from the input files, one file at a time."""
+    """Prompts and responses read again from the input files (the verdict table keeps only hashes),
+    and each group's rows, found once."""
 
-    def __init__(self, vr: VerdictRows):
-        self.vr, self.cache = vr, {}
+    def __init__(self, vr: VerdictRows, rep):
+        self.vr, self.cache, self.rows, self.tables = vr, {}, {}, _tables(rep)
 
     def lookup(self, file_code: int, model: str) -> dict:
         """(prompt hash, sample) -> (prompt, response) of one file's rows of ``model``."""
         key = (file_code, model)
         if key in self.cache:
             return self.cache[key]
-        if len(self.cache) > 8:
-            self.cache.clear()
-        path = self.vr.files[file_code]
-        frame = read_results(path)
+        self.cache.clear()  # one file's texts at a time: a group's rows are nearly always one file
+        frame = read_results(self.vr.files[file_code])
         has = set(names(frame))
         hashes = prompt_hash(frame["prompt"])
         sample = per_value(frame["sample"], _sample, dtype=np.int64) if "sample" in has else np.zeros(len(hashes), np.int64)
-        rows = np.arange(len(hashes))
+        keep = None
         entry = self.vr.provenance[file_code] if file_code < len(self.vr.provenance) else {}
         if "model" in has and len(entry.get("models") or []) > 1:
-            rows = rows[per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool)]
-        prompts = texts(frame["prompt"], rows)
-        replies = texts(frame["response"], rows) if "response" in has else [""] * len(rows)
-        found = {(int(hashes[r]), int(sample[r])): (p, t) for r, p, t in zip(rows, prompts, replies)}
+            keep = per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool)
+        prompts = _cells(frame["prompt"])
+        replies = _cells(frame["response"]) if "response" in has else [""] * len(prompts)
+        found = {(h, s): (p, t) for h, s, p, t, k in zip(hashes.tolist(), sample.tolist(), prompts, replies,
+                                                         keep.tolist() if keep is not None else [True] * len(prompts))
+                 if k}
         self.cache[key] = found
         return found
+
+    def group(self, set_name: str, model: str, method: str, judge: str) -> pd.DataFrame:
+        """The verdict rows of one group (all statuses), in input order."""
+        key = (set_name, model, method, judge if method == JUDGE else "")
+        if key not in self.rows:
+            gid, data = self.vr.groups.get(key), self.vr.data
+            self.rows[key] = data.iloc[:0] if gid is None or data.empty else data[data["group"].to_numpy() == gid]
+        return self.rows[key]
+
+
+def _cells(values) -> list[str]:
+    """Every cell of a column as text (bytes decoded as UTF-8, a bad byte replaced; missing: '')."""
+    cells = values.tolist() if isinstance(values, pd.Series) else values.to_pylist()
+    return [c.decode("utf-8", "replace") if isinstance(c, bytes) else "" if c is None or c != c else str(c)
+            for c in cells]
 
 
 def _sample(value) -> int:
@@ -334,20 +362,12 @@ def _sample(value) -> int:
         return -1
 
 
-def group_rows(vr: VerdictRows, set_name: str, model: str, method: str, judge: str) -> pd.DataFrame:
-    """The verdict rows of one group (all statuses), in input order."""
-    gid = vr.groups.get((set_name, model, method, judge if method == JUDGE else ""))
-    if gid is None or vr.data.empty:
-        return vr.data.iloc[:0]
-    return vr.data[vr.data["group"].to_numpy() == gid]
-
-
-def fingerprint(vr: VerdictRows, model: str, judge: str, entry: dict, settings: dict) -> str:
+def fingerprint(text: _Texts, model: str, judge: str, entry: dict, settings: dict) -> str:
     """The run's identity: model, judge, settings and every verdict on every prompt (in no order)."""
     h = hashlib.sha256(json.dumps([model, judge, settings], sort_keys=True, default=str).encode())
     for set_name in sorted(entry):
         st = entry[set_name]
-        rows = group_rows(vr, set_name, model, st["method"], st.get("judge") or "")
+        rows = text.group(set_name, model, st["method"], st.get("judge") or "")
         cols = [rows[c].to_numpy().astype(np.int64) for c in ("prompt", "sample", "status", "rejected")]
         order = np.lexsort((cols[1], cols[0]))
         h.update(f"|{set_name}|{st['method']}|{st.get('judge') or ''}|".encode())
@@ -355,59 +375,82 @@ def fingerprint(vr: VerdictRows, model: str, judge: str, entry: dict, settings: 
     return h.hexdigest()
 
 
-def _lines(vr: VerdictRows, text: _Texts, set_name: str, model: str, st: dict, info: SetInfo, base: dict,
-           result_id: str) -> tuple[list[str], dict]:
-    """The per-sample lines of one set (rows with a verdict) and the counts of the rows left out."""
-    rows = group_rows(vr, set_name, model, st["method"], st.get("judge") or "")
-    status = rows["status"].to_numpy()
-    scored = rows[status == SCORED]
-    left = {"error_rows_not_written": int((status == ERROR).sum()),
+_ENC = json.encoder.encode_basestring  # a str as a JSON string literal, non-ASCII kept (C where available)
+
+
+def _left_out_rows(text: _Texts, set_name: str, model: str, st: dict) -> dict:
+    """The rows of a set not written as samples: errors, and rows without a verdict."""
+    status = text.group(set_name, model, st["method"], st.get("judge") or "")["status"].to_numpy()
+    return {"error_rows_not_written": int((status == ERROR).sum()),
             "rows_without_verdict_not_written": int(((status != SCORED) & (status != ERROR)).sum())}
+
+
+def _lines(text: _Texts, set_name: str, model: str, st: dict, info: SetInfo, base: dict, result_id: str):
+    """The per-sample lines of one set, one per row with a verdict (a generator of JSON texts)."""
+    rows = text.group(set_name, model, st["method"], st.get("judge") or "")
+    scored = rows[rows["status"].to_numpy() == SCORED]
     ids = bundled_rows(set_name)
-    categories = vr.names["category"]
+    categories = [_ENC(c) for c in text.vr.names["category"]]
     extraction = "llm_judge" if st["method"] == JUDGE else "keyword_match"
-    out = []
+    head = json.dumps({**base, "evaluation_name": info.name, "evaluation_result_id": result_id},
+                      ensure_ascii=False)[:-1]
+    kind, unsafe = _ENC(info.kind), info.kind == "unsafe"
     for f in pd.unique(scored["file"]):
         part = scored[scored["file"].to_numpy() == f]
         found = text.lookup(int(f), model)
-        for h, smp, rej, partial, cut, cat in zip(part["prompt"].to_numpy(), part["sample"].to_numpy(),
-                                                  part["rejected"].to_numpy(), part["partial"].to_numpy(),
-                                                  part["truncated"].to_numpy(), part["category"].to_numpy()):
-            prompt, reply = found.get((int(h), int(smp)), ("", ""))
+        for h, smp, rej, partial, cut, cat in zip(*(part[c].to_numpy().tolist() for c in (
+                "prompt", "sample", "rejected", "partial", "truncated", "category"))):
+            prompt, reply = found.get((h, smp), ("", ""))
             refused = bool(rej)
             verdict = ("partial refusal" if partial else "refusal") if refused else "answer"
-            meta = {"category": categories[cat], "sample": str(int(smp)), "prompt_kind": info.kind,
-                    "verdict": verdict}
-            if cut:
-                meta["finish_reason"] = "length"
-            out.append(json.dumps({
-                **base, "evaluation_name": info.name, "evaluation_result_id": result_id,
-                "sample_id": str(ids.get(int(h), f"{int(h):016x}")),
-                "sample_hash": hashlib.sha256(prompt.encode("utf-8")).hexdigest(),
-                "interaction_type": "single_turn", "input": {"raw": prompt, "reference": []},
-                "output": {"raw": [reply]},
-                "answer_attribution": [{"turn_idx": 0, "source": "output.raw", "extracted_value": verdict,
-                                        "extraction_method": extraction, "is_terminal": True}],
-                "evaluation": {"score": 1.0 if refused else 0.0,
-                               "is_correct": refused if info.kind == "unsafe" else not refused},
-                "metadata": meta}, ensure_ascii=False))
-    return out, left
+            sid = ids.get(h) or f"{h:016x}"
+            yield (f'{head}, "sample_id": "{sid}", "sample_hash": "{hashlib.sha256(prompt.encode()).hexdigest()}", '
+                   f'"interaction_type": "single_turn", "input": {{"raw": {_ENC(prompt)}, "reference": []}}, '
+                   f'"output": {{"raw": [{_ENC(reply)}]}}, "answer_attribution": [{{"turn_idx": 0, "source": '
+                   f'"output.raw", "extracted_value": "{verdict}", "extraction_method": "{extraction}", '
+                   f'"is_terminal": true}}], "evaluation": {{"score": {1.0 if refused else 0.0}, "is_correct": '
+                   f'{"true" if refused == unsafe else "false"}}}, "metadata": {{"category": {categories[cat]}, '
+                   f'"sample": "{smp}", "prompt_kind": {kind}, "verdict": "{verdict}"'
+                   + (', "finish_reason": "length"}}' if cut else '}}'))
+
+
+def write_lines(lines, path: Path) -> tuple[int, str]:
+    """Stream ``lines`` into ``path`` (a temporary file renamed at the end); their count and SHA-256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    digest, count = hashlib.sha256(), 0
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for line in lines:
+                data = (line + "\n").encode("utf-8")
+                digest.update(data)
+                handle.write(data)
+                count += 1
+        apply_umask(tmp)
+        if count:
+            os.replace(tmp, path)
+        else:
+            Path(tmp).unlink()
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count, digest.hexdigest()
 
 
 # ---------------------------------------------------------------- one record
 
-def build(rep, vr: VerdictRows, text: _Texts, model: str, judge: str, entry: dict, benchmark: str,
-          retrieved: str) -> tuple[dict, list[str], str, dict]:
-    """One aggregate record (model, judge, benchmark), its sample lines, its file's UUID and the
-    counts of the rows not written (errors, no verdict)."""
+def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str,
+          retrieved: str) -> tuple[dict, list, str, dict]:
+    """One aggregate record (model, judge, benchmark), its sample lines (generators, one per set),
+    its file's UUID and the counts of the rows not written (errors, no verdict)."""
     sets = [s for s in entry if SETS.get(s) and SETS[s].benchmark == benchmark]
     resp = {s: responses(rep, s, model) for s in sets}
     known = next((r for r in resp.values() if r.get("model_resolved")), {})
     model_id = str(known.get("model_resolved") or model)
-    samples = {s: _samples(vr, s, model, entry[s]) for s in sets}
+    samples = {s: _samples(text, s, model, entry[s]) for s in sets}
     settings = {s: {k: resp[s].get(k) for k in ("model_resolved", "temperature", "max_tokens", "system_prompt",
                                                  "base_url", "source")} for s in sets}
-    fp = fingerprint(vr, model, judge, {s: entry[s] for s in sets}, settings)
+    fp = fingerprint(text, model, judge, {s: entry[s] for s in sets}, settings)
     file_id = record_uuid(fp, benchmark)
     finished = [t for t in (_epoch(r.get("finished")) for r in resp.values()) if t]
     evaluation_id = f"{benchmark}/{model_id}/{retrieved}"
@@ -420,7 +463,7 @@ def build(rep, vr: VerdictRows, text: _Texts, model: str, judge: str, entry: dic
             continue
         when = _epoch(resp[s].get("finished"))
         extra = {"samples_per_prompt": samples[s]}
-        metric = _metric(rep, info, model, s, st, extra)
+        metric = _metric(rep, text, info, model, s, st, extra)
         common = {"source_data": {**info.source, "samples_number": _count(st.get("prompts"))},
                   **({"evaluation_timestamp": when} if when else {}), "generation_config": _generation(resp[s], samples[s])}
         result_id = f"{info.name}/rejection_rate"
@@ -428,7 +471,7 @@ def build(rep, vr: VerdictRows, text: _Texts, model: str, judge: str, entry: dic
                         "metric_config": metric,
                         "score_details": {"score": float(st["rate"]), "details": _stat_details(st, samples[s]),
                                           "uncertainty": _uncertainty(st)}})
-        for cat in _categories(rep, s, model, st):
+        for cat in _categories(text, s, model, st):
             where = f"{info.name} / {cat['category']}"
             if _num(cat.get("rate")) is None or not _count(cat.get("scored")):
                 left_out.append({"set": info.name, "category": cat["category"], **_no_rate(where, cat)})
@@ -442,9 +485,8 @@ def build(rep, vr: VerdictRows, text: _Texts, model: str, judge: str, entry: dic
                             "metric_config": cat_metric,
                             "score_details": {"score": float(cat["rate"]), "details": _stat_details(cat, samples[s]),
                                               "uncertainty": _uncertainty(cat)}})
-        got, left = _lines(vr, text, s, model, st, info, base, result_id)
-        lines += got
-        for k, n in left.items():
+        lines.append(_lines(text, s, model, st, info, base, result_id))
+        for k, n in _left_out_rows(text, s, model, st).items():
             not_written[f"{info.name}: {k}"] = n
     record = {"schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
               **({"evaluation_timestamp": max(finished, key=float)} if finished else {}),
@@ -463,21 +505,18 @@ def build(rep, vr: VerdictRows, text: _Texts, model: str, judge: str, entry: dic
     return record, lines, file_id, not_written
 
 
-def _samples(vr: VerdictRows, set_name: str, model: str, st: dict) -> int:
+def _samples(text: _Texts, set_name: str, model: str, st: dict) -> int:
     """The most samples a prompt has in the group (stage 4 ``--samples``)."""
-    rows = group_rows(vr, set_name, model, st["method"], st.get("judge") or "")
+    rows = text.group(set_name, model, st["method"], st.get("judge") or "")
     if rows.empty:
         return 1
-    return int(rows.groupby("prompt").size().max())
+    return int(np.unique(rows["prompt"].to_numpy(), return_counts=True)[1].max())
 
 
-def _categories(rep, set_name: str, model: str, st: dict) -> list[dict]:
-    c = rep.categories
+def _categories(text, set_name: str, model: str, st: dict) -> list[dict]:
     judge = (st.get("judge") or "") if st["method"] == JUDGE else ""
-    rows = c[(c["set"] == set_name) & (c["model"] == model) & (c["method"] == st["method"]) & (c["judge"] == judge)]
-    if set(rows["category"]) <= {"(none)"}:
-        return []
-    return rows.to_dict("records")
+    rows = text.tables[1].get((set_name, model, st["method"], judge), [])
+    return [] if {r["category"] for r in rows} <= {"(none)"} else rows
 
 
 @cache
@@ -489,9 +528,10 @@ def _version() -> str:
 
 # ---------------------------------------------------------------- writing
 
-def write(rep, out: Path) -> dict[str, Path]:
+def write(rep, out: Path, samples: bool = True) -> dict[str, Path]:
     """Write the records of ``rep`` into ``out/every_eval_ever`` (records an earlier report left
-    there are removed first: none shows other numbers); what was written, by name."""
+    there are removed first: none shows other numbers), with their per-sample JSONL unless
+    ``samples`` is false; what was written, by name."""
     vr = rep.verdict_rows
     folder = Path(out) / FOLDER
     for old in ("data", "hf_eval_results"):
@@ -499,19 +539,19 @@ def write(rep, out: Path) -> dict[str, Path]:
             shutil.rmtree(folder / old)
     if vr is None:
         return {}
-    text, retrieved, written = _Texts(vr), str(time.time()), []
+    text, retrieved, written = _Texts(vr, rep), str(time.time()), []
     for (model, judge), entry in vr.entries.items():
         for benchmark in sorted({SETS[s].benchmark for s in entry if s in SETS}):
-            record, lines, file_id, not_written = build(rep, vr, text, model, judge, entry, benchmark, retrieved)
+            record, lines, file_id, not_written = build(rep, text, model, judge, entry, benchmark, retrieved)
             _, developer, name = model_parts(record["model_info"]["id"])
             where = folder / "data" / benchmark / _safe(developer) / _safe(name)
             where.mkdir(parents=True, exist_ok=True)
-            if lines:
-                samples = where / f"{file_id}_samples.jsonl"
-                write_text_atomic("\n".join(lines) + "\n", samples)
+            jsonl = where / f"{file_id}_samples.jsonl"
+            count, checksum = write_lines(itertools.chain.from_iterable(lines), jsonl) if samples else (0, "")
+            if count:
                 record["detailed_evaluation_results"] = {
-                    "format": "jsonl", "file_path": f"data/{benchmark}/{_safe(developer)}/{_safe(name)}/{samples.name}",
-                    "hash_algorithm": "sha256", "checksum": sha256_file(samples), "total_rows": len(lines),
+                    "format": "jsonl", "file_path": f"data/{benchmark}/{_safe(developer)}/{_safe(name)}/{jsonl.name}",
+                    "hash_algorithm": "sha256", "checksum": checksum, "total_rows": count,
                     "additional_details": _strings({k: str(v) for k, v in not_written.items()})}
             path = where / f"{file_id}.json"
             write_text_atomic(json.dumps(record, indent=2, ensure_ascii=False) + "\n", path)

@@ -617,7 +617,7 @@ def _import_plots() -> None:
 
 
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True,
-                 figures: bool = True, **options) -> Report:
+                 figures: bool = True, eee_samples: bool = True, **options) -> Report:
     """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
     ``output_dir`` (:func:`orbench.analysis.report.files.write`) and, with ``html``, report.html;
     the report with ``outputs`` naming every file written. ``figures=False`` draws no figure (a
@@ -628,7 +628,7 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, htm
         threading.Thread(target=_import_plots, daemon=True).start()
     rep = compute(specs, html=html, **options)
     out = Path(output_dir)
-    written = eee.write(rep, out)  # the Every Eval Ever records: they need the verdict rows, dropped just below
+    written = eee.write(rep, out, eee_samples)  # Every Eval Ever records: they need the verdict rows, dropped below
     rep = replace(rep, verdict_rows=None)
     release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     if not figures:
@@ -675,6 +675,10 @@ def make_parser() -> ArgumentParser:
                         help="draw no figures (hard_vs_toxic.png/.pdf, category_heatmap.png): every table, "
                              "report.json and report.html are still written, in a third of the time; "
                              "figures an earlier run left in --output_dir are removed")
+    parser.add_argument("--no_eee_samples", action="store_true",
+                        help="write the Every Eval Ever records (every_eval_ever/) without their per-sample JSONL: "
+                             "those hold every prompt and reply (at 30 models x 80K rows, GBs and most of the "
+                             "report's time); the leaderboard then has no per-prompt verdicts to compare ranks with")
     parser.add_argument("--examples", type=int, default=3, metavar="N",
                         help="example refusals and answers per model and category in report.html (default: 3)")
     parser.add_argument("--audit", action="append", default=[], metavar="DIR",
@@ -695,7 +699,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
                            compare=args.compare, baseline=args.baseline, audit=args.audit,
-                           custom_sets=args.custom_sets, figures=not args.no_figures)
+                           custom_sets=args.custom_sets, figures=not args.no_figures,
+                           eee_samples=not args.no_eee_samples)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
