@@ -257,7 +257,8 @@ def read_record(path: Path, value: dict | None = None) -> dict:
            "model_id": str(info["id"]), "provider": str(info.get("inference_platform") or info.get("developer") or "unknown"),
            "source": SOURCE_NAME if ours else str(library.get("name") or meta.get("source_name") or "unknown"),
            "source_detail": ", ".join(x for x in (str(meta.get("source_organization_name") or ""),
-                                                  str(library.get("name") or ""), str(library.get("version") or "")) if x),
+                                                  " ".join(str(library.get(k) or "") for k in ("name", "version")).strip())
+                                      if x and x != "unknown"),
            "judge_name": extra.get(KEY + "judge", "") if ours else None,
            "date": iso_date(value.get("evaluation_timestamp")) or iso_date(value.get("retrieved_timestamp")),
            "cells": {}, "notes": [], "left_out": _json(extra.get(KEY + "left_out"), []) if ours else [],
@@ -307,7 +308,8 @@ def _our_cells(value: dict, run: dict) -> None:
         cell = {"rate": None, "low": None, "high": None, "bound_low": _num(item.get("rate_bound_low")),
                 "bound_high": _num(item.get("rate_bound_high")), "n": _int(item.get("verdicts")),
                 "no_verdict": _int(item.get("rows_without_verdict")), "errors": _int(item.get("errors")),
-                "why": item.get("why")}
+                "why": item.get("why"), "judge": item.get("judge"),
+                "verdict": "keyword" if item.get("judge") == "keyword" else "judge" if item.get("judge") else None}
         if item.get("category"):
             run["cells"].setdefault(label, {"categories": {}})["categories"][str(item["category"])] = cell
         else:

@@ -459,7 +459,8 @@ def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str
     for s in sets:
         info, st = SETS[s], entry[s]
         if _num(st.get("rate")) is None or not _count(st.get("scored")):
-            left_out.append({"set": info.name, **_no_rate(info.name, st)})
+            left_out.append({"set": info.name, **_no_rate(info.name, st),
+                             "judge": (st.get("judge") or "") if st["method"] == JUDGE else KEYWORD})
             continue
         when = _epoch(resp[s].get("finished"))
         extra = {"samples_per_prompt": samples[s]}

@@ -232,8 +232,11 @@
   function sy(v) { return H - M.b - (H - M.t - M.b) * v / 100; }
   function axes(svgNode, pair) {
     var defs = sv('defs', {}, svgNode);
-    var pat = sv('pattern', { id: 'hatch', width: 4, height: 4, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' }, defs);
-    sv('rect', { width: 2, height: 4, fill: 'currentColor' }, pat);
+    [['hatch-ours', '#1f6fd1'], ['hatch-other', '#d9730d']].forEach(function (h) {
+      var pat = sv('pattern', { id: h[0], width: 4, height: 4, patternUnits: 'userSpaceOnUse', patternTransform: 'rotate(45)' }, defs);
+      sv('rect', { width: 4, height: 4, fill: '#fff' }, pat);
+      sv('rect', { width: 2, height: 4, fill: h[1] }, pat);
+    });
     for (var v = 0; v <= 100; v += 20) {
       sv('line', { x1: sx(v), x2: sx(v), y1: sy(0), y2: sy(100), 'class': 'grid' }, svgNode);
       sv('line', { x1: sx(0), x2: sx(100), y1: sy(v), y2: sy(v), 'class': 'grid' }, svgNode);
@@ -275,7 +278,7 @@
     var x0 = xr ? x - 0.6 : 100 * cx.bound_low, x1 = xr ? x + 0.6 : 100 * cx.bound_high;
     var y0 = yr ? y - 0.8 : 100 * cy.bound_low, y1 = yr ? y + 0.8 : 100 * cy.bound_high;
     sv('rect', { x: sx(x0), y: sy(y1), width: Math.max(sx(x1) - sx(x0), 2), height: Math.max(sy(y0) - sy(y1), 2),
-                 'class': 'bar ' + cls, style: 'color: ' + (cls === 'ours' ? '#1f6fd1' : '#d9730d') }, g);
+                 'class': 'bar ' + cls, fill: 'url(#hatch-' + cls + ')' }, g);
   }
   function plottable(c) { return c && (has(c.rate) || has(c.bound_low)); }
   function renderPlot() {
