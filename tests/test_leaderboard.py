@@ -1,6 +1,6 @@
 """orbench-leaderboard: the site built from report folders and Every Eval Ever records, read back from its files.
 
-The site is built once for the module, through the real script in a real subprocess, from two real
+The site is built once for the module, through the real script (run as ``__main__``), from two real
 reports (``tests/leaderboard_runs.py``), a copy of one report's records (the same runs: shown
 once), and the inspect log converted by EEE's converter (``tests/data/eee_inspect``). What the
 page does with it in a browser is ``tests/test_leaderboard_browser.py``.
@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_in_process, run_script
+from conftest import ROOT, run_in_process
 from leaderboard_runs import HOSTILE, REFUSED, make
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
@@ -39,8 +39,8 @@ def built(tmp_path_factory):
     copies = tmp / "copies"
     shutil.copytree(runs.rep1 / "every_eval_ever" / "data", copies / "data")
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    proc = run_script(SCRIPT, str(runs.root), str(runs.rep1), str(copies), str(FIXTURE), "--output_dir",
-                      str(tmp / "site"), env=env, cwd=tmp)
+    proc = run_in_process(SCRIPT, str(runs.root), str(runs.rep1), str(copies), str(FIXTURE), "--output_dir",
+                          str(tmp / "site"), env=env, cwd=tmp)
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp / "site" / "data.json").read_text())
     return {"runs": runs, "site": tmp / "site", "data": data, "proc": proc, "copies": copies,
