@@ -206,8 +206,8 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-
 @pytest.fixture(scope="session")
 def browser():
     """One headless Chromium (Debian's chromium and chromedriver, through Selenium) for every browser
-    test of the suite: they are kept on one xdist worker (``pytest_collection_modifyitems``), so the
-    suite starts it once. Its console is logged (``browser.get_log("browser")``). Skipped, saying
+    test of the suite: they live in ``test_*browser*.py`` modules, which ``pytest_xdist_make_scheduler``
+    keeps on one xdist worker, so the suite starts it once. Its console is logged (``browser.get_log("browser")``). Skipped, saying
     why, where Selenium or Chromium is not installed."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed: pip install -e '.[browser]'")
     if not (CHROMIUM and CHROMEDRIVER):

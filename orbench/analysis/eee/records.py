@@ -1,8 +1,8 @@
 """A report's results as Every Eval Ever records: one aggregate JSON per model and benchmark, and its
 per-sample JSONL.
 
-The report (``orbench-report``) calls :func:`collect` while its verdict table is in memory and
-:func:`write` once it is computed. Into ``<output_dir>/every_eval_ever/`` go, in the datastore's
+The report (``orbench-report``) calls :func:`orbench.analysis.eee.samples.collect` while its verdict
+table is in memory and :func:`write` once it is computed. Into ``<output_dir>/every_eval_ever/`` go, in the datastore's
 layout (``data/<benchmark>/<developer>/<model>/<uuid>.json`` and ``<uuid>_samples.jsonl``):
 
 * per leaderboard entry (a model, and its judge when it has several) and benchmark (``or-bench``:
@@ -38,27 +38,19 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import shutil
-import tempfile
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 from orbench.analysis.eee import FOLDER, KEY, SCHEMA_VERSION, SOURCE_NAME, hub
+from orbench.analysis.eee.samples import Rows, fingerprint, left_out_rows, lines_of, samples_per_prompt, write_lines
 from orbench.analysis.eee.sets import METRIC_ID, SETS, SetInfo, responses
-from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results
-from orbench.analysis.report.inputs import ERROR, SCORED, Inputs
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
-from orbench.benchmark.sets import resolve_set
 from orbench.run.provenance import sha256_text
-from orbench.run.tables import apply_umask, write_text_atomic
+from orbench.run.tables import write_text_atomic
 from orbench.scoring.judge_cards import NEVER_CALIBRATED
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
@@ -66,30 +58,6 @@ from orbench.scoring.vocab import JUDGE, KEYWORD
 EXTERNAL = {"openai", "anthropic", "together", "mistral", "gemini", "gemini-openai"}
 SELF_DEPLOYED = {"local", "vllm", "ollama"}
 CLOSED = {"openai", "anthropic", "gemini", "gemini-openai"}
-
-
-@dataclass(frozen=True)
-class VerdictRows:
-    """What the records need of the report's verdict table (:func:`collect`): the table itself, the
-    names behind its codes, the input files, the leaderboard entries and their verdict groups."""
-
-    data: pd.DataFrame
-    names: dict
-    files: tuple
-    provenance: tuple
-    entries: dict
-    groups: dict  # (set, model, method, judge) names -> group id in data["group"]
-
-
-def collect(inp: Inputs, entries: dict) -> VerdictRows:
-    """The verdict rows behind the leaderboard ``entries`` (``report.build.entries``), kept for
-    :func:`write` (no copy of the table is made)."""
-    named = {k: inp.codes[k].names for k in ("set", "model", "method", "judge", "category")}
-    groups = {}
-    for gid, row in enumerate(inp.groups[["set", "model", "method", "judge"]].itertuples(index=False)):
-        groups[(named["set"][row.set], named["model"][row.model], named["method"][row.method],
-                named["judge"][row.judge])] = gid
-    return VerdictRows(inp.data, named, tuple(inp.files), tuple(inp.provenance), dict(entries), groups)
 
 
 # ---------------------------------------------------------------- small helpers
@@ -158,17 +126,6 @@ def record_uuid(fingerprint: str, benchmark: str) -> str:
     return str(uuid.UUID(bytes=digest, version=4))
 
 
-@cache
-def bundled_rows(label: str) -> dict:
-    """prompt hash -> 1-based row of the bundled copy of a set (how the inspect tasks number samples)."""
-    info = SETS.get(label)
-    path = resolve_set(info.name) if info else None
-    if not path or "://" in path or not Path(path).exists():
-        return {}
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return {int(h): i + 1 for i, h in reversed(list(enumerate(prompt_hash(frame["prompt"]))))}
-
-
 # ---------------------------------------------------------------- what made the verdicts
 
 def _records_of(rep, set_name: str, model: str) -> list[dict]:
@@ -223,8 +180,8 @@ def _tables(rep) -> tuple[dict, dict]:
     return summary, categories
 
 
-def _summary_row(text, set_name: str, model: str, judge: str) -> dict:
-    summary = text.tables[0]
+def _summary_row(tables, set_name: str, model: str, judge: str) -> dict:
+    summary = tables[0]
     return summary.get((set_name, model, judge)) or summary.get((set_name, model, None)) or {}
 
 
@@ -263,10 +220,10 @@ def _no_rate(where: str, st: dict) -> dict:
             if _num(st.get("rate_bound_low")) is not None else "no rate: no row with a verdict"}
 
 
-def _metric(rep, text, info: SetInfo, model: str, set_name: str, st: dict, extra: dict) -> dict:
+def _metric(rep, tables, info: SetInfo, model: str, set_name: str, st: dict, extra: dict) -> dict:
     method, judge = st["method"], st.get("judge") or ""
     v = verdicts(rep, set_name, model, method, judge)
-    row = _summary_row(text, set_name, model, judge if method == JUDGE else "")
+    row = _summary_row(tables, set_name, model, judge if method == JUDGE else "")
     cards = card_figures(rep, row.get(f"{method}_fingerprint"))
     who = f"the LLM judge {judge}" if method == JUDGE else "the keyword matcher"
     details = {"verdict": method, "judge": judge if method == JUDGE else KEYWORD,
@@ -309,137 +266,9 @@ def _generation(resp: dict, samples: int) -> dict:
 
 # ---------------------------------------------------------------- the rows of a group
 
-class _Texts:
-    """Prompts and responses read again from the input files (the verdict table keeps only hashes),
-    and each group's rows, found once."""
-
-    def __init__(self, vr: VerdictRows, rep):
-        self.vr, self.cache, self.rows, self.tables = vr, {}, {}, _tables(rep)
-
-    def lookup(self, file_code: int, model: str) -> dict:
-        """(prompt hash, sample) -> (prompt, response) of one file's rows of ``model``."""
-        key = (file_code, model)
-        if key in self.cache:
-            return self.cache[key]
-        self.cache.clear()  # one file's texts at a time: a group's rows are nearly always one file
-        frame = read_results(self.vr.files[file_code])
-        has = set(names(frame))
-        hashes = prompt_hash(frame["prompt"])
-        sample = per_value(frame["sample"], _sample, dtype=np.int64) if "sample" in has else np.zeros(len(hashes), np.int64)
-        keep = None
-        entry = self.vr.provenance[file_code] if file_code < len(self.vr.provenance) else {}
-        if "model" in has and len(entry.get("models") or []) > 1:
-            keep = per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool)
-        prompts = _cells(frame["prompt"])
-        replies = _cells(frame["response"]) if "response" in has else [""] * len(prompts)
-        found = {(h, s): (p, t) for h, s, p, t, k in zip(hashes.tolist(), sample.tolist(), prompts, replies,
-                                                         keep.tolist() if keep is not None else [True] * len(prompts))
-                 if k}
-        self.cache[key] = found
-        return found
-
-    def group(self, set_name: str, model: str, method: str, judge: str) -> pd.DataFrame:
-        """The verdict rows of one group (all statuses), in input order."""
-        key = (set_name, model, method, judge if method == JUDGE else "")
-        if key not in self.rows:
-            gid, data = self.vr.groups.get(key), self.vr.data
-            self.rows[key] = data.iloc[:0] if gid is None or data.empty else data[data["group"].to_numpy() == gid]
-        return self.rows[key]
-
-
-def _cells(values) -> list[str]:
-    """Every cell of a column as text (bytes decoded as UTF-8, a bad byte replaced; missing: '')."""
-    cells = values.tolist() if isinstance(values, pd.Series) else values.to_pylist()
-    return [c.decode("utf-8", "replace") if isinstance(c, bytes) else "" if c is None or c != c else str(c)
-            for c in cells]
-
-
-def _sample(value) -> int:
-    text = str(value).strip()
-    try:
-        return int(float(text)) if text else 0
-    except ValueError:
-        return -1
-
-
-def fingerprint(text: _Texts, model: str, judge: str, entry: dict, settings: dict) -> str:
-    """The run's identity: model, judge, settings and every verdict on every prompt (in no order)."""
-    h = hashlib.sha256(json.dumps([model, judge, settings], sort_keys=True, default=str).encode())
-    for set_name in sorted(entry):
-        st = entry[set_name]
-        rows = text.group(set_name, model, st["method"], st.get("judge") or "")
-        cols = [rows[c].to_numpy().astype(np.int64) for c in ("prompt", "sample", "status", "rejected")]
-        order = np.lexsort((cols[1], cols[0]))
-        h.update(f"|{set_name}|{st['method']}|{st.get('judge') or ''}|".encode())
-        h.update(np.stack([c[order] for c in cols]).tobytes())
-    return h.hexdigest()
-
-
-_ENC = json.encoder.encode_basestring  # a str as a JSON string literal, non-ASCII kept (C where available)
-
-
-def _left_out_rows(text: _Texts, set_name: str, model: str, st: dict) -> dict:
-    """The rows of a set not written as samples: errors, and rows without a verdict."""
-    status = text.group(set_name, model, st["method"], st.get("judge") or "")["status"].to_numpy()
-    return {"error_rows_not_written": int((status == ERROR).sum()),
-            "rows_without_verdict_not_written": int(((status != SCORED) & (status != ERROR)).sum())}
-
-
-def _lines(text: _Texts, set_name: str, model: str, st: dict, info: SetInfo, base: dict, result_id: str):
-    """The per-sample lines of one set, one per row with a verdict (a generator of JSON texts)."""
-    rows = text.group(set_name, model, st["method"], st.get("judge") or "")
-    scored = rows[rows["status"].to_numpy() == SCORED]
-    ids = bundled_rows(set_name)
-    categories = [_ENC(c) for c in text.vr.names["category"]]
-    extraction = "llm_judge" if st["method"] == JUDGE else "keyword_match"
-    head = json.dumps({**base, "evaluation_name": info.name, "evaluation_result_id": result_id},
-                      ensure_ascii=False)[:-1]
-    kind, unsafe = _ENC(info.kind), info.kind == "unsafe"
-    for f in pd.unique(scored["file"]):
-        part = scored[scored["file"].to_numpy() == f]
-        found = text.lookup(int(f), model)
-        for h, smp, rej, partial, cut, cat in zip(*(part[c].to_numpy().tolist() for c in (
-                "prompt", "sample", "rejected", "partial", "truncated", "category"))):
-            prompt, reply = found.get((h, smp), ("", ""))
-            refused = bool(rej)
-            verdict = ("partial refusal" if partial else "refusal") if refused else "answer"
-            sid = ids.get(h) or f"{h:016x}"
-            yield (f'{head}, "sample_id": "{sid}", "sample_hash": "{hashlib.sha256(prompt.encode()).hexdigest()}", '
-                   f'"interaction_type": "single_turn", "input": {{"raw": {_ENC(prompt)}, "reference": []}}, '
-                   f'"output": {{"raw": [{_ENC(reply)}]}}, "answer_attribution": [{{"turn_idx": 0, "source": '
-                   f'"output.raw", "extracted_value": "{verdict}", "extraction_method": "{extraction}", '
-                   f'"is_terminal": true}}], "evaluation": {{"score": {1.0 if refused else 0.0}, "is_correct": '
-                   f'{"true" if refused == unsafe else "false"}}}, "metadata": {{"category": {categories[cat]}, '
-                   f'"sample": "{smp}", "prompt_kind": {kind}, "verdict": "{verdict}"'
-                   + (', "finish_reason": "length"}}' if cut else '}}'))
-
-
-def write_lines(lines, path: Path) -> tuple[int, str]:
-    """Stream ``lines`` into ``path`` (a temporary file renamed at the end); their count and SHA-256."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    digest, count = hashlib.sha256(), 0
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for line in lines:
-                data = (line + "\n").encode("utf-8")
-                digest.update(data)
-                handle.write(data)
-                count += 1
-        apply_umask(tmp)
-        if count:
-            os.replace(tmp, path)
-        else:
-            Path(tmp).unlink()
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count, digest.hexdigest()
-
-
 # ---------------------------------------------------------------- one record
 
-def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str,
+def build(rep, text: Rows, tables: tuple, model: str, judge: str, entry: dict, benchmark: str,
           retrieved: str) -> tuple[dict, list, str, dict]:
     """One aggregate record (model, judge, benchmark), its sample lines (generators, one per set),
     its file's UUID and the counts of the rows not written (errors, no verdict)."""
@@ -447,7 +276,7 @@ def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str
     resp = {s: responses(rep, s, model) for s in sets}
     known = next((r for r in resp.values() if r.get("model_resolved")), {})
     model_id = str(known.get("model_resolved") or model)
-    samples = {s: _samples(text, s, model, entry[s]) for s in sets}
+    samples = {s: samples_per_prompt(text, s, model, entry[s]) for s in sets}
     settings = {s: {k: resp[s].get(k) for k in ("model_resolved", "temperature", "max_tokens", "system_prompt",
                                                  "base_url", "source")} for s in sets}
     fp = fingerprint(text, model, judge, {s: entry[s] for s in sets}, settings)
@@ -464,7 +293,7 @@ def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str
             continue
         when = _epoch(resp[s].get("finished"))
         extra = {"samples_per_prompt": samples[s]}
-        metric = _metric(rep, text, info, model, s, st, extra)
+        metric = _metric(rep, tables, info, model, s, st, extra)
         common = {"source_data": {**info.source, "samples_number": _count(st.get("prompts"))},
                   **({"evaluation_timestamp": when} if when else {}), "generation_config": _generation(resp[s], samples[s])}
         result_id = f"{info.name}/rejection_rate"
@@ -472,7 +301,7 @@ def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str
                         "metric_config": metric,
                         "score_details": {"score": float(st["rate"]), "details": _stat_details(st, samples[s]),
                                           "uncertainty": _uncertainty(st)}})
-        for cat in _categories(text, s, model, st):
+        for cat in _categories(tables, s, model, st):
             where = f"{info.name} / {cat['category']}"
             if _num(cat.get("rate")) is None or not _count(cat.get("scored")):
                 left_out.append({"set": info.name, "category": cat["category"], **_no_rate(where, cat)})
@@ -486,8 +315,8 @@ def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str
                             "metric_config": cat_metric,
                             "score_details": {"score": float(cat["rate"]), "details": _stat_details(cat, samples[s]),
                                               "uncertainty": _uncertainty(cat)}})
-        lines.append(_lines(text, s, model, st, info, base, result_id))
-        for k, n in _left_out_rows(text, s, model, st).items():
+        lines.append(lines_of(text, s, model, st, info, base, result_id))
+        for k, n in left_out_rows(text, s, model, st).items():
             not_written[f"{info.name}: {k}"] = n
     record = {"schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
               **({"evaluation_timestamp": max(finished, key=float)} if finished else {}),
@@ -506,17 +335,9 @@ def build(rep, text: _Texts, model: str, judge: str, entry: dict, benchmark: str
     return record, lines, file_id, not_written
 
 
-def _samples(text: _Texts, set_name: str, model: str, st: dict) -> int:
-    """The most samples a prompt has in the group (stage 4 ``--samples``)."""
-    rows = text.group(set_name, model, st["method"], st.get("judge") or "")
-    if rows.empty:
-        return 1
-    return int(np.unique(rows["prompt"].to_numpy(), return_counts=True)[1].max())
-
-
-def _categories(text, set_name: str, model: str, st: dict) -> list[dict]:
+def _categories(tables, set_name: str, model: str, st: dict) -> list[dict]:
     judge = (st.get("judge") or "") if st["method"] == JUDGE else ""
-    rows = text.tables[1].get((set_name, model, st["method"], judge), [])
+    rows = tables[1].get((set_name, model, st["method"], judge), [])
     return [] if {r["category"] for r in rows} <= {"(none)"} else rows
 
 
@@ -540,10 +361,10 @@ def write(rep, out: Path, samples: bool = True) -> dict[str, Path]:
             shutil.rmtree(folder / old)
     if vr is None:
         return {}
-    text, retrieved, written = _Texts(vr, rep), str(time.time()), []
+    text, tables, retrieved, written = Rows(vr), _tables(rep), str(time.time()), []
     for (model, judge), entry in vr.entries.items():
         for benchmark in sorted({SETS[s].benchmark for s in entry if s in SETS}):
-            record, lines, file_id, not_written = build(rep, text, model, judge, entry, benchmark, retrieved)
+            record, lines, file_id, not_written = build(rep, text, tables, model, judge, entry, benchmark, retrieved)
             _, developer, name = model_parts(record["model_info"]["id"])
             where = folder / "data" / benchmark / _safe(developer) / _safe(name)
             where.mkdir(parents=True, exist_ok=True)

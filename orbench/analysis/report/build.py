@@ -69,6 +69,7 @@ import numpy as np
 import pandas as pd
 
 from orbench.analysis.eee import records as eee
+from orbench.analysis.eee import samples as eee_rows
 from orbench.analysis.folders import check_writable, write_error
 from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
@@ -130,7 +131,7 @@ class Report:
     heat_cells: pd.DataFrame | None = None  # the heatmap's cells (None: no category column)
     heat_sets: tuple[str, ...] = ()
     outputs: dict[str, Path] = field(default_factory=dict)
-    # the verdict rows behind the leaderboard, for the Every Eval Ever records (orbench.analysis.eee.records)
+    # the verdict rows behind the leaderboard, for the Every Eval Ever records (orbench.analysis.eee.samples)
     verdict_rows: object = field(default=None, repr=False, compare=False)
 
 
@@ -604,7 +605,7 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
                   _notes(inp, fig, calibration_notes, ref, verdict, summary, headline, extra, heat, audited),
                   tuple(warnings), ref, fig["reference_fit"], fig["without_point"], inp.provenance, inp.examples,
                   extra, audited, records, sizes, cards, heat,
-                  tuple(set_order(heat["set"])) if heat is not None else (), verdict_rows=eee.collect(inp, ents))
+                  tuple(set_order(heat["set"])) if heat is not None else (), verdict_rows=eee_rows.collect(inp, ents))
 
 
 def _import_plots() -> None:
