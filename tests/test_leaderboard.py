@@ -32,12 +32,24 @@ def wilson(k, n):
     return tuple(proportion_confint(k, n, method="wilson"))
 
 
+def other_benchmark(path: Path) -> Path:
+    """The inspect fixture's Hard-1K record made into one of another benchmark (no OR-Bench or XSTest set)."""
+    record = json.loads(next((FIXTURE / "data" / "or_bench_hard_1k").rglob("*.json")).read_text())
+    for result in record["evaluation_results"]:
+        result["evaluation_name"] = result["source_data"]["dataset_name"] = "mmlu"
+        result["source_data"]["additional_details"]["inspect_dataset_name"] = "mmlu"
+    record.pop("detailed_evaluation_results")
+    path.write_text(json.dumps(record))
+    return path
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     runs = make()
     tmp = tmp_path_factory.mktemp("leaderboard")
     copies = tmp / "copies"
     shutil.copytree(runs.rep1 / "every_eval_ever" / "data", copies / "data")
+    other_benchmark(copies / "mmlu.json")  # a record of another benchmark among them: skipped, counted
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     proc = run_in_process(SCRIPT, str(runs.root), str(runs.rep1), str(copies), str(FIXTURE), "--output_dir",
                           str(tmp / "site"), env=env, cwd=tmp)
@@ -69,6 +81,8 @@ def test_entries_are_named_by_what_differs_and_each_run_is_shown_once(built):
     # the copied records are the report's runs: each named once as a copy, none an entry of its own
     copies = [n for n in built["data"]["notes"] if "same fingerprint" in n]
     assert len(copies) == 4 and all(n.startswith(str(built["copies"])) for n in copies)
+    assert f"{built['copies']}: 1 JSON file(s) skipped: not Every Eval Ever records, or records with no " \
+           f"rejection rate on an OR-Bench or XSTest set" in built["data"]["notes"]
     assert all(f"{n.split(': the same run as ')[0]}: the same run as" in built["proc"].stderr for n in copies)
     sources = {e["name"]: (e["source"], e["ours"]) for e in built["data"]["entries"]}
     assert sources["openai-api/mock-model"] == ("inspect", False) and sources[ALPHA_NONE] == ("orbench", True)
@@ -180,6 +194,7 @@ def _bad_cases(tmp: Path, runs) -> dict:
     shutil.copy(runs.rep1 / "report.json", bare / "report.json")
     (tmp / "empty").mkdir()
     samples = next((runs.rep1 / "every_eval_ever" / "data").rglob("*.jsonl"))
+    other_benchmark(tmp / "mmlu.json")
     return {"missing": (str(tmp / "nope"), "no such file or folder"),
             "not_a_record": (str(tmp / "not_a_record.json"), "is not an Every Eval Ever record"),
             "broken": (str(tmp / "broken.json"), "is not JSON"),
@@ -187,6 +202,7 @@ def _bad_cases(tmp: Path, runs) -> dict:
             "bare_report": (str(bare), "a report folder without Every Eval Ever records"),
             "empty": (str(tmp / "empty"), "no report folder (report.json) and no Every Eval Ever record in it"),
             "samples": (str(samples), "a per-sample file: give its aggregate record"),
+            "other_benchmark": (str(tmp / "mmlu.json"), "no rejection rate on an OR-Bench or XSTest set (results: mmlu"),
             "csv": (str(runs.files[("gpt-4o-alpha", "or-bench-hard-1k", "rep1")]), "neither a report folder nor")}
 
 

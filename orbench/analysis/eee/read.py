@@ -59,6 +59,10 @@ HEADLINE_KEY = "rejected"
 COMPUTED_WILSON = "wilson, computed here from the record's score and n"
 
 
+class NoRates(UsageError):
+    """A valid record with no rejection rate on an OR-Bench or XSTest set (another benchmark's)."""
+
+
 def _fail(path, why: str):
     raise UsageError(f"{path}: {why}")
 
@@ -265,8 +269,9 @@ def read_record(path: Path, value: dict | None = None) -> dict:
            "samples_file": _samples_path(path, value)}
     (_our_cells if ours else _their_cells)(value, run)
     if not run["cells"] and not run["left_out"]:
-        _fail(path, "an Every Eval Ever record with no rejection rate on an OR-Bench or XSTest set "
-                    "(results: " + ", ".join(str(r.get("evaluation_name")) for r in value["evaluation_results"][:5]) + ")")
+        raise NoRates(f"{path}: an Every Eval Ever record with no rejection rate on an OR-Bench or XSTest set "
+                      "(results: " + ", ".join(str(r.get("evaluation_name")) for r in value["evaluation_results"][:5])
+                      + ")")
     return run
 
 

@@ -10,7 +10,8 @@ A PATH given to ``orbench-leaderboard`` is
   JSONL beside it when there is one;
 * a folder of such things, searched recursively: a report folder inside it is read as one (its
   own records are not read again as records), and any other ``.json`` that is an Every Eval Ever
-  record is read; other JSON files (meta files, ...) are skipped and counted.
+  record with a rejection rate on an OR-Bench or XSTest set is read; other JSON files (meta files,
+  other benchmarks' records) are skipped and counted.
 
 Each problem is one :class:`~orbench.llm.errors.UsageError` naming the path: a path that does not
 exist, a file that is neither, a record without what it needs, a folder with nothing to read.
@@ -22,7 +23,7 @@ import hashlib
 from pathlib import Path
 
 from orbench.analysis.eee import FOLDER
-from orbench.analysis.eee.read import is_record, load_json, read_record
+from orbench.analysis.eee.read import NoRates, is_record, load_json, read_record
 from orbench.llm.errors import UsageError
 
 
@@ -82,9 +83,12 @@ def _walk(folder: Path) -> tuple[list[dict], int]:
         if any(r == path.parent or r in path.parents for r in reports) or path.name.endswith(".meta.json"):
             continue
         value = load_json(path)
-        if is_record(value):
+        if not is_record(value):
+            skipped += 1
+            continue
+        try:
             runs.append(read_record(path, value))
-        else:
+        except NoRates:  # another benchmark's record among them: not this site's
             skipped += 1
     return runs, skipped
 
@@ -104,7 +108,8 @@ def gather(paths: list[str]) -> tuple[list[dict], list[str]]:
                 raise UsageError(f"{given}: no report folder (report.json) and no Every Eval Ever record in it")
             runs += found
             if skipped:
-                notes.append(f"{given}: {skipped} JSON file(s) that are not Every Eval Ever records skipped")
+                notes.append(f"{given}: {skipped} JSON file(s) skipped: not Every Eval Ever records, or records "
+                             f"with no rejection rate on an OR-Bench or XSTest set")
         elif path.name == "report.json":
             runs += read_report(path.parent)
         elif path.suffix.lower() == ".json":
