@@ -193,3 +193,34 @@ def test_a_hostile_model_name_is_shown_as_text(browser, site):
     choose(browser, "pick", site["ids"][HOSTILE])
     assert browser.find_element(By.CSS_SELECTOR, "#details h3").text == HOSTILE
     assert console(browser) == []
+
+
+def test_the_same_folder_served_by_a_plain_static_server_works_alike(browser, site):
+    """Any static host: Python's own file server on loopback, nothing else; every link resolves."""
+    import functools
+    import http.server
+    import threading
+    import urllib.request
+
+    from selenium.webdriver.common.by import By
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site["out"])))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/"
+        browser.get_log("browser")
+        browser.get(base + "index.html")
+        assert browser.execute_script("return document.body.getAttribute('data-ready')") == "1"
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#plot g.point")) == len(site["ids"])
+        for entry in site["data"]["entries"]:
+            for item in entry["records"] + entry["provenance"]:
+                with urllib.request.urlopen(base + item["href"]) as reply:
+                    assert reply.status == 200 and json.loads(reply.read())
+        assert console(browser) == []
+    finally:
+        server.shutdown()
+        server.server_close()
