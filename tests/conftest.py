@@ -8,8 +8,10 @@ import gc
 import io
 import os
 import runpy
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -189,6 +191,74 @@ def run_in_process(script: str | Path, *args: str, env: dict, cwd: Path | None =
 def script():
     """Run a script in process (fast); tests of what only a real process shows use ``run_script``."""
     return run_in_process
+
+
+# ---------------------------------------------------------------- the one browser of the suite
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMEDRIVER = shutil.which("chromedriver")
+#: Headless Chromium's flags: no network of its own (updates, sync, first-run pages), a fresh profile.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--no-first-run", "--allow-file-access-from-files", "--window-size=1280,1000")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium (Debian's chromium and chromedriver, through Selenium) for every browser
+    test of the suite: they live in ``test_*browser*.py`` modules, which ``pytest_xdist_make_scheduler``
+    keeps on one xdist worker, so the suite starts it once. Its console is logged (``browser.get_log("browser")``). Skipped, saying
+    why, where Selenium or Chromium is not installed."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed: pip install -e '.[browser]'")
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no Chromium/chromedriver installed (apt-get install chromium chromium-driver)")
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="orbench-chromium-")
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(30)  # a stuck browser fails the test instead of hanging the suite
+    driver.set_script_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _browser_module(nodeid: str) -> bool:
+    return "browser" in nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``-n N`` (xdist's ``load``): every test of a ``test_*browser*.py`` module runs on one worker
+    (one unit of work, handed out first), so the suite starts one browser; every other test is a unit
+    of its own, handed out as ``load`` does. (xdist's own ``loadgroup`` names groups by rewriting node
+    ids, which pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneBrowser(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "browser" if _browser_module(nodeid) else nodeid
+
+    return OneBrowser(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that uses the browser must live in a ``test_*browser*.py`` module (how the scheduler keeps
+    the browser tests on one worker)."""
+    stray = [item.nodeid for item in items if "browser" in getattr(item, "fixturenames", ())
+             and not _browser_module(item.nodeid)]
+    if stray:
+        raise pytest.UsageError(f"tests using the browser outside a test_*browser*.py module: {', '.join(stray)}")
 
 
 def pytest_collection_finish(session):

@@ -43,7 +43,9 @@ ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refus
 prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
 point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
-figures, provenance from each input's ``.meta.json``, example prompts with their verdicts);
+figures, provenance from each input's ``.meta.json``, example prompts with their verdicts), and
+``every_eval_ever/`` (the results as Every Eval Ever records, per model and benchmark with their
+per-sample JSONL, and Hugging Face ``.eval_results`` snippets: :mod:`orbench.analysis.eee`);
 ``--no_figures`` writes all but the figures.
 The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
 last line printed is the path of report.html.
@@ -66,6 +68,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orbench.analysis.eee import records as eee
+from orbench.analysis.eee import samples as eee_rows
 from orbench.analysis.folders import check_writable, write_error
 from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
@@ -128,6 +132,8 @@ class Report:
     heat_sets: tuple[str, ...] = ()
     moderator_cards: dict = field(default_factory=dict)  # the cards of the moderations that chose the prompts
     outputs: dict[str, Path] = field(default_factory=dict)
+    # the verdict rows behind the leaderboard, for the Every Eval Ever records (orbench.analysis.eee.samples)
+    verdict_rows: object = field(default=None, repr=False, compare=False)
 
 
 # ---------------------------------------------------------------- grouping (once)
@@ -602,7 +608,8 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
                   _notes(inp, fig, calibration_notes, ref, verdict, summary, headline, extra, heat, audited),
                   tuple(warnings), ref, fig["reference_fit"], fig["without_point"], inp.provenance, inp.examples,
                   extra, audited, records, sizes, cards, heat,
-                  tuple(set_order(heat["set"])) if heat is not None else (), moderator_cards=moderator_cards)
+                  tuple(set_order(heat["set"])) if heat is not None else (), moderator_cards=moderator_cards,
+                  verdict_rows=eee_rows.collect(inp, ents))
 
 
 def _import_plots() -> None:
@@ -615,7 +622,7 @@ def _import_plots() -> None:
 
 
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True,
-                 figures: bool = True, **options) -> Report:
+                 figures: bool = True, eee_samples: bool = True, **options) -> Report:
     """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
     ``output_dir`` (:func:`orbench.analysis.report.files.write`) and, with ``html``, report.html;
     the report with ``outputs`` naming every file written. ``figures=False`` draws no figure (a
@@ -625,11 +632,13 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, htm
         # (the CSV parser leaves the interpreter free), ready when the figures are drawn
         threading.Thread(target=_import_plots, daemon=True).start()
     rep = compute(specs, html=html, **options)
-    release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     out = Path(output_dir)
+    written = eee.write(rep, out, eee_samples)  # Every Eval Ever records: they need the verdict rows, dropped below
+    rep = replace(rep, verdict_rows=None)
+    release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     if not figures:
         rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
-    rep = replace(rep, outputs=files.write(rep, out, figures=figures))
+    rep = replace(rep, outputs={**files.write(rep, out, figures=figures), **written})
     if html:
         from orbench.analysis.report import html as html_report
 
@@ -671,6 +680,10 @@ def make_parser() -> ArgumentParser:
                         help="draw no figures (hard_vs_toxic.png/.pdf, category_heatmap.png): every table, "
                              "report.json and report.html are still written, in a third of the time; "
                              "figures an earlier run left in --output_dir are removed")
+    parser.add_argument("--no_eee_samples", action="store_true",
+                        help="write the Every Eval Ever records (every_eval_ever/) without their per-sample JSONL: "
+                             "those hold every prompt and reply (at 30 models x 80K rows, GBs and most of the "
+                             "report's time); the leaderboard then has no per-prompt verdicts to compare ranks with")
     parser.add_argument("--examples", type=int, default=3, metavar="N",
                         help="example refusals and answers per model and category in report.html (default: 3)")
     parser.add_argument("--audit", action="append", default=[], metavar="DIR",
@@ -691,7 +704,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                            default_model=args.default_model, verdict=args.verdict,
                            reference=not args.no_reference, examples=args.examples,
                            compare=args.compare, baseline=args.baseline, audit=args.audit,
-                           custom_sets=args.custom_sets, figures=not args.no_figures)
+                           custom_sets=args.custom_sets, figures=not args.no_figures,
+                           eee_samples=not args.no_eee_samples)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
