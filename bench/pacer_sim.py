@@ -38,11 +38,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT))
 
 import fake_ratelimit  # noqa: E402 (tests/ is put on sys.path just above)
-from fake_ratelimit import FakeRateLimited, Shape  # noqa: E402
-from rate_limits import PROMPT, Scenario, allowed_seconds, randomised, scenarios  # noqa: E402
+from fake_ratelimit import FakeRateLimited, Shape  # noqa: E402 (tests/ is on sys.path above)
+from rate_limits import PROMPT, Scenario, allowed_seconds, randomised, scenarios  # noqa: E402 (bench/ is on sys.path above)
 
-from orbench.llm import clients, ratelimit  # noqa: E402
-from orbench.llm.providers import transport  # noqa: E402
+from orbench.llm import clients, ratelimit  # noqa: E402 (after the sys.path set-up)
+from orbench.llm.providers import transport  # noqa: E402 (after the sys.path set-up)
 
 
 class Clock:
