@@ -4,7 +4,10 @@ servers for what only HTTP shows, an isolated cache and environment, and a scrip
 from __future__ import annotations
 
 import contextlib
+import dis
+import functools
 import gc
+import inspect
 import io
 import os
 import runpy
@@ -12,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -19,6 +23,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (as in many CI images): without
+# them every run recompiles the package and re-rewrites every test module's asserts in each worker
+# (half of a worker's collection time), and every script a test runs as a process recompiles the
+# package too. The caches go where Python puts them (``__pycache__``, ignored by git).
+sys.dont_write_bytecode = False
 
 from fake_gemini import FakeGemini  # noqa: E402 (tests/ is put on sys.path just above)
 from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path just above)
@@ -265,3 +274,132 @@ def pytest_collection_finish(session):
     """Freeze what collection loaded (pandas, the SDKs, inspect_ai: millions of objects) out of the
     garbage collector's sight: its full passes then scan only what the tests make (~2% of the suite's CPU)."""
     gc.freeze()
+
+
+# The slow kinds of test (``pytest -m "not slow"`` leaves them out; the README's command runs every
+# test). Marked here, where the slowness comes from, not on each test: a module that is one kind as a
+# whole, a fixture that brings one, or a test that runs a script as a real process (``run_script``, or
+# ``subprocess`` with ``sys.executable`` or ``bash``) in its body, in a fixture of its module, or in a
+# function it calls from its module or imports from the project's own test and bench code.
+SLOW_MODULES = {
+    "test_local.py": "the local model (llama.cpp in process)",
+    "test_llama_server.py": "llama.cpp's server in a process",
+    "test_audit_browser.py": "Chromium",
+    "test_inspect.py": "inspect_ai",
+    "test_inspect_endpoint.py": "inspect_ai",
+}
+SLOW_FIXTURES = {
+    "limited": "a rate-limited server, in real time",
+}
+PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}  # subprocess.<these> start a process
+
+
+@functools.cache
+def _project_functions(module_name: str) -> dict[str, types.CodeType]:
+    """The top-level functions of one of the project's modules outside the package (tests/, bench/),
+    read from its source without running it; {} for any other module."""
+    relative = Path(*module_name.split(".")).with_suffix(".py")
+    for folder in (ROOT, ROOT / "tests", ROOT / "bench"):
+        path = folder / relative
+        if path.is_file() and relative.parts[0] != "orbench":
+            code = compile(path.read_text(encoding="utf-8"), str(path), "exec")
+            return {c.co_name: c for c in code.co_consts if isinstance(c, types.CodeType)}
+    return {}
+
+
+@functools.cache
+def _code_reads(code: types.CodeType) -> tuple[frozenset, frozenset, tuple]:
+    """The names, the string constants and the ``from MODULE import NAME`` pairs in ``code`` and the
+    functions nested in it."""
+    names: set[str] = set()
+    strings: set[str] = set()
+    imports: list[tuple[str, str]] = []
+    codes = [code]
+    for c in codes:
+        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        names.update(c.co_names)
+        strings.update(k for k in c.co_consts if isinstance(k, str))
+        if dis.opmap["IMPORT_NAME"] in c.co_code[::2]:
+            module = None
+            for instruction in dis.get_instructions(c):
+                if instruction.opname == "IMPORT_NAME":
+                    module = instruction.argval
+                elif instruction.opname == "IMPORT_FROM" and module:
+                    imports.append((module, instruction.argval))
+    return frozenset(names), frozenset(strings), tuple(imports)
+
+
+def _code_used(code: types.CodeType, functions: dict, seen: set, names: set, strings: set) -> None:
+    """Add to ``names`` and ``strings`` those of ``code`` and of the functions it calls from
+    ``functions`` (its module's) or imports from the project, transitively."""
+    if code in seen:
+        return
+    seen.add(code)
+    own_names, own_strings, imports = _code_reads(code)
+    names |= own_names
+    strings |= own_strings
+    for module, name in imports:
+        imported = _project_functions(module)
+        if name in imported:
+            _code_used(imported[name], imported, seen, names, strings)
+    for name in own_names & functions.keys():
+        _code_used(functions[name], functions, seen, names, strings)
+
+
+def slow_reason(item) -> str | None:
+    """Why ``item`` is one of the slow kinds, or None."""
+    name = Path(str(item.fspath)).name
+    if name in SLOW_MODULES:
+        return SLOW_MODULES[name]
+    for fixture in item.fixturenames:
+        if fixture in SLOW_FIXTURES:
+            return SLOW_FIXTURES[fixture]
+    module = getattr(item, "module", None)
+    if module is None:
+        return None
+    functions = {key: value.__code__ for key, value in vars(module).items()
+                 if inspect.isfunction(value) and value.__module__ == module.__name__}
+    funcs = [item.function]
+    for fixture in item.fixturenames:  # the fixtures the test's own module defines
+        for definition in item._fixtureinfo.name2fixturedefs.get(fixture, ()):
+            if inspect.unwrap(definition.func).__module__ == module.__name__:
+                funcs.append(definition.func)
+    names: set[str] = set()
+    strings: set[str] = set()
+    seen: set = set()
+    for func in funcs:
+        _code_used(inspect.unwrap(func).__code__, functions, seen, names, strings)
+    if "run_script" in names:
+        return "a script as a real process"
+    if "subprocess" in names and names & PROCESS_CALLS and ("executable" in names or "bash" in strings):
+        return "a script as a real process"
+    return None
+
+
+def _leaves_slow_out(config) -> bool:
+    """Whether ``-m`` deselects every test marked slow (``-m "not slow"``)."""
+    expression = config.getoption("markexpr", None)
+    if not expression:
+        return False
+    from _pytest.mark.expression import Expression
+
+    return not Expression.compile(expression).evaluate(lambda name, **kwargs: name == "slow")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A module that is slow as a whole is not even imported when slow tests are left out (it would
+    import inspect_ai, llama.cpp or selenium for nothing)."""
+    if collection_path.name in SLOW_MODULES and _leaves_slow_out(config):
+        return True
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a real process, the local model, Chromium, inspect_ai or a "
+                                       "real-time rate-limit run (set in tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if slow_reason(item):
+            item.add_marker(pytest.mark.slow)
