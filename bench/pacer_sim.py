@@ -100,6 +100,7 @@ class Run:
     rows: int
     concurrency: int
     max_tokens: int = 100
+    cpu: float = 0.0  # the client's seconds of work per attempt (one event loop: attempts queue for it)
     rpm: float | None = None
     done: int = 0
     finished_at: float | None = None
@@ -113,6 +114,7 @@ class Run:
         self.pacer = ratelimit.Pacer("sim", self.rpm, clock=self.sim.clock.monotonic, ceiling=self.concurrency)
         self.places = self.concurrency
         self.next_row = 0
+        self.cpu_free = 0.0
         chars = len(PROMPT.format(i=0))
         self.costs = ratelimit.request_costs(math.ceil(chars / 4), self.max_tokens)
         self.server_costs = {"requests": 1.0, "tokens": math.ceil(chars / 4) + self.max_tokens}
@@ -156,7 +158,9 @@ class Run:
                     self.sim.at(self.pump_at, self._timed_pump)
                 return
             request = self.queue.popleft()
-            self._send(request, self.pacer.take(self.costs, request.full))
+            ticket = self.pacer.take(self.costs, request.full)
+            self.cpu_free = max(self.sim.now, self.cpu_free) + self.cpu
+            self.sim.at(self.cpu_free, lambda request=request, ticket=ticket: self._send(request, ticket))
 
     def _timed_pump(self) -> None:
         if self.sim.now >= self.pump_at:
@@ -206,14 +210,17 @@ class Run:
         self._pump()
 
 
+CPU = 0.01  # seconds of the client's work per attempt (SDK, runner): 100 a second at most, as on a quiet 2-core machine
+
+
 def simulate(shape: Shape, rows: int, concurrency: int, max_tokens: int = 100, runs: int = 1,
-             seed: int = 0, limit: float = 3600.0) -> tuple[list[Run], FakeRateLimited]:
+             seed: int = 0, limit: float = 3600.0, cpu: float | None = None) -> tuple[list[Run], FakeRateLimited]:
     """``runs`` runs of ``rows`` rows each against one server of ``shape`` (one key), together."""
     random.seed(seed)
     sim = Simulation()
     server = FakeRateLimited(shape)
     server._random = random.Random(shape.seed or seed)
-    started = [Run(sim, server, rows, concurrency, max_tokens) for _ in range(runs)]
+    started = [Run(sim, server, rows, concurrency, max_tokens, CPU if cpu is None else cpu) for _ in range(runs)]
     sim.run(until=limit)
     return started, server
 
@@ -267,7 +274,9 @@ def main(argv=None) -> int:
     parser.add_argument("--random", type=int, default=0, metavar="N", help="also N seeds of the randomised shapes")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per named scenario (median shown)")
     parser.add_argument("--only", default=None, help="comma-separated scenario name prefixes")
+    parser.add_argument("--cpu", type=float, default=CPU, help="the client's seconds of work per attempt")
     args = parser.parse_args(argv)
+    globals()["CPU"] = args.cpu
     started = real_time.perf_counter()
     found = scenarios() + [s for seed in range(args.random) for s in randomised(seed)]
     if args.only:
