@@ -6,30 +6,45 @@ periods than the headers say, headers whose reset means "until the next request"
 promises more than is given, bare 429s, Gemini's quota 429s (no header, the wait in the body),
 a cap on requests in flight, 503/529 "overloaded" answers, a limit that halves once the pacer
 has settled or doubles, sliding logs, a queue in front of a limit, bare 429s with a flat or an
-exact ``retry-after``, replies that take a second) in its own process for each scenario,
-runs the rows through the stage runner and ``Client`` in process (the real openai, anthropic or
-google-genai SDK) with the cache off and no ``--rpm``, and prints one line per scenario beside
-the goals: >= 0.90 of the allowed rate, <= 0.05 429s per success (0.2 where the 429s carry no
-header), 0 error rows.
+exact ``retry-after``, replies that take a second, 429s at random whatever the rate) in its own
+process for each scenario, runs the rows through the stage runner and ``Client`` in process (the
+real openai, anthropic or google-genai SDK) with the cache off and no ``--rpm``, and prints one
+line per scenario beside the goals of issue 45: >= 0.85 of the allowed rate (the median of all
+>= 0.90), <= 0.10 429s per success (0.25 where the 429s carry no header), 0 error rows.
 
 Time is scaled down 20 x: the provider's "minute" is 3 s (``--window``), so 3,000 RPM is 150
-requests per 3 s, still 50 requests a second; a limit "enforced over 1 s" holds 1/60 of it.
-"Allowed" is the time the server's capacity needs for the rows that succeeded, plus one reply's
-latency: a bucket starts full, as a provider's does (``(rows - bucket) / refill``, and when
-another job takes half the key mid-run, the rows after that at half the rate, or before it
-ends, the rows before), a queue has no burst (``rows / rate``), a fixed window or a sliding log
-admits its whole count at its start, a cap on requests in flight admits ``cap / latency`` per
-second, and a client never runs more than ``--concurrency`` requests at once. The ratio is
-allowed time / wall time (a fixed window's burst can make it a little over 1).
+requests per 3 s, still 50 requests a second; a limit "enforced over 1 s" holds 1/60 of it, and
+replies of 5-30 s take 0.25-1.5 s. "Allowed" is the time the server's capacity needs for the
+rows that succeeded, plus one reply's latency: a bucket starts full, as a provider's does
+(``(rows - bucket) / refill``, and when another job takes half the key mid-run, the rows after
+that at half the rate, or before it ends, the rows before), a queue has no burst (``rows /
+rate``), a fixed window or a sliding log admits its whole count at its start, a cap on requests
+in flight admits ``cap / latency`` per second, and a client never runs more than
+``--concurrency`` requests at once. The ratio is allowed time / wall time (a fixed window's
+burst can make it a little over 1).
 
 The named scenarios are the issue's; ``--random N`` also runs N seeds of every shape with its
 numbers drawn afresh (limits x0.5-2, enforcement windows 1-60 s, caps 4-48, replies of
-0.05-1.2 s, concurrency 32 and 64, the SDK among the three), so no rule is tuned to one
-server's numbers. The last lines time how fast a run stops at an address that answers only "overloaded", and at a closed port.
+0.05-1.5 s, concurrency 32 and 64, the SDK among the three), so no rule is tuned to one server's
+numbers. Three more sections:
+
+- **random 429s** (``--random429``): 100 ms replies, 1-30 % of the answers a 429 asking for
+  0-1 s whatever the rate; each run's throughput as a share of the same run with none (goal
+  >= 0.80 up to 15 %; above, the run finishes);
+- **two processes on one key** (``--two``): two runs of the same rows, two models, one limit
+  for both (the fake's), started together; their combined rate against the allowed one (goal
+  >= 0.85) and the last one's time against the first one's (goal <= 1.5);
+- **no limit** (``--baseline DIR``): stage 4 as a subprocess against a server with no limit,
+  this checkout and DIR's in turn (``bench/throughput.py --code``; goal >= 0.95 of the throughput
+  of 6fec1c3's client).
+
+The last lines time how fast a run stops at an address that answers only "overloaded", and at a
+closed port.
 
     python bench/rate_limits.py                      # the named scenarios, this checkout
     python bench/rate_limits.py --random 3           # ... and 3 seeds of every randomised shape
     python bench/rate_limits.py --only cap-8-c32 --rows 600
+    python bench/rate_limits.py --random429 --two --baseline /tmp/orbench-6fec1c3 --only none
     python bench/rate_limits.py --code /work/main    # the same with another checkout's orbench
 """
 
@@ -42,6 +57,7 @@ import math
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -59,6 +75,7 @@ SCALE = 20        # real seconds per bench second
 MINUTE = 60 / SCALE
 RPM, TPM = 3000, 1_200_000
 MODELS = {"openai": "openai/bench-model", "anthropic": "anthropic/bench-model", "gemini": "gemini/bench-model"}
+CODE = str(ROOT)  # the checkout whose orbench runs
 
 
 @dataclass
@@ -72,7 +89,7 @@ class Scenario:
 
     @property
     def bare(self) -> bool:
-        """Whether the 429s carry no header (the goal is then 0.2 429s per success)."""
+        """Whether the 429s carry no header (the goal is then 0.25 429s per success)."""
         return self.shape.style in ("none", "gemini") or bool(self.shape.cap)
 
 
@@ -113,6 +130,9 @@ def scenarios() -> list[Scenario]:
         Scenario("sliding-minute-c32", per_minute(RPM, sliding=True, latency=0.05, jitter=0.3)),
         Scenario("sliding-bare-c64", Shape(rpm=RPM / 60 * 40 / SCALE, window=40 / SCALE, sliding=True,
                                            style="none", latency=0.05, jitter=0.3), concurrency=64),
+        # Replies of 5-30 s (0.25-1.5 s here) at 600 RPM: about 9 requests in flight are the limit.
+        Scenario("long-replies-c32", per_minute(600, latency=0.875, jitter=0.714), rows=300),
+        Scenario("long-replies-bare-c32", per_minute(600, style="none", latency=0.875, jitter=0.714), rows=300),
     ]
 
 
@@ -176,7 +196,7 @@ def more_randomised(seed: int) -> list[Scenario]:
                 shape = Shape(rpm=rate * MINUTE, window=MINUTE, queue=rng.randint(2, 20),
                               retry=rng.choice(["auto", "exact"]), **{**fields, "style": "none"})
             elif kind == "long":
-                fields.update(latency=rng.uniform(0.3, 1.2), jitter=0.5)
+                fields.update(latency=rng.uniform(0.25, 1.5), jitter=0.5)  # replies of 5-30 s
                 shape = Shape(reset="next", **short, **fields)
             elif kind == "retry":
                 shape = Shape(retry=rng.choice(["exact", "flat"]), **short, **{**fields, "style": "none"})
@@ -280,8 +300,8 @@ def run_one(s: Scenario, rows: int) -> dict:
     return {"scenario": s.name, "sdk": s.sdk, "concurrency": s.concurrency, "rows": rows,
             "errors": result.errors, "ok": stats["ok"], "429": refused, "overloaded": stats["overloaded"],
             "wall": wall, "ratio": ideal / wall if wall else 0.0, "per_success": refused / max(1, stats["ok"]),
-            "goal_429": 0.2 if s.bare else 0.05, "following": pacer["following"],
-            "max_in_flight": stats["max_in_flight"], "shape": dataclasses.asdict(s.shape)}
+            "goal_429": 0.25 if s.bare else 0.10, "following": pacer["following"],
+            "max_in_flight": stats["max_in_flight"], "shape": dataclasses.asdict(s.shape), "pacer": pacer}
 
 
 def stop_time(url: str, sdk: str = "openai") -> tuple[float, str]:
@@ -316,8 +336,75 @@ def stops() -> list[str]:
 
 
 def verdict(row: dict) -> str:
-    ok = row["ratio"] >= 0.9 and row["per_success"] <= row["goal_429"] and row["errors"] == 0
+    ok = row["ratio"] >= 0.85 and row["per_success"] <= row["goal_429"] and row["errors"] == 0
     return "ok" if ok else "MISSED"
+
+
+def random429(rows: int, shares=(0.01, 0.05, 0.10, 0.15, 0.20, 0.30), sdk: str = "openai",
+              repeat: int = 2) -> list[str]:
+    """Runs with a share of 429s at random, each against the same run with none, taken in turn
+    ``repeat`` times (a busy machine's drift falls on both alike): throughput, medians."""
+    lines = []
+    for share in shares:
+        walls: dict[str, list[float]] = {"none": [], "random": []}
+        for turn in range(repeat):
+            base = run_one(Scenario("none", Shape(latency=0.1, jitter=0.3, seed=turn), sdk), rows)
+            row = run_one(Scenario("random", Shape(latency=0.1, jitter=0.3, random_429=share, seed=turn), sdk), rows)
+            walls["none"].append(base["wall"])
+            walls["random"].append(row["wall"])
+        ratio = statistics.median(walls["none"]) / statistics.median(walls["random"])
+        goal = "ok" if row["errors"] == 0 and (ratio >= 0.8 or share > 0.15) else "MISSED"
+        lines.append(f"{'random 429s: ' + f'{share:.0%}':30s} {sdk:9s} {rows:5d} "
+                     f"{statistics.median(walls['random']):7.1f} s  throughput {ratio:.2f} of none's "
+                     f"({statistics.median(walls['none']):.1f} s), {row['429']} 429s, {row['errors']} errors, "
+                     f"window {row['pacer']['window']}, cuts {row['pacer']['cuts']} ({row['pacer']['cuts_undone']} "
+                     f"undone): {goal} (>= 0.80 up to 15 %)")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def child(args) -> None:
+    """``--child``: run one scenario's rows against ``--url`` (a fake another process started);
+    print the figures as JSON."""
+    s = Scenario("child", Shape(), args.child)
+    MODELS[s.sdk] = args.model
+    point_sdks_at(args.url)
+    result, wall, client = run_rows(s, args.rows)
+    [pacer] = client.rate_limits.describe()
+    print(json.dumps({"wall": wall, "errors": result.errors, "429": pacer["responses_429"]}))
+
+
+def two_processes(rows: int, shape: Shape, sdk: str = "openai") -> str:
+    """Two processes, two models, one limit: their combined rate and how evenly they shared it."""
+    proc, url = start_fake(shape)
+    try:
+        argv = [sys.executable, __file__, "--child", sdk, "--url", url, "--rows", str(rows), "--code", CODE]
+        runs = [subprocess.Popen([*argv, "--model", f"{sdk}/model-{n}"], stdout=subprocess.PIPE, text=True)
+                for n in ("a", "b")]
+        figures = [json.loads(run.communicate()[0].strip().splitlines()[-1]) for run in runs]
+        with urllib.request.urlopen(url + "/_stats") as reply:
+            stats = json.load(reply)
+    finally:
+        proc.terminate()
+        proc.wait()
+    walls = sorted(f["wall"] for f in figures)
+    allowed = allowed_seconds(Scenario("two", shape, sdk, concurrency=64), 2 * rows)
+    share, evenness = allowed / walls[-1], walls[-1] / walls[0]
+    per_success = (stats["rejected"] + stats["capped"]) / max(1, stats["ok"])
+    errors = sum(f["errors"] for f in figures)
+    ok = share >= 0.85 and evenness <= 1.5 and errors == 0
+    return (f"two processes on one key ({shape.style}, {2 * rows} rows): {walls[0]:.1f} s and "
+            f"{walls[1]:.1f} s, together {share:.2f} of allowed, the last {evenness:.2f}x the first, "
+            f"{per_success:.3f} 429s per success, {errors} errors: {'ok' if ok else 'MISSED'} "
+            f"(>= 0.85, <= 1.5x, 0)")
+
+
+def no_limit(rows: int, baseline: str) -> list[str]:
+    """Stage 4 with no limit, this checkout against ``baseline``'s (bench/throughput.py --code)."""
+    argv = [sys.executable, str(ROOT / "bench" / "throughput.py"), "--rows", str(rows), "--latency", "0.1",
+            "--code", baseline, CODE, "--repeat", "3"]
+    out = subprocess.run(argv, capture_output=True, text=True).stdout.strip().splitlines()
+    return [f"no limit, stage 4: {line}" for line in out if "median" in line]
 
 
 def main() -> None:
@@ -329,8 +416,19 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma-separated scenario names (or name prefixes)")
     parser.add_argument("--no_stops", action="store_true", help="skip the overload-only and closed-port timings")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--random429", action="store_true", help="also the random-429 runs")
+    parser.add_argument("--two", action="store_true", help="also two processes on one key")
+    parser.add_argument("--baseline", default=None, metavar="DIR",
+                        help="also stage 4 with no limit against DIR's checkout (e.g. 6fec1c3's)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sys.path.insert(0, str(Path(args.code).resolve()))
+    global CODE
+    CODE = str(Path(args.code).resolve())
+    sys.path.insert(0, CODE)
+    if args.child:
+        return child(args)
     os.environ["ORBENCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="orbench-bench-cache-")
     chosen = [] if args.random_only else scenarios()
     for seed in range(1, args.random + 1):
@@ -339,7 +437,7 @@ def main() -> None:
         names = args.only.split(",")
         chosen = [s for s in chosen if any(s.name == n or s.name.startswith(n) for n in names)]
     print(f"orbench from {args.code}; time scaled {SCALE}x (a provider minute = {MINUTE:g} s); goals: "
-          f">= 0.90 of allowed, <= 0.05 429s per success (0.2 for bare 429s), 0 error rows")
+          f">= 0.85 of allowed (median >= 0.90), <= 0.10 429s per success (0.25 for bare 429s), 0 error rows")
     print(f"{'scenario':30s} {'sdk':9s} {'rows':>5s} {'wall s':>7s} {'of allowed':>10s} {'429s':>5s} "
           f"{'429/success':>11s} {'503s':>5s} {'errors':>6s} {'following':>11s}  goal")
     figures = []
@@ -348,10 +446,21 @@ def main() -> None:
         figures.append(row)
         print(f"{s.name:30s} {s.sdk:9s} {row['rows']:5d} {row['wall']:7.1f} {row['ratio']:10.2f} "
               f"{row['429']:5d} {row['per_success']:11.3f} {row['overloaded']:5d} {row['errors']:6d} "
-              f"{row['following']:>11s}  {verdict(row)} (>=0.90, <={row['goal_429']}, 0)", flush=True)
+              f"{row['following']:>11s}  {verdict(row)} (>=0.85, <={row['goal_429']}, 0)", flush=True)
     missed = [r["scenario"] for r in figures if verdict(r) != "ok"]
-    print(f"{len(figures) - len(missed)} of {len(figures)} scenarios met every goal"
-          + (f"; missed: {', '.join(missed)}" if missed else ""))
+    if figures:
+        median = statistics.median(r["ratio"] for r in figures)
+        print(f"{len(figures) - len(missed)} of {len(figures)} scenarios met every goal"
+              + (f"; missed: {', '.join(missed)}" if missed else "")
+              + f"; median share of the allowed rate {median:.2f} (goal >= 0.90)")
+    if args.random429:
+        random429(1000)
+    if args.two:
+        for style in ("openai", "none"):
+            print(two_processes(500, per_minute(RPM, style=style, latency=0.05, burst=1 / 60)), flush=True)
+    if args.baseline:
+        for line in no_limit(500, args.baseline):
+            print(line, flush=True)
     if not args.no_stops:
         for line in stops():
             print(line, flush=True)

@@ -7,6 +7,14 @@ subprocess (when it exists), with the cache off, and prints requests per second,
 
     python bench/throughput.py                      # 2000 rows, concurrency 32, 200 ms
     python bench/throughput.py --rows 500 --concurrency 8 --latency 0.1
+
+``--code`` compares checkouts on the alignment checker alone (stage 4, a subprocess each, the
+checkouts taken in turn ``--repeat`` times so that a busy machine's drift falls on all alike),
+printing each run's own seconds (the summary line's, interpreter start-up left out), the
+medians, and each checkout's throughput as a share of the first's::
+
+    git archive 6fec1c3 | tar -x -C /tmp/old    # the client before the pacer's rework
+    python bench/throughput.py --rows 500 --latency 0.1 --code /tmp/old . --repeat 5
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -65,9 +74,12 @@ def bench_in_process(table: pd.DataFrame, concurrency: int, out: Path) -> float:
     return elapsed
 
 
-def bench_script(input_csv: Path, concurrency: int, out: Path, env: dict) -> tuple[float, float | None] | None:
-    """(wall-clock seconds including interpreter start-up, the runner's own seconds) or None."""
-    script = ROOT / "alignment_checker" / "check_alignment.py"
+def bench_script(input_csv: Path, concurrency: int, out: Path, env: dict,
+                 code: Path = ROOT) -> tuple[float, float | None] | None:
+    """(wall-clock seconds including interpreter start-up, the runner's own seconds) or None;
+    ``code``: the checkout whose alignment checker runs."""
+    script = code / "alignment_checker" / "check_alignment.py"
+    env = {**env, "PYTHONPATH": str(code)}
     if not script.exists():
         return None
     started = time.perf_counter()
@@ -90,7 +102,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=2000, help="rows to run (default: 2000)")
     parser.add_argument("--concurrency", type=int, default=32, help="rows in flight (default: 32)")
     parser.add_argument("--latency", type=float, default=0.2, help="fake reply latency in seconds (default: 0.2)")
+    parser.add_argument("--code", nargs="+", default=None, metavar="DIR",
+                        help="compare these checkouts' alignment checkers (the first is the reference)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each checkout with --code (default: 1)")
     args = parser.parse_args()
+    if args.code:
+        return compare(args)
 
     proc, url = start_fake(args.latency)
     env = dict(os.environ, OPENAI_API_KEY="sk-bench-not-a-key", OPENAI_BASE_URL=url + "/v1",
@@ -117,6 +134,32 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait()
+
+
+def compare(args) -> None:
+    """``--code``: the alignment checker of each checkout, in turn, ``--repeat`` times."""
+    codes = [Path(c).resolve() for c in args.code]
+    proc, url = start_fake(args.latency)
+    env = dict(os.environ, OPENAI_API_KEY="sk-bench-not-a-key", OPENAI_BASE_URL=url + "/v1")
+    seconds: dict[Path, list[float]] = {c: [] for c in codes}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            input_csv = Path(tmp) / "bench_input.csv"
+            pd.DataFrame({"prompt": [f"benchmark prompt number {i}" for i in range(args.rows)],
+                          "category": "harmful"}).to_csv(input_csv, index=False)
+            print_settings(args.rows, args.concurrency, args.latency)
+            for turn in range(args.repeat):
+                for n, code in enumerate(codes):
+                    wall, own = bench_script(input_csv, args.concurrency, Path(tmp) / f"o{turn}{n}.csv", env, code)
+                    seconds[code].append(own or wall)
+                    print(f"run {turn + 1}: {code}: {own or wall:.2f} s", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait()
+    reference = statistics.median(seconds[codes[0]])
+    for code in codes:
+        median = statistics.median(seconds[code])
+        print(f"{str(code):40s} median {median:6.2f} s  throughput {reference / median:.3f} of the first's")
 
 
 if __name__ == "__main__":

@@ -4,12 +4,18 @@ servers for what only HTTP shows, an isolated cache and environment, and a scrip
 from __future__ import annotations
 
 import contextlib
+import dis
+import functools
 import gc
+import inspect
 import io
 import os
 import runpy
+import shutil
 import subprocess
 import sys
+import tempfile
+import types
 from pathlib import Path
 
 import pandas as pd
@@ -17,6 +23,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (as in many CI images): without
+# them every run recompiles the package and re-rewrites every test module's asserts in each worker
+# (half of a worker's collection time), and every script a test runs as a process recompiles the
+# package too. The caches go where Python puts them (``__pycache__``, ignored by git).
+sys.dont_write_bytecode = False
 
 from fake_gemini import FakeGemini  # noqa: E402 (tests/ is put on sys.path just above)
 from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path just above)
@@ -191,7 +202,206 @@ def script():
     return run_in_process
 
 
+# ---------------------------------------------------------------- the one browser of the suite
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+CHROMEDRIVER = shutil.which("chromedriver")
+#: Headless Chromium's flags: no network of its own (updates, sync, first-run pages), a fresh profile.
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--no-first-run", "--allow-file-access-from-files", "--window-size=1280,1000")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """One headless Chromium (Debian's chromium and chromedriver, through Selenium) for every browser
+    test of the suite: they live in ``test_*browser*.py`` modules, which ``pytest_xdist_make_scheduler``
+    keeps on one xdist worker, so the suite starts it once. Its console is logged (``browser.get_log("browser")``). Skipped, saying
+    why, where Selenium or Chromium is not installed."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed: pip install -e '.[browser]'")
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no Chromium/chromedriver installed (apt-get install chromium chromium-driver)")
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="orbench-chromium-")
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(30)  # a stuck browser fails the test instead of hanging the suite
+    driver.set_script_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def _browser_module(nodeid: str) -> bool:
+    return "browser" in nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With ``-n N`` (xdist's ``load``): every test of a ``test_*browser*.py`` module runs on one worker
+    (one unit of work, handed out first), so the suite starts one browser; every other test is a unit
+    of its own, handed out as ``load`` does. (xdist's own ``loadgroup`` names groups by rewriting node
+    ids, which pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneBrowser(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "browser" if _browser_module(nodeid) else nodeid
+
+    return OneBrowser(config, log)
+
+
+def _check_browser_modules(items) -> None:
+    """A test that uses the browser must live in a ``test_*browser*.py`` module (how the scheduler keeps
+    the browser tests on one worker)."""
+    stray = [item.nodeid for item in items if "browser" in getattr(item, "fixturenames", ())
+             and not _browser_module(item.nodeid)]
+    if stray:
+        raise pytest.UsageError(f"tests using the browser outside a test_*browser*.py module: {', '.join(stray)}")
+
+
 def pytest_collection_finish(session):
     """Freeze what collection loaded (pandas, the SDKs, inspect_ai: millions of objects) out of the
     garbage collector's sight: its full passes then scan only what the tests make (~2% of the suite's CPU)."""
     gc.freeze()
+
+
+# The slow kinds of test (``pytest -m "not slow"`` leaves them out; the README's command runs every
+# test). Marked here, where the slowness comes from, not on each test: a module that is one kind as a
+# whole, a fixture that brings one, or a test that runs a script as a real process (``run_script``, or
+# ``subprocess`` with ``sys.executable`` or ``bash``) in its body, in a fixture of its module, or in a
+# function it calls from its module or imports from the project's own test and bench code.
+SLOW_MODULES = {
+    "test_local.py": "the local model (llama.cpp in process)",
+    "test_llama_server.py": "llama.cpp's server in a process",
+    "test_audit_browser.py": "Chromium",
+    "test_inspect.py": "inspect_ai",
+    "test_inspect_endpoint.py": "inspect_ai",
+    "test_notebook.py": "a Jupyter kernel (nbclient)",
+}
+SLOW_FIXTURES = {
+    "limited": "a rate-limited server, in real time",
+}
+PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}  # subprocess.<these> start a process
+
+
+@functools.cache
+def _project_functions(module_name: str) -> dict[str, types.CodeType]:
+    """The top-level functions of one of the project's modules outside the package (tests/, bench/),
+    read from its source without running it; {} for any other module."""
+    relative = Path(*module_name.split(".")).with_suffix(".py")
+    for folder in (ROOT, ROOT / "tests", ROOT / "bench"):
+        path = folder / relative
+        if path.is_file() and relative.parts[0] != "orbench":
+            code = compile(path.read_text(encoding="utf-8"), str(path), "exec")
+            return {c.co_name: c for c in code.co_consts if isinstance(c, types.CodeType)}
+    return {}
+
+
+@functools.cache
+def _code_reads(code: types.CodeType) -> tuple[frozenset, frozenset, tuple]:
+    """The names, the string constants and the ``from MODULE import NAME`` pairs in ``code`` and the
+    functions nested in it."""
+    names: set[str] = set()
+    strings: set[str] = set()
+    imports: list[tuple[str, str]] = []
+    codes = [code]
+    for c in codes:
+        codes.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        names.update(c.co_names)
+        strings.update(k for k in c.co_consts if isinstance(k, str))
+        if dis.opmap["IMPORT_NAME"] in c.co_code[::2]:
+            module = None
+            for instruction in dis.get_instructions(c):
+                if instruction.opname == "IMPORT_NAME":
+                    module = instruction.argval
+                elif instruction.opname == "IMPORT_FROM" and module:
+                    imports.append((module, instruction.argval))
+    return frozenset(names), frozenset(strings), tuple(imports)
+
+
+def _code_used(code: types.CodeType, functions: dict, seen: set, names: set, strings: set) -> None:
+    """Add to ``names`` and ``strings`` those of ``code`` and of the functions it calls from
+    ``functions`` (its module's) or imports from the project, transitively."""
+    if code in seen:
+        return
+    seen.add(code)
+    own_names, own_strings, imports = _code_reads(code)
+    names |= own_names
+    strings |= own_strings
+    for module, name in imports:
+        imported = _project_functions(module)
+        if name in imported:
+            _code_used(imported[name], imported, seen, names, strings)
+    for name in own_names & functions.keys():
+        _code_used(functions[name], functions, seen, names, strings)
+
+
+def slow_reason(item) -> str | None:
+    """Why ``item`` is one of the slow kinds, or None."""
+    name = Path(str(item.fspath)).name
+    if name in SLOW_MODULES:
+        return SLOW_MODULES[name]
+    for fixture in item.fixturenames:
+        if fixture in SLOW_FIXTURES:
+            return SLOW_FIXTURES[fixture]
+    module = getattr(item, "module", None)
+    if module is None:
+        return None
+    functions = {key: value.__code__ for key, value in vars(module).items()
+                 if inspect.isfunction(value) and value.__module__ == module.__name__}
+    funcs = [item.function]
+    for fixture in item.fixturenames:  # the fixtures the test's own module defines
+        for definition in item._fixtureinfo.name2fixturedefs.get(fixture, ()):
+            if inspect.unwrap(definition.func).__module__ == module.__name__:
+                funcs.append(definition.func)
+    names: set[str] = set()
+    strings: set[str] = set()
+    seen: set = set()
+    for func in funcs:
+        _code_used(inspect.unwrap(func).__code__, functions, seen, names, strings)
+    if "run_script" in names:
+        return "a script as a real process"
+    if "subprocess" in names and names & PROCESS_CALLS and ("executable" in names or "bash" in strings):
+        return "a script as a real process"
+    return None
+
+
+def _leaves_slow_out(config) -> bool:
+    """Whether ``-m`` deselects every test marked slow (``-m "not slow"``)."""
+    expression = config.getoption("markexpr", None)
+    if not expression:
+        return False
+    from _pytest.mark.expression import Expression
+
+    return not Expression.compile(expression).evaluate(lambda name, **kwargs: name == "slow")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """A module that is slow as a whole is not even imported when slow tests are left out (it would
+    import inspect_ai, llama.cpp or selenium for nothing)."""
+    if collection_path.name in SLOW_MODULES and _leaves_slow_out(config):
+        return True
+    return None
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a real process, the local model, Chromium, inspect_ai or a "
+                                       "real-time rate-limit run (set in tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    _check_browser_modules(items)
+    for item in items:
+        if slow_reason(item):
+            item.add_marker(pytest.mark.slow)

@@ -6,6 +6,12 @@ request by its :class:`Shape`:
 
 - **Overload** first: ``overload_only`` answers every request, ``overload_every`` every n-th,
   with 503 (529 for Anthropic) "overloaded", before any limit is counted.
+- **Random 429s** (``random_429``): that share of the requests, drawn at random whatever the
+  rate (a gateway that throttles at random, a provider that answers overload with 429), gets a
+  429 at once asking for a wait drawn from 0 to ``random_retry`` seconds (``retry-after-ms``, and
+  ``retry-after`` in whole seconds rounded up).
+- **The first requests refused** (``refuse_first``): that many get a 429 at once asking for
+  ``random_retry`` seconds, whatever the limits.
 - **A cap on requests in flight** (``cap``): a request beyond it gets a bare 429 at once.
 - **Rate limits**: requests (``rpm``) and tokens (``tpm``, a request costs its prompt
   characters / 4 plus its ``max_tokens``, counted before generation) per ``window`` seconds, as
@@ -84,6 +90,9 @@ class Shape:
     refuse_latency: float = 0.0
     queue: float = 0.0
     lift_after: int = 0
+    random_429: float = 0.0
+    random_retry: float = 1.0
+    refuse_first: int = 0
 
 
 def _openai_duration(seconds: float) -> str:
@@ -203,6 +212,7 @@ class FakeRateLimited:
         self.ok = self.rejected = self.capped = self.overloaded = 0
         self.received = self.in_flight = self.max_in_flight = 0
         self.admitted: list[float] = []
+        self.order: list[str] = []  # the first 8 characters of each request's prompt, as received
         self.shared_since: float | None = None
         self._server: ThreadingHTTPServer | None = None
         self.queue_free = now  # the queue (``queue``): when the next request's turn comes
@@ -245,6 +255,12 @@ class FakeRateLimited:
             if shape.overload_only or (shape.overload_every and self.received % shape.overload_every == 0):
                 self.overloaded += 1
                 return "overloaded", {}, 0.0
+            if self.received <= shape.refuse_first or (
+                    shape.random_429 and self._random.random() < shape.random_429):
+                self.rejected += 1
+                wait = self._random.uniform(0, shape.random_retry)
+                return "limited", {"retry-after-ms": str(round(wait * 1000)),
+                                   "retry-after": str(math.ceil(wait))}, wait
             if shape.cap and self.in_flight >= shape.cap:
                 self.capped += 1
                 return "capped", {}, 0.0
@@ -426,6 +442,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         body = json.loads(raw or b"{}")
         protocol, model, chars, prompt = _request(self.path.split("?")[0], body)
+        self.fake.order.append(prompt[:8])
         max_tokens = _max_tokens(body)
         costs = {"requests": 1, "tokens": math.ceil(chars / 4) + max_tokens}
         outcome, headers, wait = self.fake.decide(costs)

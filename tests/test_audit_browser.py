@@ -1,7 +1,8 @@
 """audit.html in headless Chromium: label with the keyboard, reload, export, score; hostile text stays text.
 
 Uses Debian's ``chromium`` and ``chromium-driver`` through Selenium (``pip install -e '.[browser]'``);
-skipped, saying why, only where they are not installed. One browser serves every test here.
+skipped, saying why, only where they are not installed. The suite's one browser (``browser`` in
+``tests/conftest.py``) serves every test here.
 """
 
 from __future__ import annotations
@@ -20,31 +21,8 @@ sys.path.insert(0, str(ROOT))
 
 from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-DRIVER = shutil.which("chromedriver")
-webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed: pip install -e '.[browser]'")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER),
-                                reason="no Chromium/chromedriver installed (apt-get install chromium chromium-driver)")
-
 HOSTILE = ['<script>window.__pwned=1;alert(1)</script>', '<img src=x onerror="window.__pwned=2;alert(2)">',
            'ends the field </textarea><b id=injected>bold</b>', 'a </script><script>window.__pwned=3</script> b']
-
-
-@pytest.fixture(scope="session")
-def browser():
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--allow-file-access-from-files", "--window-size=1200,900"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    driver.set_page_load_timeout(30)  # a stuck browser fails the test instead of hanging the suite
-    driver.set_script_timeout(30)
-    yield driver
-    driver.quit()
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import random
 
-import openai._base_client
 import pandas as pd
 import pytest
 from conftest import read
 
+from orbench.llm import clients
 from orbench.stages import check_alignment, moderate
 
 FAULTS = [
@@ -35,9 +35,9 @@ MAX_RUNS = 6
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch):
-    """The SDK's own wait between retries (0.5 s, doubling) shortened: what is tested is which rows
-    come out how, not the SDK's pauses (which only made this test sleep for seconds)."""
-    monkeypatch.setattr(openai._base_client, "INITIAL_RETRY_DELAY", 0.01)
+    """The retry loop's wait between retries (0.5 s, doubling) shortened: what is tested is which
+    rows come out how, not the pauses (which only made this test sleep for seconds)."""
+    monkeypatch.setattr(clients, "BACKOFF_FIRST", 0.01)
 
 
 def schedule(fake, rng: random.Random, marker: str, model: str | None = None) -> bool:

@@ -98,27 +98,31 @@ def test_a_bad_key_stops_the_run_with_one_line(gem, env, script, tmp_path, statu
     assert len(gem.requests) == 1
 
 
-def test_429_and_500_are_retried_then_fail_the_row(gem, env, script, tmp_path):
+def test_429_and_500_are_retried_then_fail_the_row(gem, env, script, tmp_path, monkeypatch):
+    from orbench.llm import clients
+
+    monkeypatch.setattr(clients, "BACKOFF_FIRST", 0.01)  # the backoffs short: a faster test
     gem.add_rule(match="flaky", status=500, times=1)
     gem.add_rule(match="limited", status=429)
-    # A 429 is waited out (and the request sent again) for --patience seconds; a wait longer
-    # than that goes back to the SDK at once, whose retries apply, then the row fails.
-    result = one_run(script, env, tmp_path, "--max_retries=1", "--patience=0.5",
+    # A 429 is waited out (and the request sent again) for --patience seconds; past that, each
+    # further 429 spends one of --max_retries, then the row fails.
+    result = one_run(script, env, tmp_path, "--max_retries=1", "--patience=0.2",
                      prompts=["flaky one", "limited two"])
     assert result.returncode == 1, result.stderr
     table = read(tmp_path / "out.csv")
     assert table.response[0].startswith("Fake Gemini answer") and table.error[0] == ""
-    assert table.error[1].startswith("check_alignment: HTTP 429 from gemini (rate limited")
+    assert table.error[1].startswith("check_alignment: HTTP 429 from gemini: ")
+    assert table.error[1].endswith(", 2 attempts")
     asked = [json.dumps(r["body"]) for r in gem.requests]
-    assert sum("flaky" in b for b in asked) == 2  # the 500: the SDK's one retry
+    assert sum("flaky" in b for b in asked) == 2  # the 500: asked once again
     limited = sum("limited" in b for b in asked)
-    assert limited >= 2  # at least the SDK's one retry
+    assert limited >= 2
     meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
-    assert meta["rate_limits"][0]["responses_429"] == limited
-    assert meta["rate_limits"][0]["passed_to_sdk_after_patience"] == 2
+    assert meta["rate_limits"][0]["responses_429"] == limited == meta["requests"]["rate_limit_429s"]
+    assert meta["requests"]["waits_past_patience"] == 2
 
 
-def test_no_server_is_a_connection_failure_of_the_row(gem, env, script, tmp_path):
+def test_no_server_stops_the_run_naming_the_address(gem, env, script, tmp_path):
     import socket
 
     with socket.socket() as probe:  # a port nothing listens on
@@ -126,9 +130,11 @@ def test_no_server_is_a_connection_failure_of_the_row(gem, env, script, tmp_path
         port = probe.getsockname()[1]
     env["GEMINI_BASE_URL"] = f"http://127.0.0.1:{port}/"
     result = one_run(script, env, tmp_path, "--max_retries=0")
-    assert result.returncode == 1
-    assert read(tmp_path / "out.csv").error[0] == (
-        f"check_alignment: could not connect to gemini at http://127.0.0.1:{port}/ after retries")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"error: cannot connect to gemini at http://127.0.0.1:{port}/ (could not connect to gemini"), lines
+    assert "nothing there has answered" in lines[0]
 
 
 def test_empty_and_truncated_replies(gem, env, script, tmp_path):

@@ -42,7 +42,8 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
 
 def test_every_script_entry_point_imports_and_has_main():
     scripts = _pyproject()["project"]["scripts"]
-    assert len(scripts) == 10  # the seven stage/report/release commands, orbench-audit, orbench-inspect-to-csv, orbench-calibrate
+    # the seven stage/report/release commands, orbench-audit, orbench-inspect-to-csv, orbench-calibrate, orbench-leaderboard
+    assert len(scripts) == 11
     for target in scripts.values():
         module, func = target.split(":")
         assert module.split(".")[0] == "orbench", target  # console scripts point into the package
@@ -52,8 +53,10 @@ def test_every_script_entry_point_imports_and_has_main():
 def test_the_install_holds_one_top_level_package():
     setuptools = _pyproject()["tool"]["setuptools"]
     assert setuptools["packages"] == {"find": {"include": ["orbench*"]}}
-    # the bundled data, and the keyword matcher's own judge cards (orbench/data/judge_cards/<fingerprint>/)
-    assert setuptools["package-data"] == {"orbench": ["data/*.csv", "data/*.md", "data/judge_cards/*/*.json"]}
+    # the bundled data, the keyword matcher's own judge cards (orbench/data/judge_cards/<fingerprint>/) and
+    # the leaderboard site's page, CSS and JavaScript
+    assert setuptools["package-data"] == {"orbench": ["data/*.csv", "data/*.md", "data/judge_cards/*/*.json",
+                                                      "analysis/leaderboard/assets/*"]}
     # the stage folders and analysis/ hold scripts only, no package
     for folder in ("toxic_prompt_generator", "rewritter", "moderator", "alignment_checker",
                    "response_checker", "analysis"):

@@ -158,6 +158,9 @@ def test_each_provider_sorts_its_own_exceptions(env, model):
                                                           "status": "UNAUTHENTICATED"}})
         limited = errors.ClientError(429, {"error": {"code": 429, "message": "slow down",
                                                      "status": "RESOURCE_EXHAUSTED"}})
+        quota = errors.ClientError(429, {"error": {"code": 429, "details": [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "47.434s"}]}})
+        assert client.classify(quota, spec).wait == 47.434  # RetryInfo: Gemini's wait, in its body
         no_server = http.ConnectError("refused", request=_http_request(http))
     else:
         sdk = __import__(spec.provider.api)
@@ -169,10 +172,17 @@ def test_each_provider_sorts_its_own_exceptions(env, model):
 
         unauthorised = error(sdk.AuthenticationError, 401)
         limited = error(sdk.RateLimitError, 429)
+        limited.response.headers["retry-after-ms"] = "1500"
         no_server = sdk.APIConnectionError(request=_http_request(http))
+        no_server.__cause__ = http.ConnectError("refused", request=_http_request(http))
+    overloaded = error(sdk.InternalServerError, 529) if spec.provider.api == "anthropic" else None
     assert client.classify(unauthorised, spec).outcome is Outcome.STOP
-    assert client.classify(limited, spec).outcome is Outcome.RATE_LIMIT
+    verdict = client.classify(limited, spec)
+    assert verdict.outcome is Outcome.RATE_LIMIT
+    assert verdict.wait == (1.5 if spec.provider.api != "gemini" else None)
     assert client.classify(no_server, spec).outcome is Outcome.CONNECTION
+    if overloaded is not None:
+        assert client.classify(overloaded, spec).outcome is Outcome.OVERLOAD
     assert client.classify(KeyError("a bug"), spec) is None  # not the provider's: propagates
     assert api is client.provider(spec)
 
@@ -199,18 +209,23 @@ def test_the_mock_provider_answers_by_rules_and_sorts_its_errors(mock, env, scri
     assert sorted(mock.prompts()) == sorted(prompts)
 
 
-@pytest.mark.parametrize("error, outcome", [("retry", "RowError"), ("transient", "RowError"),
-                                            ("stop", "FatalProviderError"), ("rate_limit", "RowError"),
-                                            ("connection", "RowError"), ("bug", "MockError")])
-def test_the_mock_provider_errors_reach_the_client_as_their_class(mock, error, outcome):
+@pytest.mark.parametrize("error, outcome, asked", [
+    ("retry", "RowError", 2), ("transient", "RowError", 2), ("stop", "FatalProviderError", 1),
+    ("rate_limit", "RowError", 2), ("overload", "FatalProviderError", 2),
+    ("connection", "FatalProviderError", 1), ("bug", "MockError", 1)])
+def test_the_mock_provider_errors_reach_the_client_as_their_class(mock, monkeypatch, error, outcome, asked):
+    """--max_retries 1: what is worth asking again is asked twice; a 429 past --patience spends
+    the retries too. At an address that has never answered, a connection failure stops the run at
+    once and "overloaded" answers once the retries are spent."""
     import asyncio
 
+    from orbench.llm import clients
     from orbench.llm.clients import Client
 
+    monkeypatch.setattr(clients, "BACKOFF_FIRST", 0.01)
     mock.add(error=error)
-    client = Client(cache=None, max_retries=1)
+    client = Client(cache=None, max_retries=1, patience=0.001)
     with pytest.raises(Exception) as info:
         asyncio.run(client.complete(Request.user(parse_model("mock/m"), "hi")))
     assert type(info.value).__name__ == outcome
-    # retries happen for replies with no answer only: two attempts, else one
-    assert len(mock.requests) == (2 if error in ("retry", "transient") else 1)
+    assert len(mock.requests) == asked

@@ -3,36 +3,46 @@
 The providers live in ``orbench.llm.providers``, one module per wire protocol, and are found by the
 provider table's ``api`` name (``orbench.llm.providers.provider_class``); each implements the
 contract :class:`orbench.llm.types.ProviderAPI`. ``Client`` adds what every provider shares: one
-provider instance per provider and base URL (per model file for the local model), a concurrency
-bound per provider (``--rpm`` is a fixed cap inside the pacer, ``orbench.llm.ratelimit``), the response
-cache, and counters for the run summary. It is one :class:`orbench.llm.types.AnswerSource`: ``complete`` answers from the
-cache, else from the provider. ``--estimate`` and ``--batch`` need no other mode of it: a stage
-declares the requests of each row up front, and :meth:`Client.unanswered` says which of them the
-cache cannot answer (what is priced or submitted); after a batch, ``orbench.llm.batch.BatchAnswers``
-answers the batched providers' requests from the batch's results. The request and answer types
-are in ``orbench.llm.types`` and re-exported here.
+provider instance per provider and base URL (per model file for the local model), the pacer of
+each (provider, address, model) (``orbench.llm.ratelimit``, ``--rpm`` a token bucket inside it),
+the one retry loop, the response cache, and counters for the run summary. It is one
+:class:`orbench.llm.types.AnswerSource`: ``complete`` answers from the cache, else from the
+provider. ``--estimate`` and ``--batch`` need no other mode of it: a stage declares the requests
+of each row up front, and :meth:`Client.unanswered` says which of them the cache cannot answer
+(what is priced or submitted); after a batch, ``orbench.llm.batch.BatchAnswers`` answers the
+batched providers' requests from the batch's results. The request and answer types are in
+``orbench.llm.types`` and re-exported here.
 
-Retries are the SDKs' own (408, 409, 429, 5xx and connection errors, with exponential backoff
-that honours ``Retry-After``); this module never loops on a failed request itself, except for a
-reply with no answer in it. After the SDK gives up, the provider's own ``classify`` says what the
-exception means (:class:`orbench.llm.types.Outcome`) and :func:`apply_verdict` acts on it: a block
-becomes data (``provider_refusal=True``), a stop ends the run (``FatalProviderError``), a reply
-with no answer is asked again (``TransientReply``), anything else fails just that row
-(``RowError``). Below the SDKs, ``orbench.llm.ratelimit`` paces each (provider, base URL, model) to
-the limits its 429s reveal (its headers a hint), with ``Client(rpm=)`` as a fixed cap inside the
-same pacer, waits out its 429s and "overloaded" answers without spending those retries
-(``Client(patience=)``), and stops the run when the first attempts at an address all fail to
-connect or are all answered "overloaded".
+**The retry loop** (:meth:`Client._send`; the SDKs' own retries are off). Each attempt waits for
+the pacer, then the provider's ``classify`` sorts what went wrong (:class:`orbench.llm.types.Outcome`):
+
+- a block is data (``provider_refusal=True``); a stop ends the run (``FatalProviderError``); a row
+  error fails just that row (``RowError``);
+- a 429 (``RATE_LIMIT``) and an "overloaded" answer (``OVERLOAD``) wait as the provider asked
+  (``ErrorClass.wait``), else back off, and go again, until ``--patience`` seconds have passed
+  since the request's first such answer; past it they spend ``--max_retries`` like the rest;
+- anything worth asking again (``RETRY``: 5xx, 408/409, a timeout, a dropped connection, a reply
+  with no answer) waits as asked or backs off, and spends one of ``--max_retries``; when they are
+  spent the row fails;
+- an address that has never answered stops the run (exit 2, naming the address) at its first
+  connection failure, or when a request has spent its ``--max_retries`` on "overloaded" answers.
+
+A waiting request is out of the flight: it gives its pacer's window place back at once, and its
+row's place among the ``--concurrency`` rows (:data:`ROW_PLACE`) until it goes again. Backing off
+is exponential with full jitter, from ``BACKOFF_FIRST`` to at most ``BACKOFF_LONGEST`` seconds
+(the openai and anthropic SDKs' own defaults).
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import time
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 
-from orbench.llm import providers, ratelimit, reachability
+from orbench.llm import pricing, providers, ratelimit
 from orbench.llm.cache import Cache, cache_key
 from orbench.llm.errors import FatalProviderError, RowError
 from orbench.llm.models import ModelSpec, redact
@@ -40,22 +50,32 @@ from orbench.llm.types import Completion, ErrorClass, Outcome, ProviderAPI, Requ
 
 __all__ = ["Client", "CallStats", "apply_verdict", "valid_text",
            "Request", "Completion", "TransientReply", "ProviderAPI",
-           "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "DEFAULT_CONCURRENCY"]
+           "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "DEFAULT_CONCURRENCY", "DEFAULT_PATIENCE", "ROW_PLACE"]
 
+# The flags' defaults.
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_MAX_RETRIES = 5
-#: Rows in flight at once, and requests in flight per provider (the CLI, Client and run_stage).
+DEFAULT_PATIENCE = 600.0
+#: Rows in flight at once (the CLI, Client and run_stage).
 DEFAULT_CONCURRENCY = 16
+BACKOFF_FIRST, BACKOFF_LONGEST = 0.5, 8.0
+
+#: The place a row holds among the ``--concurrency`` rows in flight (the stage runner sets it): a
+#: request gives it back while it waits out a provider's wait, and takes one again to go on.
+ROW_PLACE: ContextVar[asyncio.Semaphore | None] = ContextVar("orbench_row_place", default=None)
+
+
+def backoff(attempt: int) -> float:
+    """Seconds before the ``attempt``-th try again: exponential backoff with full jitter."""
+    return random.uniform(0, min(BACKOFF_LONGEST, BACKOFF_FIRST * 2 ** min(attempt - 1, 16)))
 
 
 def apply_verdict(verdict: ErrorClass) -> Completion:
-    """Act on a provider's verdict: a blocked ``Completion`` for :attr:`Outcome.BLOCK`, else raise
-    ``TransientReply`` (retry), ``FatalProviderError`` (stop) or ``RowError`` (the rest)."""
+    """Act on a final verdict: a blocked ``Completion`` for :attr:`Outcome.BLOCK`, else raise
+    ``FatalProviderError`` (stop) or ``RowError`` (the rest)."""
     if verdict.outcome is Outcome.BLOCK:
         return Completion(text="", finish_reason=verdict.finish_reason or "content_filter",
                           provider_refusal=True)
-    if verdict.outcome is Outcome.RETRY:
-        raise TransientReply(verdict.message)
     if verdict.outcome is Outcome.STOP:
         raise FatalProviderError(verdict.message)
     raise RowError(verdict.message)
@@ -71,26 +91,16 @@ def valid_text(text: str | None) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def _v1_hint(exc: BaseException, spec: ModelSpec, base_url: str | None) -> str:
-    """For a 404 from an OpenAI-compatible server whose base URL has no ``/v1``: say so."""
-    if getattr(exc, "status_code", None) != 404 or spec.provider.api != "openai" or not base_url:
-        return ""
-    if "/v1" in base_url:
-        return ""
-    return (f"; the base URL has no /v1 in it, and OpenAI-compatible servers answer under "
-            f"/v1: try {base_url.rstrip('/')}/v1")
-
-
-def _unreachable(provider, slot: _Slot) -> str:
-    """The one line that stops a run whose address has never answered (or only "overloaded")."""
+def _unreachable(provider, slot: _Slot, verdict: ErrorClass) -> ErrorClass:
+    """The stop of a run whose address has never answered (or only "overloaded")."""
     where = f"{provider.name} at {slot.base_url or 'its default address'}"
     check = f"the address (--base_url or {provider.base_url_var})"
-    if slot.reach.kind == "overloaded":
-        return (f"{where} has answered nothing but \"overloaded\" since the run started "
-                f"({slot.reach.reason}): check {check} and that the server has a model loaded, "
-                f"or try again later")
-    return (f"cannot connect to {where} ({slot.reach.reason}); nothing there has answered: check "
-            f"{check}, that the server is running, and the network")
+    if verdict.outcome is Outcome.OVERLOAD:
+        return ErrorClass(Outcome.STOP, f"{where} has answered nothing but \"overloaded\" since the run "
+                          f"started ({verdict.message}): check {check} and that the server has a model "
+                          f"loaded, or try again later")
+    return ErrorClass(Outcome.STOP, f"cannot connect to {where} ({verdict.message}); nothing there has "
+                      f"answered: check {check}, that the server is running, and the network")
 
 
 @dataclass
@@ -111,9 +121,8 @@ class CallStats:
 class _Slot:
     api: ProviderAPI
     base_url: str | None
-    semaphore: asyncio.Semaphore
     endpoint: str | None = None  # what the cache key records: the base URL, or the local weights' identity
-    reach: reachability.Reachability = field(default_factory=reachability.Reachability)
+    answered: bool = False  # whether anything there has answered but "overloaded"
 
 
 class Client:
@@ -126,16 +135,17 @@ class Client:
     def __init__(self, *, cache: Cache | None = None, base_url: str | None = None,
                  concurrency: int = DEFAULT_CONCURRENCY, rpm: float | None = None,
                  timeout: float = DEFAULT_TIMEOUT, max_retries: int = DEFAULT_MAX_RETRIES,
-                 patience: float = ratelimit.DEFAULT_PATIENCE):
+                 patience: float = DEFAULT_PATIENCE):
         self.cache = cache
         self.base_url = base_url
         self.concurrency = concurrency
         self.rpm = rpm
         self.timeout = timeout
         self.max_retries = max_retries
+        self.patience = patience
         self.stats = CallStats()
-        # The pacers (``--rpm`` is a fixed cap inside each), kept for the meta file.
-        self.rate_limits = ratelimit.RateLimits(patience, rpm)
+        # The pacers (``--rpm`` is a token bucket inside each), kept for the meta file.
+        self.rate_limits = ratelimit.RateLimits(patience, rpm, concurrency)
         self._slots: dict[str, _Slot] = {}
         self._seen: dict[str, dict] = {}  # per slot: base URL and engine, for the meta file
 
@@ -178,7 +188,7 @@ class Client:
             api = providers.provider_class(provider.api).connect(
                 spec, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries)
             base_url = api.base_url
-            slot = _Slot(api, base_url, asyncio.Semaphore(self.concurrency), api.endpoint)
+            slot = _Slot(api, base_url, api.endpoint)
             self._slots[slot_key] = slot
             self._seen[slot_key] = {"base_url": base_url, "engine": api.describe()}
         return slot
@@ -226,10 +236,9 @@ class Client:
         if hit is not None:
             return hit
         slot = self._slot(request.model)
-        async with slot.semaphore:
-            started = time.monotonic()
-            completion = await self._send(request, slot)
-            latency = time.monotonic() - started
+        started = time.monotonic()
+        completion = await self._send(request, slot)
+        latency = time.monotonic() - started
         completion = Completion(**{**asdict(completion), "text": valid_text(completion.text),
                                    "latency": latency})
         self.stats.input_tokens += completion.input_tokens
@@ -242,42 +251,56 @@ class Client:
         return completion
 
     async def _send(self, request: Request, slot: _Slot) -> Completion:
-        """One provider answer; replies with no answer in them are asked again, a bounded number of times."""
-        attempts = self.max_retries + 1
-        for attempt in range(1, attempts + 1):
+        """The retry loop (see the module docstring): one provider answer to ``request``."""
+        spec, provider = request.model, request.model.provider
+        pacer = self.rate_limits.pacer(provider.name, slot.base_url, spec.model)
+        costs = ratelimit.request_costs(pricing.input_tokens(request), request.max_tokens)
+        retries = waits = 0
+        first_wait = None
+        while True:
+            ticket = await pacer.acquire(costs)
             self.stats.sent += 1
-            try:
+            with ratelimit.watching() as seen:
                 try:
-                    return await self._generate(request, slot)
-                except TransientReply:
-                    raise
+                    answer, verdict = await slot.api.generate(request), None
+                except TransientReply as exc:  # a reply, but no answer in it
+                    self.stats.transient += 1
+                    answer, verdict = None, ErrorClass(Outcome.RETRY, f"{exc} from {provider.name}")
                 except Exception as exc:
-                    verdict = slot.api.classify(exc, request.model)
-                    if verdict is None:
+                    answer, verdict = exc, slot.api.classify(exc, spec)
+                    if verdict is None:  # not the provider's to sort: a bug
+                        pacer.released(ticket)
                         raise
-                    try:
-                        return apply_verdict(verdict)
-                    except FatalProviderError as fatal:
-                        raise FatalProviderError(f"{fatal}{_v1_hint(exc, request.model, slot.base_url)}") from None
-            except TransientReply as exc:
-                self.stats.transient += 1
-                if attempt == attempts:
-                    raise RowError(f"{exc} from {request.model.provider.name}, "
-                                   f"{attempts} attempts") from None
-        raise AssertionError("unreachable")
-
-    async def _generate(self, request: Request, slot: _Slot) -> Completion:
-        """``slot.api.generate(request)`` paced by ``orbench.llm.ratelimit``; stops the run when the
-        address has never answered and keeps refusing connections."""
-        chars = len(request.system or "") + sum(len(content) for _, content in request.messages)
-        ticket = self.rate_limits.ticket(request.model.provider.name, slot.base_url, request.model.model,
-                                         prompt_chars=chars, max_tokens=request.max_tokens,
-                                         reach=slot.reach)
-        with ratelimit.attached(ticket):
-            answered, completion = await slot.reach.guard(slot.api.generate(request))
-        if not answered:
-            raise FatalProviderError(_unreachable(request.model.provider, slot))
-        return completion
+            outcome = verdict and verdict.outcome
+            never = not slot.answered and outcome in (Outcome.CONNECTION, Outcome.OVERLOAD)
+            slot.answered = not never
+            if not isinstance(answer, Exception):
+                pacer.admitted(ticket, seen)
+            elif outcome is not Outcome.RATE_LIMIT:
+                pacer.released(ticket, seen)
+            if verdict is None:
+                return answer
+            if outcome in (Outcome.BLOCK, Outcome.STOP, Outcome.ROW) or never and outcome is Outcome.CONNECTION:
+                return apply_verdict(_unreachable(provider, slot, verdict) if never else verdict)
+            now, patient = time.monotonic(), outcome in (Outcome.RATE_LIMIT, Outcome.OVERLOAD) and not never
+            waits, first_wait = waits + patient, now if first_wait is None and patient else first_wait
+            wait = verdict.wait if verdict.wait is not None else backoff(waits if patient else retries + 1)
+            if outcome is Outcome.RATE_LIMIT:
+                pacer.refused(ticket, wait, seen)
+            self.rate_limits.overloaded += outcome is Outcome.OVERLOAD
+            if not (patient and now + wait - first_wait <= self.patience):
+                retries, wait = retries + 1, backoff(retries + 1) if patient else wait  # past --patience
+                self.rate_limits.past_patience += patient
+                if retries > self.max_retries:
+                    return apply_verdict(_unreachable(provider, slot, verdict) if never else ErrorClass(
+                        Outcome.ROW, verdict.message + (f", {retries} attempts" if retries > 1 else "")))
+            self.rate_limits.waited += wait if patient else 0.0
+            place = ROW_PLACE.get()
+            if place is not None:  # its row's place goes to the next row while it waits
+                place.release()
+            await asyncio.sleep(wait)
+            if place is not None:
+                await place.acquire()
 
     def store(self, key: str, completion: Completion) -> None:
         """Put an answer into the cache under ``key``: a synchronous one (``complete``) or one

@@ -72,32 +72,39 @@ class AnswerSource(Protocol):
 class TransientReply(Exception):
     """A 200 reply that carries no answer (no choices, null content) or could not be decoded.
 
-    Never a verdict and never cached: ``Client`` asks again a bounded number of times, then the
-    row fails with ``RowError``.
+    Never a verdict and never cached: ``Client`` asks again (each time one of ``--max_retries``),
+    then the row fails with ``RowError``.
     """
 
 
 class Outcome(enum.Enum):
-    """What an exception from a provider means, once its SDK's own retries are spent."""
+    """What an exception from a provider means: what the client's retry loop does with it."""
 
-    RETRY = "retry"            # no answer in the reply: ask again (bounded), never a verdict
-    RATE_LIMIT = "rate_limit"  # still rate limited after the retries: this row fails
+    RETRY = "retry"            # worth asking again (5xx, 408/409, a timeout, a dropped connection,
+                               # a reply with no answer): spends one of --max_retries
+    RATE_LIMIT = "rate_limit"  # a 429: waits as the provider says (``wait``), within --patience;
+                               # the pacer learns from it
+    OVERLOAD = "overload"      # 503/529 "overloaded": backs off, within --patience; nothing else changes
     BLOCK = "block"            # the provider blocked the prompt: a provider refusal (data)
-    STOP = "stop"              # every row would fail alike (key, access, model): stop the run
-    CONNECTION = "connection"  # the server could not be reached at all: this row fails
-    ROW = "row"                # anything else: this row fails, a rerun tries it again
+    STOP = "stop"              # every row would fail alike (key, access, model, credit): stop the run
+    CONNECTION = "connection"  # the server could not be reached: stops the run if the address has
+                               # never answered, else as RETRY
+    ROW = "row"                # anything else (a 400): this row fails, a rerun tries it again
 
 
 @dataclass(frozen=True)
 class ErrorClass:
     """A provider's verdict on one exception: the outcome and the one line to show for it.
 
-    For :attr:`Outcome.BLOCK`, ``finish_reason`` is what the blocked ``Completion`` records.
+    ``wait`` is the seconds the provider asked for before asking again (``Retry-After``,
+    ``retry-after-ms``, Gemini's ``RetryInfo``), None when it named none. For
+    :attr:`Outcome.BLOCK`, ``finish_reason`` is what the blocked ``Completion`` records.
     """
 
     outcome: Outcome
     message: str
     finish_reason: str | None = None
+    wait: float | None = None
 
 
 class BatchAPI(abc.ABC):

@@ -25,10 +25,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from orbench.llm.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT
+from orbench.llm.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_PATIENCE, DEFAULT_TIMEOUT
 from orbench.llm.errors import UsageError
 from orbench.llm.models import keys_not_needed, redact
-from orbench.llm.ratelimit import DEFAULT_PATIENCE
 from orbench.run.lifecycle import Delivery, Job, RunOptions, execute, report_bug, run_job
 
 logger = logging.getLogger(__name__)
@@ -122,8 +121,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
                        help="the input CSV's separator (default: the one its header line uses: ',', ';', "
                             "tab or '|')")
     group.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
-                       help=f"rows in flight at once, and requests in flight per provider "
-                            f"(default: {DEFAULT_CONCURRENCY})")
+                       help=f"rows in flight at once; a row whose request waits out a provider's "
+                            f"429 or overload gives its place to the next meanwhile (default: "
+                            f"{DEFAULT_CONCURRENCY})")
     if upstream:
         group.add_argument("--retry_upstream_errors", action="store_true",
                            help="also process input rows whose 'error' is set by an earlier stage "
@@ -157,19 +157,21 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
                             "settable per provider as <PROVIDER>_BASE_URL, the name upper-cased with - as _ "
                             "(OPENAI_COMPATIBLE_BASE_URL)")
     group.add_argument("--rpm", type=positive_float, default=None,
-                       help="hard cap on requests per minute per provider (default: no cap; without it "
-                            "requests are paced to the limits the provider reports)")
+                       help="hard cap on requests per minute per model and address, evenly spaced "
+                            "(default: no cap; requests are paced to the provider's 429s and "
+                            "rate-limit headers, see docs/rate_limits.md)")
     group.add_argument("--patience", type=positive_float, default=DEFAULT_PATIENCE,
-                       help="seconds one request may keep waiting out the provider's rate limit (429 "
-                            "answers) before the 429 counts as a failure and the SDK's retries apply "
-                            f"(default: {DEFAULT_PATIENCE:g})")
+                       help="seconds one request may keep waiting out 429 and 503/529 'overloaded' "
+                            "answers (from its first such answer) before each further one spends one of "
+                            f"--max_retries (default: {DEFAULT_PATIENCE:g})")
     group.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT,
                        help=f"seconds one attempt may take, the whole reply included (default: "
                             f"{DEFAULT_TIMEOUT:g})")
     group.add_argument("--max_retries", type=non_negative_int, default=DEFAULT_MAX_RETRIES,
-                       help="SDK retries on 408/409/429/5xx/connection errors, with backoff that honours "
-                            "Retry-After; also the retries of a reply with no answer in it (no choices, "
-                            f"null content) (default: {DEFAULT_MAX_RETRIES})")
+                       help="times one request is asked again after 408/409/5xx, a timeout, a dropped "
+                            "connection or a reply with no answer in it (no choices, null content), "
+                            "waiting as Retry-After says or backing off; 429 and overload answers "
+                            f"spend --patience instead (default: {DEFAULT_MAX_RETRIES})")
     group.add_argument("--no_cache", action="store_true",
                        help="do not read or write the response cache (ORBENCH_CACHE_DIR sets its folder)")
     cost = parser.add_argument_group("scale and cost")

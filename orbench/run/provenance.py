@@ -13,6 +13,7 @@ The report reads it when present. It is written atomically, after the output.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -51,13 +52,20 @@ def sha256_file(path: str | Path) -> str | None:
 
 def package_versions() -> dict[str, str]:
     """Python's version and those of the packages that shape a run's results."""
-    found = {"python": platform.python_version()}
+    return dict(_versions())
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    # Read once per process: importlib.metadata scans every installed distribution on each call
+    # (milliseconds each), and a meta file asks twice per run.
+    found = [("python", platform.python_version())]
     for name in _PACKAGES:
         try:
-            found[name] = version(name)
+            found.append((name, version(name)))
         except PackageNotFoundError:
             continue
-    return found
+    return tuple(found)
 
 
 def _iso(timestamp: float) -> str | None:
@@ -102,6 +110,8 @@ def build_meta(*, stage, result, client, models: list[dict], input_path: str | N
             "sent": stats.sent, "from_cache": stats.cached, "provider_blocks": stats.provider_blocks,
             "transient_replies_retried": stats.transient,
             "rate_limit_429s": client.rate_limits.responses_429,
+            "overloaded_answers": client.rate_limits.overloaded,
+            "waits_past_patience": client.rate_limits.past_patience,
         },
         "rate_limits": None if stats is None else client.rate_limits.describe(),
         "tokens": None if stats is None else {

@@ -38,7 +38,9 @@ batch). The runner asks each row's requests together and keeps these promises:
   existing output or its progress file: rows done earlier stay in both.
 - **Order and atomicity.** The output keeps every input column, adds the stage's columns and an
   ``error`` column, lists rows in input order, and is written through a temporary file and a rename.
-- **Bounded concurrency** (``concurrency`` rows in flight) with a tqdm progress bar on a
+- **Bounded concurrency**: ``concurrency`` rows in flight, the one bound (a row whose request
+  waits out a provider's 429 or overload gives its place to the next meanwhile:
+  ``orbench.llm.clients.ROW_PLACE``), with a tqdm progress bar on a
   terminal, and one plain progress line every ``PROGRESS_EVERY`` seconds when stderr is not one
   (CI, ``nohup``, a job scheduler); ``quiet`` silences both.
 - **Failures are data.** A row that fails after the retries keeps its place with an ``error``
@@ -66,7 +68,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from orbench.llm.clients import DEFAULT_CONCURRENCY
+from orbench.llm.clients import DEFAULT_CONCURRENCY, ROW_PLACE
 from orbench.llm.errors import FatalProviderError, UsageError
 from orbench.llm.models import redact
 from orbench.llm.types import AnswerSource, Completion, Request
@@ -564,38 +566,55 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
     if not quiet and not sys.stderr.isatty():
         lines = asyncio.ensure_future(_progress_lines(stage.name, len(queue), counts, client))
 
-    async def worker() -> None:
-        while queue:
-            key, record = queue.pop()
+    places = asyncio.Semaphore(concurrency)
+    ROW_PLACE.set(places)  # the rows' tasks, made below, inherit it
+    rows: set[asyncio.Task] = set()
+    stop: list[BaseException] = []
+
+    async def row(key: str, record: dict) -> None:
+        try:
             try:
-                rows = _as_rows(await _answer(stage, record, client))
-                entry = {"key": key, "rows": rows, "error": None}
+                entry = {"key": key, "rows": _as_rows(await _answer(stage, record, client)), "error": None}
             except (FatalProviderError, UsageError):
                 raise
             except Exception as exc:  # noqa: BLE001 - a failed row is data, not a crash
                 text = redact(f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc))
                 entry = {"key": key, "rows": None, "error": f"{stage.stage_id}: {text}"[:500]}
             log.append(entry)
-            bar.update(1)
-            counts["done"] += 1
-            counts["errors"] += entry["error"] is not None
+        except (FatalProviderError, UsageError) as exc:  # a bad key, a full disk: the run stops
+            stop.append(exc)
+            spawner.cancel()
+            return
+        finally:
+            places.release()
+        bar.update(1)
+        counts["done"] += 1
+        counts["errors"] += entry["error"] is not None
 
-    workers = [asyncio.ensure_future(worker()) for _ in range(max(1, min(concurrency, len(queue))))]
+    async def spawn() -> None:
+        while queue:
+            await places.acquire()
+            key, record = queue.pop()
+            task = asyncio.ensure_future(row(key, record))
+            rows.add(task)
+            task.add_done_callback(rows.discard)
+        while rows:
+            await asyncio.gather(*rows)
+
+    spawner = asyncio.ensure_future(spawn())
     try:
-        finished, pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        failures = [task.exception() for task in finished if task.exception() is not None]
-        if failures:  # every exception is retrieved; the first one stops the run
-            raise failures[0]
+        await asyncio.wait({spawner})  # (a row's stop cancels the spawner, not this task)
+        if stop:  # the first stop (a bad key, a full disk) ends the run
+            raise stop[0]
+        spawner.result()
     finally:
         bar.close()
         if lines is not None:
             lines.cancel()
-        for task in workers:  # after Ctrl-C: the rows in flight stop before their connections close
-            task.cancel()     # (closing a connection a request still reads waits for its reply)
-        await asyncio.gather(*workers, return_exceptions=True)
+        spawner.cancel()
+        for task in list(rows):  # after Ctrl-C: the rows in flight stop before their connections close
+            task.cancel()        # (closing a connection a request still reads waits for its reply)
+        await asyncio.gather(spawner, *rows, return_exceptions=True)
         if client is not None:  # SDK connections belong to this event loop; close them in it
             await client.close()
 

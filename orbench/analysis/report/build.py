@@ -43,7 +43,9 @@ ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refus
 prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
 point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
-figures, provenance from each input's ``.meta.json``, example prompts with their verdicts);
+figures, provenance from each input's ``.meta.json``, example prompts with their verdicts), and
+``every_eval_ever/`` (the results as Every Eval Ever records, per model and benchmark with their
+per-sample JSONL, and Hugging Face ``.eval_results`` snippets: :mod:`orbench.analysis.eee`);
 ``--no_figures`` writes all but the figures.
 The leaderboard is sorted by balanced accuracy ``(toxic + 100 - hard) / 2``, best first. The
 last line printed is the path of report.html.
@@ -66,6 +68,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from orbench.analysis.eee import records as eee
+from orbench.analysis.eee import samples as eee_rows
 from orbench.analysis.folders import check_writable, write_error
 from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
@@ -128,18 +132,22 @@ class Report:
     heat_sets: tuple[str, ...] = ()
     moderator_cards: dict = field(default_factory=dict)  # the cards of the moderations that chose the prompts
     outputs: dict[str, Path] = field(default_factory=dict)
+    # the verdict rows behind the leaderboard, for the Every Eval Ever records (orbench.analysis.eee.samples)
+    verdict_rows: object = field(default=None, repr=False, compare=False)
 
-    def save(self, output_dir: str | Path = "report", *, figures: bool = True, html: bool = True) -> dict[str, Path]:
-        """Write the report's files into ``output_dir`` (:func:`orbench.analysis.report.files.write`:
-        the tables as CSV, the figures unless ``figures`` is off, report.json) and, with ``html``,
-        report.html; what was written, by name (as ``outputs``)."""
-        from orbench.analysis.report import html as html_report
-
+    def save(self, output_dir: str | Path = "report", *, figures: bool = True, html: bool = True,
+             eee_samples: bool = True) -> dict[str, Path]:
+        """Write the report's files into ``output_dir`` as ``report.py`` does: the Every Eval Ever
+        records (with their per-sample lines unless ``eee_samples`` is off), the tables as CSV, the
+        figures unless ``figures`` is off, report.json and, with ``html``, report.html; what was
+        written, by name (as ``outputs``)."""
         out = Path(output_dir)
         check_writable(out)
-        rep = self if figures or files.NO_FIGURES in self.notes else replace(self, notes=(*self.notes, files.NO_FIGURES))
-        rep = replace(rep, outputs=files.write(rep, out, figures=figures))
-        return {**rep.outputs, "html": html_report.write(rep, out / "report.html")} if html else rep.outputs
+        written = eee.write(self, out, eee_samples)
+        rep = replace(self, verdict_rows=None)
+        if not figures and files.NO_FIGURES not in rep.notes:
+            rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
+        return _write_files(rep, out, figures, html, written)
 
     def html(self) -> str:
         """report.html's text: one self-contained page, its figures inlined."""
@@ -632,7 +640,8 @@ def compute(specs: Sequence[str], *, default_set: str | None = None, default_mod
                   _notes(inp, fig, calibration_notes, ref, verdict, summary, headline, extra, heat, audited),
                   tuple(warnings), ref, fig["reference_fit"], fig["without_point"], inp.provenance, inp.examples,
                   extra, audited, records, sizes, cards, heat,
-                  tuple(set_order(heat["set"])) if heat is not None else (), moderator_cards=moderator_cards)
+                  tuple(set_order(heat["set"])) if heat is not None else (), moderator_cards=moderator_cards,
+                  verdict_rows=eee_rows.collect(inp, ents))
 
 
 def _import_plots() -> None:
@@ -645,9 +654,9 @@ def _import_plots() -> None:
 
 
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True,
-                 figures: bool = True, **options) -> Report:
+                 figures: bool = True, eee_samples: bool = True, **options) -> Report:
     """Compute the report (:func:`compute`, whose keyword options it takes), write its files into
-    ``output_dir`` (:meth:`Report.save`; with ``html``, report.html too); the report with
+    ``output_dir`` (as :meth:`Report.save`; with ``html``, report.html too); the report with
     ``outputs`` naming every file written. ``figures=False`` draws no figure (a figure left in
     ``output_dir`` by an earlier run is removed, so none shows other numbers)."""
     if figures:
@@ -655,10 +664,24 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, htm
         # (the CSV parser leaves the interpreter free), ready when the figures are drawn
         threading.Thread(target=_import_plots, daemon=True).start()
     rep = compute(specs, html=html, **options)
+    out = Path(output_dir)
+    written = eee.write(rep, out, eee_samples)  # Every Eval Ever records: they need the verdict rows, dropped below
+    rep = replace(rep, verdict_rows=None)
     release_memory()  # the verdict table is gone: give its memory back before the figures are drawn
     if not figures:
         rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
-    return replace(rep, outputs=rep.save(output_dir, figures=figures, html=html))
+    return replace(rep, outputs=_write_files(rep, out, figures, html, written))
+
+
+def _write_files(rep: Report, out: Path, figures: bool, html: bool, written: dict[str, Path]) -> dict[str, Path]:
+    """The report's tables, figures (unless ``figures`` is off) and report.json, then (``html``)
+    report.html, into ``out``, beside what was ``written`` already (its Every Eval Ever records)."""
+    outputs = {**files.write(rep, out, figures=figures), **written}
+    if html:
+        from orbench.analysis.report import html as html_report
+
+        outputs["html"] = html_report.write(replace(rep, outputs=outputs), out / "report.html")
+    return outputs
 
 
 def report_from(args) -> Report:
@@ -670,11 +693,11 @@ def report_from(args) -> Report:
     options = dict(default_set=args.default_set, default_model=args.default_model, verdict=args.verdict,
                    reference=not args.no_reference, examples=args.examples, compare=args.compare,
                    baseline=args.baseline, audit=args.audit, custom_sets=args.custom_sets)
-    if args.output_dir is None:
-        rep = compute(args.files, **options)
-        return replace(rep, notes=(*rep.notes, files.NO_FIGURES)) if args.no_figures else rep
+    if args.output_dir is None:  # figures are drawn, or not, when it is saved (Report.save)
+        return compute(args.files, **options)
     check_writable(args.output_dir)
-    return build_report(args.files, args.output_dir, figures=not args.no_figures, **options)
+    return build_report(args.files, args.output_dir, figures=not args.no_figures,
+                        eee_samples=not args.no_eee_samples, **options)
 
 
 def make_parser() -> ArgumentParser:
@@ -711,6 +734,10 @@ def make_parser() -> ArgumentParser:
                         help="draw no figures (hard_vs_toxic.png/.pdf, category_heatmap.png): every table, "
                              "report.json and report.html are still written, in a third of the time; "
                              "figures an earlier run left in --output_dir are removed")
+    parser.add_argument("--no_eee_samples", action="store_true",
+                        help="write the Every Eval Ever records (every_eval_ever/) without their per-sample JSONL: "
+                             "those hold every prompt and reply (at 30 models x 80K rows, GBs and most of the "
+                             "report's time); the leaderboard then has no per-prompt verdicts to compare ranks with")
     parser.add_argument("--examples", type=int, default=3, metavar="N",
                         help="example refusals and answers per model and category in report.html (default: 3)")
     parser.add_argument("--audit", action="append", default=[], metavar="DIR",

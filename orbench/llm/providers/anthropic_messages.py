@@ -55,8 +55,10 @@ class AnthropicMessages(SDKProvider):
         self.provider = provider
         self.base_url = self.endpoint = base_url
         self.sdk = AsyncAnthropic(api_key=api_key, base_url=base_url,
-                                  timeout=timeout, max_retries=max_retries,
+                                  timeout=timeout, max_retries=0,
                                   http_client=sdk_http_client(DefaultAsyncHttpxClient, timeout))
+        # Model requests are retried by the client's loop; batch calls keep the SDK's own retries.
+        self.batch_sdk = self.sdk.with_options(max_retries=max_retries)
 
     @classmethod
     def parameters_sent(cls, spec: ModelSpec) -> list[str]:
@@ -89,7 +91,7 @@ class AnthropicBatch(BatchAPI):
 
     async def submit(self, provider, ref: str, lines: list[dict], payload: bytes, record) -> str:
         """Create the batch in one call; its id."""
-        batch = await provider.sdk.messages.batches.create(requests=lines)
+        batch = await provider.batch_sdk.messages.batches.create(requests=lines)
         return batch.id
 
     def may_have_reached(self, record: dict) -> bool:
@@ -99,7 +101,7 @@ class AnthropicBatch(BatchAPI):
     async def poll(self, provider, batch_id: str):
         """``(succeeded, failed)`` counts, ``"ended"`` once ended (else None), a note, and the
         results (an async iterator of ``(key, outcome)``) once ended."""
-        sdk = provider.sdk
+        sdk = provider.batch_sdk
         batch = await sdk.messages.batches.retrieve(batch_id)
         c = batch.request_counts
         counts = (c.succeeded, c.errored + c.expired + c.canceled)

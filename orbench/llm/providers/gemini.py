@@ -30,9 +30,11 @@ What comes back:
 - ``modelVersion`` is the reported model (the meta file's ``reported_model``).
 
 Errors (``classify``): 401/403, a 400 naming an invalid API key, and 404 stop the run with one
-line; a 429 is waited out by the client's pacer (``orbench.llm.ratelimit``, up to ``--patience``),
-5xx are retried by the SDK (``--max_retries``), and what is left fails the row; no connection
-fails the row as a connection failure (and stops the run if the address never answered).
+line; a 429 is a rate limit whose wait is the ``google.rpc.RetryInfo`` detail of its body
+(``"retryDelay": "47.434s"``: Gemini sends no ``Retry-After``), waited out by the client's retry
+loop up to ``--patience``; 503 is an overload, other 5xx are asked again (``--max_retries``), and
+what is left fails the row; no connection is a connection failure (it stops the run if the
+address never answered). The SDK's own retries are off.
 
 The key comes from ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``); ``--base_url`` or
 ``GEMINI_BASE_URL`` points the SDK at another server. The HTTP client is the shared one of
@@ -211,7 +213,7 @@ class Gemini(ProviderAPI):
         self.endpoint = f"{base_url or ''}#safety={self.threshold or 'default'}"
         options = types.HttpOptions(
             base_url=base_url, api_version="v1beta", timeout=int(timeout * 1000),
-            retry_options=types.HttpRetryOptions(attempts=max_retries + 1),
+            retry_options=types.HttpRetryOptions(attempts=1),  # the client's loop retries
             httpx_async_client=sdk_http_client(_async_client_class(), timeout))
         self.sdk = genai.Client(api_key=api_key, http_options=options)
 
@@ -264,13 +266,24 @@ class Gemini(ProviderAPI):
                 keys = " or ".join(spec.provider.key_vars)
                 return ErrorClass(Outcome.STOP, f"{spec.provider.name} rejected the API key "
                                                 f"(HTTP 400, API key not valid): set {keys} to a valid key")
-            return classify_http(exc, spec, self.base_url, exc.code)
+            return classify_http(exc, spec, self.base_url, exc.code, retry_delay(exc.details))
         root = type(exc).__module__.split(".")[0]
         if root in ("httpx", "httpx2"):
             return classify_http(exc, spec, self.base_url, None)
         if isinstance(exc, ValueError) and root in ("google", "pydantic", "pydantic_core", "json"):
             return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
         return None
+
+
+def retry_delay(details) -> float | None:
+    """The wait in a Gemini error body's ``google.rpc.RetryInfo`` detail (a protobuf duration,
+    ``"47.434s"``), or None."""
+    error = details.get("error", details) if isinstance(details, dict) else {}
+    for item in error.get("details") or [] if isinstance(error, dict) else []:
+        delay = item.get("retryDelay") if isinstance(item, dict) else None
+        if isinstance(delay, str) and re.fullmatch(r"\d+(\.\d*)?s", delay):
+            return float(delay[:-1])
+    return None
 
 
 class GeminiBatch(BatchAPI):

@@ -18,7 +18,7 @@ it (``times`` limits how many it answers), and a request no rule matches gets th
     mock.RULES.add(match="FLAKY", error="row", times=1)          # one row error, then answers
 
 ``error`` names the outcome the provider's :meth:`MockProvider.classify` gives
-(:class:`orbench.llm.types.Outcome`: ``retry``, ``rate_limit``, ``block``, ``stop``, ``connection``,
+(:class:`orbench.llm.types.Outcome`: ``retry``, ``rate_limit``, ``overload``, ``block``, ``stop``, ``connection``,
 ``row``), or ``transient`` (a reply with no answer in it, :class:`~orbench.llm.types.TransientReply`)
 or ``bug`` (an exception no provider knows, which propagates). ``RULES.requests`` logs every
 request in order. Reply text may use ``{prompt}`` (the last user message), ``{system}``,
@@ -39,7 +39,7 @@ from orbench.llm.types import Completion, ErrorClass, Outcome, ProviderAPI, Requ
 ROW = Provider("mock", "mock", None, key_required=False)
 #: The reply to a request no rule matches.
 DEFAULT_TEXT = "Mock answer to: {prompt}"
-ERRORS = ("retry", "rate_limit", "block", "stop", "connection", "row", "transient", "bug")
+ERRORS = ("retry", "rate_limit", "overload", "block", "stop", "connection", "row", "transient", "bug")
 
 
 @dataclass

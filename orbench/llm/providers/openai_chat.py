@@ -92,8 +92,10 @@ class OpenAIChat(SDKProvider):
         self.provider = provider
         self.base_url = self.endpoint = base_url
         self.sdk = AsyncOpenAI(api_key=api_key or "not-needed", base_url=base_url,
-                               timeout=timeout, max_retries=max_retries,
+                               timeout=timeout, max_retries=0,
                                http_client=sdk_http_client(DefaultAsyncHttpxClient, timeout))
+        # Model requests are retried by the client's loop; batch calls keep the SDK's own retries.
+        self.batch_sdk = self.sdk.with_options(max_retries=max_retries)
 
     @classmethod
     def parameters_sent(cls, spec: ModelSpec) -> list[str]:
@@ -127,7 +129,7 @@ class OpenAIBatch(BatchAPI):
 
     async def submit(self, provider, ref: str, lines: list[dict], payload: bytes, record) -> str:
         """Upload the input file, record its id with ``record``, create the batch; its id."""
-        sdk = provider.sdk
+        sdk = provider.batch_sdk
         upload = await sdk.files.create(file=(f"orbench-{ref}.jsonl", payload, "application/jsonl"),
                                         purpose="batch")
         record({"input_file_id": upload.id})
@@ -141,7 +143,7 @@ class OpenAIBatch(BatchAPI):
 
     async def find_submission(self, provider, record: dict):
         """The batch an interrupted submission created, found by its input file id, or None."""
-        sdk = provider.sdk
+        sdk = provider.batch_sdk
         if not record.get("input_file_id"):
             return None
         since = float(record.get("at") or 0) - 3600  # the list is newest first
@@ -155,7 +157,7 @@ class OpenAIBatch(BatchAPI):
     async def poll(self, provider, batch_id: str):
         """``(completed, failed)`` counts, the end status (None while running), a note, and the
         results (an async iterator of ``(key, outcome)``) once ended."""
-        sdk = provider.sdk
+        sdk = provider.batch_sdk
         batch = await sdk.batches.retrieve(batch_id)
         c = batch.request_counts
         counts = (c.completed, c.failed) if c else (0, 0)

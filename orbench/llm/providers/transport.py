@@ -3,16 +3,24 @@ the set-up from the provider table (:class:`SDKProvider`), and the sorting of HT
 (:func:`classify_http`) that each SDK provider's ``classify`` builds on.
 
 httpx's own timeouts apply per network read, so a server that trickles a reply a byte at a time
-never trips them; :class:`WholeRequestTimeout` reads the whole reply inside the limit.
+never trips them; :class:`WholeRequestTimeout` reads the whole reply inside the limit, and hands
+the rate-limit budgets its headers report (:func:`budgets`) to the pacer. The SDKs' own retries
+are off (``max_retries=0``): the client's one retry loop (``orbench.llm.clients``) asks again, on
+what :func:`classify_http` sorts as worth it, waiting as :func:`retry_after` reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
+import math
 import os
 import re
+import time
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 
 from orbench.llm import ratelimit
 from orbench.llm.models import ModelSpec, api_key_for, base_url_for, redact
@@ -46,10 +54,9 @@ def shared_tls_context(http):
 class WholeRequestTimeout:
     """An HTTP transport that bounds one attempt, reply body included, by ``timeout`` seconds.
 
-    On expiry the SDK sees the library's ``ReadTimeout`` and retries as for any timeout.
-    ``http`` is the SDK's HTTP module. Every attempt goes through ``orbench.llm.ratelimit.send``,
-    which paces model requests to the provider's limits and waits out its 429s (the wait is
-    outside the timeout).
+    On expiry the SDK sees the library's ``ReadTimeout``. ``http`` is the SDK's HTTP module.
+    The budgets every reply's headers report go to ``orbench.llm.ratelimit.note_reply``: they
+    pace the requests that follow.
     """
 
     def __init__(self, timeout: float, http):
@@ -58,14 +65,13 @@ class WholeRequestTimeout:
         self._inner = http.AsyncHTTPTransport(verify=shared_tls_context(http))
 
     async def handle_async_request(self, request):
-        return await ratelimit.send(request, self._attempt)
-
-    async def _attempt(self, request):
         try:
-            return await asyncio.wait_for(self._fetch(request), self.timeout)
+            response = await asyncio.wait_for(self._fetch(request), self.timeout)
         except asyncio.TimeoutError:
             raise self.http.ReadTimeout(f"no complete reply within {self.timeout:g} s",
                                         request=request) from None
+        ratelimit.note_reply(budgets(response.headers))
+        return response
 
     async def _fetch(self, request):
         response = await self._inner.handle_async_request(request)
@@ -115,18 +121,78 @@ def short_message(exc: BaseException) -> str:
     return redact(re.sub(r"\s+", " ", message).strip())[:300]
 
 
-def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
-                  status: int | None) -> ErrorClass:
-    """The verdict on an HTTP SDK's exception with HTTP ``status`` (None when no reply came).
+def seconds_until(text: str, now_wall: float | None = None) -> float | None:
+    """Seconds from now in a reset or retry header: ``"6m0s"``, ``"20ms"``, ``"1.5"``, an
+    RFC 3339 time, an HTTP date or epoch seconds; None when unreadable."""
+    text, now = (text or "").strip(), time.time() if now_wall is None else now_wall
+    with contextlib.suppress(ValueError):  # seconds, or (past half of now's) an epoch time
+        value = float(text)
+        return max(0.0, value - now if value > now / 2 else value) if math.isfinite(value) else None
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
+    if parts and "".join(n + u for n, u in parts) == text:
+        return sum(float(n) * {"h": 3600, "m": 60, "s": 1, "ms": 1e-3}[u] for n, u in parts)
+    for parse in (lambda t: datetime.fromisoformat(t.replace("Z", "+00:00")), parsedate_to_datetime):
+        with contextlib.suppress(ValueError, TypeError, IndexError):
+            moment = parse(text)
+            if moment.tzinfo is not None:
+                return max(0.0, moment.timestamp() - now)
+    return None
 
-    401/403/404 and a 400/422 naming an unsupported parameter or unknown model stop the run;
-    a 400 naming a content filter is a provider block; 429 is a rate limit; a timeout or no
-    connection, and any other status, fail the row.
+
+def budgets(headers) -> list[tuple[str, float, float | None]]:
+    """``(unit, remaining, seconds until reset)`` of each budget a reply's headers report, the unit
+    one of ``orbench.llm.ratelimit.request_costs``' (a ``tokens-per-day`` budget counts ``tokens``)."""
+    fields: dict[str, dict] = {}
+    for name, value in headers.items():
+        name = name.lower()
+        if name == "ratelimit":  # the IETF draft: "limit=100, remaining=50, reset=5"
+            fields["requests"] = dict(p.strip().split("=", 1) for p in value.split(",") if "=" in p)
+        parts = name.split("ratelimit-", 1)[1].split("-") if re.match(r"(x-|anthropic-)?ratelimit-", name) else []
+        for key in {"remaining", "reset"}.intersection(parts):
+            fields.setdefault("-".join(p for p in parts if p != key), {})[key] = value
+    found = []
+    for kind, values in fields.items():
+        unit = ("input-tokens" if "input" in kind else "output-tokens" if "output" in kind
+                else "tokens" if "token" in kind else "requests")
+        with contextlib.suppress(KeyError, ValueError):
+            found.append((unit, float(values["remaining"]), seconds_until(values.get("reset", ""))))
+    return found
+
+
+def retry_after(headers) -> float | None:
+    """The wait a reply asks for: OpenAI's ``retry-after-ms``, else ``Retry-After`` (seconds or an
+    HTTP date, RFC 9110); None when it names none."""
+    headers = headers or {}
+    with contextlib.suppress(TypeError, ValueError):
+        if headers.get("retry-after-ms") is not None:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    value = headers.get("retry-after")
+    return seconds_until(value) if value is not None else None
+
+
+def connect_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure to reach the server at all (refused, unknown host, TLS)."""
+    links = (exc, exc.__cause__, exc.__context__)
+    return any(type(link).__name__ in ("ConnectError", "ConnectTimeout") for link in links if link)
+
+
+def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
+                  status: int | None, wait: float | None = None) -> ErrorClass:
+    """The verdict on an HTTP SDK's exception with HTTP ``status`` (None when no reply came);
+    ``wait`` is what the reply asked for (default: its ``Retry-After``).
+
+    401/403/404, a 400/422 naming an unsupported parameter or unknown model, and an account out
+    of credit stop the run; a 400 naming a content filter is a provider block; 429 is a rate
+    limit, 503/529 an overload; 408, 409 and other 5xx, a timeout or a dropped connection are
+    worth asking again; no connection at all is a connection failure; any other status fails
+    the row.
     """
     provider = spec.provider
     keys = " or ".join(provider.key_vars) or "its key variable"
     code, message = error_fields(exc)
     text = f"{code} {message}".lower()
+    if wait is None:
+        wait = retry_after(getattr(getattr(exc, "response", None), "headers", None))
     if status == 400 and any(m in text for m in BLOCK_MARKERS):
         return ErrorClass(Outcome.BLOCK, f"{provider.name} blocked the prompt", "content_filter")
     if status in (400, 422) and any(m in text for m in SETUP_MARKERS):
@@ -139,23 +205,28 @@ def classify_http(exc: BaseException, spec: ModelSpec, base_url: str | None,
         return ErrorClass(Outcome.STOP, f"{provider.name} refused access to model {spec.model!r} "
                                         f"(HTTP 403): check that the key in {keys} may use it")
     if status == 404:
+        hint = ""
+        if provider.api == "openai" and base_url and "/v1" not in base_url:
+            hint = (f"; the base URL has no /v1 in it, and OpenAI-compatible servers answer under "
+                    f"/v1: try {base_url.rstrip('/')}/v1")
         return ErrorClass(Outcome.STOP, f"{provider.name} has no model {spec.model!r} at "
                                         f"{base_url or 'its default address'} (HTTP 404): check the "
-                                        f"model name and the base URL")
+                                        f"model name and the base URL{hint}")
     if status in (400, 429) and any(m in text for m in CREDIT_MARKERS):  # every row would fail alike
         return ErrorClass(Outcome.STOP, f"{provider.name} says the account is out of credit (HTTP {status}): "
                                         f"add credit, or set {keys} to another key")
-    if status == 429:
-        return ErrorClass(Outcome.RATE_LIMIT, f"HTTP 429 from {provider.name} (rate limited after "
-                                              f"retries): {short_message(exc)}")
     if status is not None:
-        return ErrorClass(Outcome.ROW, f"HTTP {status} from {provider.name}: {short_message(exc)}")
+        outcome = {429: Outcome.RATE_LIMIT, 503: Outcome.OVERLOAD, 529: Outcome.OVERLOAD}.get(
+            status, Outcome.RETRY if status in (408, 409) or status >= 500 else Outcome.ROW)
+        return ErrorClass(outcome, f"HTTP {status} from {provider.name}: {short_message(exc)}", wait=wait)
     kind = type(exc).__name__
-    if "Timeout" in kind:
-        return ErrorClass(Outcome.ROW, f"timed out talking to {provider.name} after retries")
-    if "Connect" in kind:  # the SDKs' APIConnectionError, httpx's ConnectError
-        return ErrorClass(Outcome.CONNECTION,
-                          f"could not connect to {provider.name} at {base_url} after retries")
+    if "Timeout" in kind and not connect_failed(exc):
+        return ErrorClass(Outcome.RETRY, f"timed out talking to {provider.name}")
+    if connect_failed(exc):
+        return ErrorClass(Outcome.CONNECTION, f"could not connect to {provider.name} at {base_url}: "
+                                              f"{short_message(exc.__cause__ or exc)}")
+    if "Connect" in kind or "Protocol" in kind or "Read" in kind or "Write" in kind:
+        return ErrorClass(Outcome.RETRY, f"the connection to {provider.name} broke ({kind})")
     return ErrorClass(Outcome.ROW, f"{kind} from {provider.name}: {short_message(exc)}")
 
 
@@ -174,12 +245,14 @@ class SDKProvider(ProviderAPI):
     def classify(self, exc: BaseException, spec: ModelSpec) -> ErrorClass | None:
         """The SDK's exceptions by HTTP status (:func:`classify_http`); an undecodable reply is
         asked again. Anything else is not this provider's to sort."""
+        undecodable = ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__}) from "
+                                                f"{spec.provider.name}")
         if isinstance(exc, json.JSONDecodeError) or type(exc).__name__ == "APIResponseValidationError":
-            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+            return undecodable
         if type(exc).__module__.split(".")[0] != self.sdk_package:
             return None
         if isinstance(exc, ValueError):
-            return ErrorClass(Outcome.RETRY, f"undecodable reply ({type(exc).__name__})")
+            return undecodable
         return classify_http(exc, spec, self.base_url, getattr(exc, "status_code", None))
 
     @classmethod
