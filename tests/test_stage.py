@@ -322,11 +322,12 @@ def test_undeclared_result_keys_as_the_docstring_says(tmp_path):
     """A result key that names an input column overrides it; any other undeclared key becomes a
     column after the declared ones; only the declared columns are blanked on a failed row."""
     import orbench.run.stage as stage_module
+    from orbench.llm.errors import RowError
     from orbench.run.stage import Stage, run_stage
 
     def decide(settings, row, answers):
-        if row["prompt"] == "bad":
-            raise RuntimeError("boom")
+        if row["prompt"] == "bad":  # a row the stage cannot process fails that row (any other exception is a bug)
+            raise RowError("boom")
         return {"answer": "a:" + row["prompt"], "prompt": row["prompt"].upper(), "extra": "x"}
 
     stage = Stage(name="t", needs=("prompt",), adds=("answer",), requests=lambda settings, row: [], decide=decide,

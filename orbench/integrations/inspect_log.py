@@ -37,6 +37,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -49,6 +50,8 @@ from orbench.run.cli import ArgumentParser, entry_point
 from orbench.run.provenance import dumps, meta_path_for, package_versions, sha256_file
 from orbench.run.tables import write_csv_atomic, write_text_atomic
 from orbench.scoring.judge_cards import judge_fingerprint, judge_identity, meta_fingerprint
+
+logger = logging.getLogger(__name__)
 
 #: Stage 4's columns (``orbench.stages.check_alignment``), in its order.
 ALIGNMENT_COLUMNS = ["prompt", "category", "model", "response", "is_rejected", "refusal_source",
@@ -77,6 +80,7 @@ def _read_log(path: str):
     try:
         return read_eval_log(path)
     except Exception as exc:  # noqa: BLE001 - any reader failure is bad input, said in one line
+        logger.debug("inspect_ai could not read %s", path, exc_info=exc)  # the whole story, for --log_file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"{path} is not a readable inspect eval log: {first}") from None
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -42,6 +43,8 @@ from orbench.llm.clients import Client
 from orbench.llm.errors import FatalProviderError, RowError, UsageError
 from orbench.llm.models import PROVIDERS, ModelSpec, Provider, redact
 from orbench.llm.types import Completion, Outcome, Request
+
+logger = logging.getLogger(__name__)
 
 # Consecutive polling rounds in which no batch could be read before giving up for this run.
 MAX_FAILED_POLLS = 3
@@ -332,6 +335,7 @@ class _Runner:
             return
         self.state.write({"ref": ref, "batch_id": batch_id, "status": _LIVE})
         self.summary.submitted += 1
+        logger.debug("batch %s: %d requests submitted to %s (%s)", batch_id, len(keys), spec.provider.name, ref)
 
     # -- polling ------------------------------------------------------------------
     async def _poll(self) -> None:
@@ -408,6 +412,7 @@ class _Runner:
         seen: set[str] = set()
         answered = failed = 0
         redo: list[str] = []
+        logger.debug("batch %s of %s ended: %s %s", record.get("batch_id"), record.get("provider"), status, note)
         async for key, outcome in results:
             if key not in keys or key in seen:
                 continue

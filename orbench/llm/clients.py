@@ -36,6 +36,7 @@ is exponential with full jitter, from ``BACKOFF_FIRST`` to at most ``BACKOFF_LON
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import re
 import time
@@ -47,6 +48,8 @@ from orbench.llm.cache import Cache, cache_key
 from orbench.llm.errors import FatalProviderError, RowError
 from orbench.llm.models import ModelSpec, redact
 from orbench.llm.types import Completion, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["Client", "CallStats", "apply_verdict", "valid_text",
            "Request", "Completion", "TransientReply", "ProviderAPI",
@@ -191,6 +194,7 @@ class Client:
             slot = _Slot(api, base_url, api.endpoint)
             self._slots[slot_key] = slot
             self._seen[slot_key] = {"base_url": base_url, "engine": api.describe()}
+            logger.debug("%s: provider %s at %s", spec, provider.name, redact(str(base_url)) if base_url else "its default address")
         return slot
 
     def cache_key(self, request: Request) -> str:
@@ -295,6 +299,8 @@ class Client:
                     return apply_verdict(_unreachable(provider, slot, verdict) if never else ErrorClass(
                         Outcome.ROW, verdict.message + (f", {retries} attempts" if retries > 1 else "")))
             self.rate_limits.waited += wait if patient else 0.0
+            logger.debug("%s: %s; asking again in %.1f s (%s)", spec, verdict.message, wait,
+                         f"waited since {now - first_wait:.0f} s" if patient else f"retry {retries} of {self.max_retries}")
             place = ROW_PLACE.get()
             if place is not None:  # its row's place goes to the next row while it waits
                 place.release()

@@ -51,11 +51,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections import deque
 from contextvars import ContextVar
 from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
 
 INITIAL_WINDOW = 4
 PACING = 1.25
@@ -300,6 +303,8 @@ class Pacer:
         else:  # 429s went on after a cut: the slow start is over
             self.series.at, self.series.counts[2:4], self.slow_start = now, [0, 0], False
             self.series.cuts += 1
+        logger.debug("pacer %s: a 429; window %.1f -> %.1f requests in flight", self.name, self.window,
+                     window or self.window * BETA)
         self.last_cut, self.window, self.rate_to_blame = now, window or self.window * BETA, True
         self.cuts += 1
 

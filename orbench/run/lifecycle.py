@@ -270,6 +270,8 @@ async def run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery
     client = make_client(options)
     try:
         table, name, input_path = load_input(job, options)
+        logger.debug("%s: %d input rows from %s -> %s", job.stage.stage_id, len(table), name,
+                     "(in memory)" if job.in_memory else job.output)
         if job.stage.check is not None:
             job.stage.check(table, name)
         for spec in job.models:

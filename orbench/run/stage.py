@@ -42,10 +42,16 @@ batch). The runner asks each row's requests together and keeps these promises:
   waits out a provider's 429 or overload gives its place to the next meanwhile:
   ``orbench.llm.clients.ROW_PLACE``), with a tqdm progress bar on a
   terminal, and one plain progress line every ``PROGRESS_EVERY`` seconds when stderr is not one
-  (CI, ``nohup``, a job scheduler); ``quiet`` silences both.
-- **Failures are data.** A row that fails after the retries keeps its place with an ``error``
-  text naming the stage. A ``FatalProviderError`` (bad key, unknown model) stops the run at once;
-  so does a full disk (``UsageError``), keeping every finished row.
+  (CI, ``nohup``, a job scheduler); ``quiet`` silences both. Both count the rows of the whole
+  output: a resumed run of 60 rows with 28 done before shows 33/60 after 5 more, not 5/32.
+- **Failures are data; bugs are not.** A row fails, keeping its place with an ``error`` text
+  naming the stage, on what ``orbench.llm.errors.fails_the_row`` says: a request's failure the
+  provider's ``classify`` sorted as one (``RowError``, after the retries), a transport error, or an
+  input row the stage cannot process (``RowError`` from its ``requests`` or ``decide``). A
+  ``FatalProviderError`` (bad key, unknown model) stops the run at once; so does a full disk
+  (``UsageError``); and so does any other exception, from a stage's ``requests``, ``decide`` or
+  ``finish``: a bug in orbench, raised with its traceback (the script's exit code 3). Every row
+  finished before a stop is kept in the progress file.
 - **Exit status.** ``RunResult.exit_code`` is 0 when every row is done and 1 when some still
   have errors (bad input is the caller's exit 2, raised as ``UsageError`` before any work).
 """
@@ -56,10 +62,12 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +77,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from orbench.llm.clients import DEFAULT_CONCURRENCY, ROW_PLACE
-from orbench.llm.errors import FatalProviderError, UsageError
+from orbench.llm.errors import UsageError, fails_the_row
 from orbench.llm.models import redact
 from orbench.llm.types import AnswerSource, Completion, Request
 from orbench.run import existing_output
@@ -78,6 +86,7 @@ from orbench.run.provenance import meta_path_for
 from orbench.run.settings import recorded
 from orbench.run.tables import apply_umask, missing_columns_text, write_csv_atomic
 
+logger = logging.getLogger(__name__)
 RowResult = dict | list[dict]
 PROGRESS_EVERY = 30.0  # seconds between plain progress lines when stderr is not a terminal
 
@@ -507,7 +516,9 @@ async def arun_stage(stage: Stage, table: pd.DataFrame, output: Path | None, *,
         result.started = time.time()
         started = time.monotonic()
         if todo:
-            await _process(stage, todo, log, header, concurrency, client, quiet, fresh=discard)
+            weights = Counter(keys[i] for i in keep if keys[i] in todo)
+            await _process(stage, todo, log, header, concurrency, client, quiet, fresh=discard,
+                           weights=weights, total=len(keep))
         result.elapsed = time.monotonic() - started
         result.finished = time.time()
 
@@ -532,7 +543,7 @@ async def arun_stage(stage: Stage, table: pd.DataFrame, output: Path | None, *,
 
 
 async def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header: dict, concurrency: int,
-                   client: AnswerSource | None, quiet: bool, *, fresh: bool) -> None:
+                   client: AnswerSource | None, quiet: bool, *, fresh: bool, **progress) -> None:
     """Run the rows ``todo``, each appended to ``log`` as it finishes. The settings line goes first,
     before any request (``fresh``: the file is started anew, its old rows discarded)."""
     try:
@@ -543,7 +554,7 @@ async def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header
         raise UsageError(f"cannot write the progress file {log.path}: {exc.strerror or exc}") from None
     try:
         # its own task: the row places it sets (a context variable) stay out of the caller's context
-        await asyncio.ensure_future(_run_rows(stage, todo, log, concurrency, client, quiet))
+        await asyncio.ensure_future(_run_rows(stage, todo, log, concurrency, client, quiet, **progress))
     finally:
         log.close()
 
@@ -556,15 +567,25 @@ async def _answer(stage: Stage, record: dict, client: AnswerSource | None) -> Ro
 
 
 async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concurrency: int,
-                    client: AnswerSource | None, quiet: bool = False) -> None:
+                    client: AnswerSource | None, quiet: bool = False, *, weights: dict[str, int] | None = None,
+                    total: int | None = None) -> None:
+    """Answer and decide the rows ``todo``, ``concurrency`` at a time, each appended to ``log`` as it
+    finishes. A row fails (its ``error`` set) on what ``orbench.llm.errors.fails_the_row`` says; a
+    stop (``UsageError``) or any other exception, a bug, ends the run and is raised, the rows
+    finished before it kept in ``log``. Progress counts rows of the whole output: ``total`` of them,
+    each key standing for ``weights[key]`` rows (a prompt met twice is asked once), the rest done
+    before this run (resumed, passed through)."""
     queue = list(todo.items())
     queue.reverse()  # pop() from the end keeps input order
-    bar = tqdm(total=len(queue), desc=stage.name, unit="row", disable=True if quiet else None,
+    weights = weights or {}
+    total = len(queue) if total is None else total
+    initial = total - sum(weights.get(key, 1) for key in todo)
+    bar = tqdm(total=total, initial=initial, desc=stage.name, unit="row", disable=True if quiet else None,
                file=sys.stderr, mininterval=0.5, smoothing=0.1, dynamic_ncols=True)
-    counts = {"done": 0, "errors": 0}
+    counts = {"done": initial, "errors": 0, "initial": initial}
     lines = None
     if not quiet and not sys.stderr.isatty():
-        lines = asyncio.ensure_future(_progress_lines(stage.name, len(queue), counts, client))
+        lines = asyncio.ensure_future(_progress_lines(stage.name, total, counts, client))
 
     places = asyncio.Semaphore(concurrency)
     ROW_PLACE.set(places)  # the rows' tasks, made below, inherit it
@@ -575,21 +596,23 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
         try:
             try:
                 entry = {"key": key, "rows": _as_rows(await _answer(stage, record, client)), "error": None}
-            except (FatalProviderError, UsageError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - a failed row is data, not a crash
+            except Exception as exc:
+                if not fails_the_row(exc):
+                    raise
                 text = redact(f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc))
                 entry = {"key": key, "rows": None, "error": f"{stage.stage_id}: {text}"[:500]}
+                logger.debug("%s: row %s failed: %s", stage.stage_id, key, text)
             log.append(entry)
-        except (FatalProviderError, UsageError) as exc:  # a bad key, a full disk: the run stops
+        except Exception as exc:  # noqa: BLE001 - a bad key, a full disk, a bug: the run stops, and says why
             stop.append(exc)
             spawner.cancel()
             return
         finally:
             places.release()
-        bar.update(1)
-        counts["done"] += 1
-        counts["errors"] += entry["error"] is not None
+        weight = weights.get(key, 1)
+        bar.update(weight)
+        counts["done"] += weight
+        counts["errors"] += weight if entry["error"] is not None else 0
 
     async def spawn() -> None:
         while queue:
@@ -604,7 +627,7 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
     spawner = asyncio.ensure_future(spawn())
     try:
         await asyncio.wait({spawner})  # (a row's stop cancels the spawner, not this task)
-        if stop:  # the first stop (a bad key, a full disk) ends the run
+        if stop:  # the first stop (a bad key, a full disk, a bug) ends the run
             raise stop[0]
         spawner.result()
     finally:
@@ -619,9 +642,11 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
             await client.close()
 
 
-def progress_line(name: str, done: int, total: int, errors: int, elapsed: float, paced: bool) -> str:
-    """One plain progress line: rows done / total, rate, errors, paced or not, time left."""
-    rate = done / elapsed if elapsed > 0 else 0.0
+def progress_line(name: str, done: int, total: int, errors: int, elapsed: float, paced: bool,
+                  initial: int = 0) -> str:
+    """One plain progress line: rows done / total (``initial`` of them done before this run:
+    resumed, passed through), the rate of this run, its errors, paced or not, time left."""
+    rate = (done - initial) / elapsed if elapsed > 0 else 0.0
     if rate > 0:
         seconds = round((total - done) / rate)
         left = f"ETA {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -638,7 +663,7 @@ async def _progress_lines(name: str, total: int, counts: dict, client: AnswerSou
         await asyncio.sleep(PROGRESS_EVERY)
         paced = client is not None and bool(client.rate_limits.paced)
         print(progress_line(name, counts["done"], total, counts["errors"], time.monotonic() - started,
-                            paced), file=sys.stderr, flush=True)
+                            paced, counts["initial"]), file=sys.stderr, flush=True)
 
 
 def _assemble(stage: Stage, input_columns, picked: list[tuple[dict, str, bool]],

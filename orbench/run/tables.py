@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import difflib
 import io
+import logging
 import math
 import os
 import tempfile
@@ -23,6 +24,8 @@ import pandas as pd
 from orbench.benchmark.sets import resolve_set
 from orbench.llm.errors import UsageError
 from orbench.llm.models import slug
+
+logger = logging.getLogger(__name__)
 
 
 def did_you_mean(name: str, choices: Sequence[str], cutoff: float = 0.6) -> str:
@@ -132,7 +135,9 @@ def read_csv_text(path: str | os.PathLike, sep: str = ",", columns=None) -> pd.D
         return pd.read_csv(path, **kwargs)
     try:
         return pd.read_csv(path, engine="pyarrow", **kwargs)
-    except Exception:  # noqa: BLE001 - pandas' parser reads it or gives the one-line message
+    except Exception as exc:  # noqa: BLE001 - pandas' parser reads it or gives the one-line message
+        logger.debug("pyarrow could not read %s (%s: %s); reading it with pandas' parser", path,
+                     type(exc).__name__, exc)
         return pd.read_csv(path, **kwargs)
 
 
@@ -219,6 +224,7 @@ def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot read {what} {name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     frame.columns = [str(c).strip() for c in frame.columns]
+    logger.debug("read %s: %d rows, columns %s", name, len(frame), list(frame.columns))
     if frame.empty:
         raise UsageError(f"{what} {name} has a header but no rows")
     missing = [c for c in needs if c not in frame.columns]
@@ -300,6 +306,7 @@ def write_csv_atomic(frame: pd.DataFrame, path: str | os.PathLike) -> None:
             frame.to_csv(handle, index=False)
         apply_umask(tmp)
         os.replace(tmp, target)
+        logger.debug("wrote %s: %d rows", target, len(frame))
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

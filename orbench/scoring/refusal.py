@@ -55,11 +55,14 @@ start".  docs/refusal_rules.md documents the rules per family and how they were 
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from functools import cache
 
 from orbench.scoring.vocab import EMPTY_RESPONSE, FULL, PARTIAL, PROVIDER_BLOCK, SOURCE_KEYWORD
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FAMILIES", "OPENING_CHARS", "RefusalRule", "FAMILY_RULES",
@@ -486,7 +489,8 @@ def _first_chars(pattern: str):
         return None
     try:
         return first(_sre_p.parse(pattern).data)
-    except Exception:  # pragma: no cover - a parser change only costs speed
+    except Exception as exc:  # noqa: BLE001 - a change of re's private parser only costs speed: logged, no pre-filter
+        logger.debug("no first-character filter for %r: %s", pattern, exc, exc_info=exc)
         return None
 
 

@@ -12,10 +12,13 @@ those files as its allow-list: nothing else in the folder goes up). The Hub is
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 from orbench.llm.errors import UsageError
+
+logger = logging.getLogger(__name__)
 
 TOKEN_HELP = ("set HF_TOKEN to a token with write access (huggingface.co/settings/tokens), or log in with "
               "'hf auth login'")
@@ -65,7 +68,8 @@ def check_token() -> tuple[str, str]:
         raise UsageError("--push_to_hub: HF_HUB_OFFLINE is set, so huggingface_hub sends nothing; unset it to push")
     try:
         token = hub.get_token()
-    except Exception as exc:  # e.g. a failed OIDC exchange (HF_OIDC_RESOURCE set)
+    except Exception as exc:  # noqa: BLE001 - e.g. a failed OIDC exchange (HF_OIDC_RESOURCE set): one line, the rest logged
+        logger.debug("no Hugging Face token", exc_info=exc)
         raise UsageError(f"--push_to_hub: no usable Hugging Face token ({_first_line(exc)}): {TOKEN_HELP}") from None
     if not token:
         raise UsageError(f"--push_to_hub: no Hugging Face token found: {TOKEN_HELP}")
@@ -78,7 +82,8 @@ def check_token() -> tuple[str, str]:
             raise UsageError(f"--push_to_hub: the Hub at {api.endpoint} rejected the token (HTTP {status}): "
                              f"{TOKEN_HELP}") from None
         raise UsageError(f"--push_to_hub: could not check the token at {api.endpoint}: {_first_line(exc)}") from None
-    except Exception as exc:  # no connection, DNS, TLS: the client's own errors
+    except Exception as exc:  # noqa: BLE001 - no connection, DNS, TLS: the client's own errors, one line, the rest logged
+        logger.debug("the Hub did not answer", exc_info=exc)
         raise UsageError(f"--push_to_hub: could not reach the Hub at {api.endpoint} to check the token "
                          f"({type(exc).__name__}: {_first_line(exc)}); check the network or HF_ENDPOINT") from None
     role = ((who.get("auth") or {}).get("accessToken") or {}).get("role")
@@ -106,6 +111,7 @@ def push(folder: str | Path, repo_id: str, files: Sequence[str], *, token: str, 
             raise UsageError(f"--push_to_hub {repo_id}: the Hub refused the token (HTTP {status}: "
                              f"{_first_line(exc)}); {TOKEN_HELP}, for a namespace you may write to") from None
         raise PushError(f"upload to {repo_id} failed: {_first_line(exc)}") from None
-    except Exception as exc:  # no connection, a malformed reply: the client's own errors
+    except Exception as exc:  # noqa: BLE001 - no connection, a malformed reply: the client's own errors, one line, the rest logged
+        logger.debug("the upload to %s failed", repo_id, exc_info=exc)
         raise PushError(f"upload to {repo_id} failed ({type(exc).__name__}: {_first_line(exc)})") from None
     return str(url), str(getattr(info, "commit_url", "") or "")

@@ -58,6 +58,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import logging
 import math
 import sys
 import threading
@@ -99,6 +100,8 @@ from orbench.benchmark.sets import TOXIC as TOXIC_SET
 from orbench.llm.errors import UsageError
 from orbench.run.cli import ArgumentParser, entry_point
 from orbench.scoring.vocab import JUDGE, KEYWORD
+
+logger = logging.getLogger(__name__)
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
                 "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
@@ -649,8 +652,8 @@ def _import_plots() -> None:
     needs it (files.write), where it is reported."""
     try:
         importlib.import_module("orbench.analysis.report.plots")
-    except Exception:  # noqa: BLE001 - raised again, and reported, by the import that needs it
-        pass
+    except Exception as exc:  # noqa: BLE001 - raised again, and reported, by the import that needs it
+        logger.debug("the figures' module did not import ahead of need: %s", exc)
 
 
 def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, html: bool = True,

@@ -12,10 +12,14 @@ every helper here takes either and gives the same values.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pandas as pd
 
 from orbench.run.tables import read_csv_arrow, read_csv_text, read_table
+
+logger = logging.getLogger(__name__)
 
 #: The columns the report reads from a result file.
 COLUMNS = frozenset({"prompt", "category", "model", "response", "is_rejected", "keyword_is_rejected",
@@ -36,8 +40,8 @@ def read_results(path: str, threads: bool = True):
             frame.columns = [str(c).strip() for c in frame.columns]
             if not frame.empty and "prompt" in frame.columns:
                 return frame
-        except Exception:  # noqa: BLE001 - the general reader below gives the one-line message
-            pass
+        except Exception as exc:  # noqa: BLE001 - the general reader below gives the one-line message
+            logger.debug("%s: the column reader failed (%s: %s); reading it whole", path, type(exc).__name__, exc)
     frame = read_table(path, needs=("prompt",), what="result file")
     return frame[[c for c in frame.columns if c in COLUMNS]]
 

@@ -52,6 +52,7 @@ import asyncio
 import contextlib
 import ctypes
 import importlib.util
+import logging
 import os
 import re
 import threading
@@ -62,6 +63,8 @@ from pathlib import Path
 from orbench.llm.errors import RowError, UsageError
 from orbench.llm.models import ModelSpec, local_model_path
 from orbench.llm.types import Completion, ErrorClass, ProviderAPI, Request
+
+logger = logging.getLogger(__name__)
 
 SEED = 1234
 DEFAULT_N_CTX = 4096
@@ -276,8 +279,8 @@ def engine_info() -> dict:
     info = {"llama_cpp_python": getattr(llama_cpp, "__version__", None)}
     try:
         info["system_info"] = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
-    except Exception:  # noqa: BLE001 - informational only
-        pass
+    except Exception as exc:  # noqa: BLE001 - informational only: said in the log, the run goes on
+        logger.debug("llama.cpp's system info is not available: %s", exc, exc_info=exc)
     return info
 
 
@@ -313,13 +316,11 @@ def _trained_context(llama) -> int:
 def _silence_llama_logs() -> None:
     """Keep llama.cpp's C-level log lines (load info, warnings) off the terminal."""
     try:
-        import logging
-
         from llama_cpp import _logger
 
         _logger.logger.setLevel(logging.CRITICAL)
-    except Exception:  # noqa: BLE001 - cosmetics only; older versions have no _logger
-        pass
+    except (ImportError, AttributeError):  # older versions have no _logger: their lines stay
+        logger.debug("llama_cpp has no _logger to silence")
 
 
 class _Cancelled(Exception):
