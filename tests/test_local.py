@@ -152,7 +152,7 @@ def test_second_run_is_served_from_the_cache(tmp_path, monkeypatch):
 
 def test_uses_the_chat_template_in_the_gguf():
     model = LocalModel("smollm2")
-    assert model.chat_format == "chat_template.default"
+    assert model._loaded.llama.chat_format == "chat_template.default"  # the GGUF's own template
     template = model._loaded.llama.metadata["tokenizer.chat_template"]
     assert "<|im_start|>" in template
     assert model.path.name == local.BUNDLED_FILE

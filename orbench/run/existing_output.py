@@ -59,20 +59,6 @@ def is_header(entry: object) -> bool:
     return isinstance(entry, dict) and HEADER_KEY in entry and "key" not in entry
 
 
-def read_header(progress: Path) -> dict | None:
-    """The settings line at the top of a progress file, or None (no file, or an earlier format)."""
-    try:
-        with open(progress, encoding="utf-8", errors="replace") as handle:
-            first = handle.readline()
-    except OSError:
-        return None
-    try:
-        entry = json.loads(first)
-    except ValueError:
-        return None
-    return entry if is_header(entry) else None
-
-
 @dataclass
 class Recorded:
     """The settings and rules an existing output was made with, and where that was read."""

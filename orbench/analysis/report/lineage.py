@@ -311,11 +311,6 @@ def differences_text(diff: dict, limit: int = 80) -> str:
     return "; ".join(parts + diff["unknown"])
 
 
-def max_tokens_of(records: list[dict], set_name: str, model: str) -> object:
-    """The stage-4 ``max_tokens`` behind (set, model), or None when no record names it."""
-    return responses_of(records, set_name, model).get("max_tokens")
-
-
 def _number(value) -> float | None:
     """A count from the summary, or None when there is none (absent or NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

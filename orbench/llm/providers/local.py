@@ -16,8 +16,8 @@ How it behaves:
 - **Chat template.** Requests are formatted with the chat template stored in the GGUF
   (``tokenizer.chat_template``); llama-cpp-python picks it up when no ``chat_format`` is forced.
   SmolLM2's template adds its own default system message when the request has none. A GGUF without
-  a template falls back to llama-cpp-python's guess (``llama-2``); ``LocalModel.chat_format`` says
-  which one is in use.
+  a template falls back to llama-cpp-python's guess (``llama-2``); the loaded ``Llama``'s
+  ``chat_format`` says which one is in use.
 - **Loaded once.** The model is loaded once per process (a module-level cache keyed by the resolved
   file path) and shared by every ``LocalModel`` instance and every ``Client``.
 - **One generation at a time.** llama.cpp is not re-entrant, so each loaded model serves one request
@@ -349,11 +349,6 @@ class LocalModel(ProviderAPI):
                 max_retries: int) -> LocalModel:
         """Load ``spec``'s model; the address, timeout and retries do not apply in process."""
         return cls(spec.model)
-
-    @property
-    def chat_format(self) -> str | None:
-        """Which chat formatting is in use: ``chat_template.default`` means the GGUF's own template."""
-        return getattr(self._loaded.llama, "chat_format", None)
 
     @property
     def identity(self) -> str:
