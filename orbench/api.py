@@ -34,7 +34,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +100,7 @@ def _input(value: Any, call: str, what: str) -> tuple[str | pd.DataFrame, str]:
 
 def _with_attrs(delivery: Delivery, job) -> pd.DataFrame:
     frame = _typed(delivery.frame)
-    frame.attrs[ATTRS] = {"name": job.output.name, "output": None if job.in_memory else str(job.output),
+    frame.attrs[ATTRS] = {"name": job.output.name, "output": None if job.in_memory else str(job.output.resolve()),
                           "meta": delivery.meta}
     return frame
 
@@ -138,7 +138,7 @@ async def _run_stage(module, call: str, fixed: dict, settings: dict, table: Any 
     if table is not None:
         dests[_input_dest(parser)] = name
     args = cli.keyword_settings(parser, given, call=call, fixed=dests)
-    command = _command(call, {**fixed, **({what: table} if table is not None else {})}, settings)
+    command = _command(call, {**({what: table} if table is not None else {}), **fixed}, settings)
     with logs.configured(verbose, log_file):
         delivery = await cli.run_settings(module.setup, args, command=command, in_memory=args.output_file is None,
                                           table=source if isinstance(source, pd.DataFrame) else None, table_name=name)
@@ -331,9 +331,10 @@ def report(*runs, **settings) -> Report:
     output_dir = given.get("output_dir")
     args = cli.keyword_settings(parser, given, call="report", fixed={"files": []})
     args.output_dir = output_dir  # in memory unless asked for
-    with logs.configured(verbose, log_file), tempfile.TemporaryDirectory(prefix="orbench-report-") as folder:
-        args.files = _report_runs(runs, named, Path(folder), args.default_set)
-        rep = build.report_from(args)
+    folder = tempfile.TemporaryDirectory(prefix="orbench-report-")  # removed with the report (or now, on an error)
+    with logs.configured(verbose, log_file):
+        args.files = _report_runs(runs, named, Path(folder.name), args.default_set)
+        rep = replace(build.report_from(args), inputs_folder=folder)
     for warning in rep.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return rep

@@ -10,9 +10,8 @@ import sys
 
 import nbformat
 import pandas as pd
-from nbclient import NotebookClient
-
 from conftest import ROOT
+from nbclient import NotebookClient
 
 NOTEBOOK = ROOT / "examples" / "orbench_from_python.ipynb"
 REFUSAL = "I'm sorry, but I can't help with that."

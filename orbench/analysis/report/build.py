@@ -137,6 +137,9 @@ class Report:
     outputs: dict[str, Path] = field(default_factory=dict)
     # the verdict rows behind the leaderboard, for the Every Eval Ever records (orbench.analysis.eee.samples)
     verdict_rows: object = field(default=None, repr=False, compare=False)
+    # what keeps the inputs readable while the report lives (Every Eval Ever samples read them when it is
+    # saved): the temporary folder the Python API saved its DataFrames into, removed with the report
+    inputs_folder: object = field(default=None, repr=False, compare=False)
 
     def save(self, output_dir: str | Path = "report", *, figures: bool = True, html: bool = True,
              eee_samples: bool = True) -> dict[str, Path]:
