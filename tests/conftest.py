@@ -261,7 +261,7 @@ def pytest_xdist_make_scheduler(config, log):
     return OneBrowser(config, log)
 
 
-def pytest_collection_modifyitems(config, items):
+def _check_browser_modules(items) -> None:
     """A test that uses the browser must live in a ``test_*browser*.py`` module (how the scheduler keeps
     the browser tests on one worker)."""
     stray = [item.nodeid for item in items if "browser" in getattr(item, "fixturenames", ())
@@ -400,6 +400,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    _check_browser_modules(items)
     for item in items:
         if slow_reason(item):
             item.add_marker(pytest.mark.slow)
