@@ -152,7 +152,7 @@ class Run:
         while self.queue:
             wait = self.pacer.wait_time()
             if wait > 0:
-                self.queue[0].full = self.queue[0].full or wait == math.inf
+                self.queue[0].full = True  # it waited for the pacer: the pacer is what holds the sending back
                 if wait < math.inf and self.sim.now + wait < self.pump_at:
                     self.pump_at = self.sim.now + wait
                     self.sim.at(self.pump_at, self._timed_pump)
