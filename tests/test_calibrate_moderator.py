@@ -176,6 +176,10 @@ def test_prompt_audit_labels(env, mock, capsys, script, tmp_path):
 def test_bad_input_exits_2_and_writes_nothing(env, mock, capsys, tmp_path):
     bad = write(tmp_path / "bad.csv", [{"prompt": "a", "label": "safe"}, {"prompt": "b", "label": "maybe"}])
     empty = write(tmp_path / "empty.csv", [{"prompt": "", "label": "safe"}])
+    verdict_audit, prompt_audit = tmp_path / "verdict_audit", tmp_path / "prompt_audit"
+    for folder, kind in ((verdict_audit, "verdict"), (prompt_audit, "prompt")):
+        folder.mkdir()
+        (folder / "audit.json").write_text(json.dumps({"kind": kind}))
     for args, needle in [
         (["--moderator_model", "mock/m", "--check_model", "keyword"], "not allowed with argument"),
         (["--labels", "xstest"], "one of the arguments --check_model --moderator_model is required"),
@@ -186,6 +190,11 @@ def test_bad_input_exits_2_and_writes_nothing(env, mock, capsys, tmp_path):
         (["--moderator_model", "mock/m", "--labels", empty], "empty.csv, row 2: the prompt is empty"),
         (["--moderator_model", "mock/m", "--labels", tmp_path / "none.csv"], "none.csv: no such file or folder"),
         (["--moderator_model", "mock/m", "--labels", tmp_path], "not an orbench-audit folder"),
+        (["--moderator_model", "mock/m", "--labels", verdict_audit],
+         "is a verdict audit; calibrating a moderator needs a prompt audit (orbench-audit sample --kind prompt)"),
+        (["--moderator_model", "mock/m", "--labels", prompt_audit], "has no score/items.csv: run orbench-audit score"),
+        (["--check_model", "keyword", "--labels", prompt_audit],
+         "is a prompt audit; calibrating a judge needs a verdict audit (orbench-audit sample --kind verdict)"),
     ]:
         code, out, err = run(capsys, *args, "--output_dir", tmp_path / "out")
         assert code == 2, (args, err)

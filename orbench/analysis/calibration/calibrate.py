@@ -63,14 +63,14 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.analysis.calibration import card_stats
-from orbench.analysis.calibration.label_sources import COLUMNS, load_labels, stratified_subset
+from orbench.analysis.calibration.label_sources import COLUMNS, load_labels, save_labelled, stratified_subset
 from orbench.llm.errors import UsageError
 from orbench.llm.models import parse_model, slug
 from orbench.run.cli import ArgumentParser, command_of, entry_point, positive_int, run_settings
 from orbench.run.lifecycle import report
 from orbench.run.loops import run_sync
 from orbench.run.provenance import dumps
-from orbench.run.tables import text_cells, write_text_atomic
+from orbench.run.tables import text_cells
 from orbench.scoring.judge_cards import (
     CARD_VERSION,
     by_family,
@@ -343,17 +343,8 @@ def _prepare(args, in_memory: bool) -> tuple[pd.DataFrame, dict, Path | None, Pa
     if in_memory:
         return frame, labels, None, Path(f"labelled{suffix}.csv"), None
     out_dir = Path(args.output_dir or f"calibration_{slug(args.check_model.strip())}")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
     input_csv, output_csv = out_dir / f"labelled{suffix}.csv", out_dir / f"judged{suffix}.csv"
-    text = frame[COLUMNS].to_csv(index=False)
-    try:
-        if not (input_csv.is_file() and input_csv.read_text(encoding="utf-8") == text):
-            write_text_atomic(text, input_csv)  # unchanged input: the stage resumes
-    except OSError as exc:
-        raise UsageError(f"cannot write {input_csv}: {exc.strerror or exc}") from None
+    save_labelled(out_dir, input_csv, frame[COLUMNS].to_csv(index=False))
     return frame, labels, out_dir, input_csv, output_csv
 
 

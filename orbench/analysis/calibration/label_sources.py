@@ -171,25 +171,49 @@ def read_lab_csv(path: str) -> pd.DataFrame:
         "human_label": frame["label"].str.strip(), "human_refusal": words.map(LABEL_WORDS)})
 
 
-def read_audit(folder: Path) -> pd.DataFrame:
-    """A verdict audit's human majorities (``score/items.csv`` of ``orbench-audit score``)."""
+def save_labelled(out_dir: Path, input_csv: Path, text: str) -> None:
+    """Create the calibration folder ``out_dir`` and write the labelled rows ``text`` to
+    ``input_csv`` unless it holds them already (unchanged input: the stage run on it resumes)."""
+    from orbench.run.tables import write_text_atomic
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    try:
+        if not (input_csv.is_file() and input_csv.read_text(encoding="utf-8") == text):
+            write_text_atomic(text, input_csv)
+    except OSError as exc:
+        raise UsageError(f"cannot write {input_csv}: {exc.strerror or exc}") from None
+
+
+def audit_items(folder: Path, kind: str, label: str, needs: tuple[str, ...]) -> pd.DataFrame:
+    """The items of an ``orbench-audit`` folder of ``kind`` (``verdict``, ``prompt``) that have a human
+    majority (``label`` is ``0`` or ``1``), from ``score/items.csv``; a clear error for any other folder."""
     import json
 
     try:
-        kind = json.loads((folder / "audit.json").read_text(encoding="utf-8")).get("kind")
+        found = json.loads((folder / "audit.json").read_text(encoding="utf-8")).get("kind")
     except (OSError, ValueError):
         raise UsageError(f"{folder}: not an orbench-audit folder (no readable audit.json)") from None
-    if kind != "verdict":
-        raise UsageError(f"{folder} is a {kind} audit; calibrating a judge needs a verdict audit "
-                         f"(orbench-audit sample --kind verdict)")
+    if found != kind:
+        purpose = "a judge" if kind == "verdict" else "a moderator"
+        raise UsageError(f"{folder} is a {found} audit; calibrating {purpose} needs a {kind} audit "
+                         f"(orbench-audit sample --kind {kind})")
     scored = folder / "score" / "items.csv"
     if not scored.is_file():
         raise UsageError(f"{folder} has no score/items.csv: run orbench-audit score {folder} first")
-    frame = read_table(str(scored), needs=("item_id", "prompt", "response", "majority", "human_refusal"),
-                       what="audit score")
-    frame = frame[frame["human_refusal"].str.strip().isin(["0", "1"])]
+    frame = read_table(str(scored), needs=needs, what="audit score")
+    frame = frame[frame[label].str.strip().isin(["0", "1"])]
     if frame.empty:
         raise UsageError(f"{scored}: no item has a human majority yet; nothing to calibrate on")
+    return frame
+
+
+def read_audit(folder: Path) -> pd.DataFrame:
+    """A verdict audit's human majorities (``score/items.csv`` of ``orbench-audit score``)."""
+    frame = audit_items(folder, "verdict", "human_refusal",
+                        ("item_id", "prompt", "response", "majority", "human_refusal"))
     model = frame["model"] if "model" in frame.columns else pd.Series("", index=frame.index)
     sets = frame["set"] if "set" in frame.columns else pd.Series("", index=frame.index)
     from orbench.analysis.report.inputs import KNOWN_SETS

@@ -42,11 +42,11 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.analysis.calibration import card_stats
+from orbench.analysis.calibration.label_sources import save_labelled
 from orbench.analysis.calibration.prompt_labels import COLUMNS, load_labels, stratified_subset
 from orbench.llm.errors import UsageError
 from orbench.llm.models import parse_model, slug
 from orbench.run.provenance import meta_path_for
-from orbench.run.tables import write_text_atomic
 from orbench.scoring.moderator_cards import (
     CARD_VERSION,
     card_text,
@@ -176,18 +176,9 @@ def _prepare(args) -> tuple[pd.DataFrame, dict, Path, Path]:
         labels.update(limit=args.limit, seed=args.seed)
     labels["used"] = len(frame)
     out_dir = Path(args.output_dir or f"calibration_moderator_{slug(args.moderator_model.strip())}")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
     suffix = f"_{slug(labels['name'])}" + (f"_limit{args.limit}_seed{args.seed}" if args.limit else "")
     input_csv = out_dir / f"labelled_prompts{suffix}.csv"
-    text = frame[COLUMNS].to_csv(index=False)
-    try:
-        if not (input_csv.is_file() and input_csv.read_text(encoding="utf-8") == text):
-            write_text_atomic(text, input_csv)  # unchanged input: the stage resumes
-    except OSError as exc:
-        raise UsageError(f"cannot write {input_csv}: {exc.strerror or exc}") from None
+    save_labelled(out_dir, input_csv, frame[COLUMNS].to_csv(index=False))
     return frame, labels, input_csv, out_dir / f"moderated{suffix}.csv"
 
 

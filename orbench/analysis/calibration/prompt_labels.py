@@ -20,11 +20,11 @@ none), ``human_label`` (the label as given) and ``human_unsafe`` (True/False).
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from orbench.analysis.calibration.label_sources import audit_items
 from orbench.benchmark.sets import data_path
 from orbench.llm.errors import UsageError
 from orbench.run.tables import read_table
@@ -68,20 +68,7 @@ def read_lab_csv(path: str) -> pd.DataFrame:
 
 def read_audit(folder: Path) -> pd.DataFrame:
     """A prompt audit's human majorities (``score/items.csv`` of ``orbench-audit score``)."""
-    try:
-        kind = json.loads((folder / "audit.json").read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError):
-        raise UsageError(f"{folder}: not an orbench-audit folder (no readable audit.json)") from None
-    if kind != "prompt":
-        raise UsageError(f"{folder} is a {kind} audit; calibrating a moderator needs a prompt audit "
-                         f"(orbench-audit sample --kind prompt)")
-    scored = folder / "score" / "items.csv"
-    if not scored.is_file():
-        raise UsageError(f"{folder} has no score/items.csv: run orbench-audit score {folder} first")
-    frame = read_table(str(scored), needs=("item_id", "prompt", "majority", "human_safe"), what="audit score")
-    frame = frame[frame["human_safe"].str.strip().isin(["0", "1"])]
-    if frame.empty:
-        raise UsageError(f"{scored}: no item has a human majority yet; nothing to calibrate on")
+    frame = audit_items(folder, "prompt", "human_safe", ("item_id", "prompt", "majority", "human_safe"))
     category = frame["category"].str.strip() if "category" in frame.columns else ""
     return pd.DataFrame({"label_id": frame["item_id"], "prompt": frame["prompt"], "category": category,
                          "human_label": frame["majority"], "human_unsafe": frame["human_safe"].str.strip() == "0"}
