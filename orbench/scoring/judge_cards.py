@@ -192,13 +192,14 @@ def _share(fig: dict) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
-def coverage_text(pooled: dict) -> str:
-    """'coverage 33 of 50 rows (66%): NOT VALID (...)' : the card's first figure."""
+def coverage_text(pooled: dict, unit: str = "row") -> str:
+    """'coverage 33 of 50 rows (66%): NOT VALID (...)' : a card's first figure (a moderator card's
+    ``unit`` is the prompt)."""
     n, decided = int(pooled.get("n") or 0), int(pooled.get("verdicts") or 0)
-    text = f"coverage {decided:,} of {n:,} rows" + (f" ({100 * decided / n:.0f}%)" if n else "")
+    text = f"coverage {decided:,} of {n:,} {unit}s" + (f" ({100 * decided / n:.0f}%)" if n else "")
     if not (pooled.get("coverage") or {}).get("valid"):
-        text += (f": NOT VALID (a verdict on under {100 * VALID_COVERAGE:.0f}% of the rows; each row without one "
-                 f"counts as a disagreement below)")
+        text += (f": NOT VALID (a verdict on under {100 * VALID_COVERAGE:.0f}% of the {unit}s; each {unit} without "
+                 f"one counts as a disagreement below)")
     return text
 
 

@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 
 from orbench.llm.models import slug
+from orbench.scoring import judge_cards
 
 #: Bumped when a card's layout changes; a reader skips cards of another version.
 CARD_VERSION = 1
@@ -39,7 +40,7 @@ ENSEMBLE_RULE = "strict-majority-of-all/v1"
 #: The identity fields, in the order they are hashed.
 IDENTITY_FIELDS = ("moderators", "template", "rule", "column", "temperature", "max_tokens")
 #: A card is valid when at least this share of its prompts has a verdict (as a judge card).
-VALID_COVERAGE = 0.95
+VALID_COVERAGE = judge_cards.VALID_COVERAGE
 #: The note shown where a moderation that decided a subset has no card.
 NEVER_CALIBRATED = "moderator never calibrated against human labels (orbench-calibrate --moderator_model)"
 #: The stage id stage 3 writes into its meta file.
@@ -139,12 +140,7 @@ def figure_text(fig: dict | None, digits: int = 2) -> str:
 
 def coverage_text(pooled: dict) -> str:
     """'coverage 440 of 450 prompts (98%)', with NOT VALID under 95%: the card's first figure."""
-    n, decided = int(pooled.get("n") or 0), int(pooled.get("verdicts") or 0)
-    text = f"coverage {decided:,} of {n:,} prompts" + (f" ({100 * decided / n:.0f}%)" if n else "")
-    if not (pooled.get("coverage") or {}).get("valid"):
-        text += (f": NOT VALID (a verdict on under {100 * VALID_COVERAGE:.0f}% of the prompts; each prompt without "
-                 f"one counts as a disagreement below)")
-    return text
+    return judge_cards.coverage_text(pooled, unit="prompt")
 
 
 def card_text(card: dict) -> str:
