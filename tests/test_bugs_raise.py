@@ -137,3 +137,39 @@ def test_the_log_says_where_requests_went_and_what_was_read(script, env, fake, t
     assert "DEBUG orbench.llm.clients: openai/m: provider openai" in proc.stderr  # -v: on stderr too
     quiet = script(ALIGN, "--model", "openai/m", "--input_file", str(src), "--output_file", "b.csv", env=env)
     assert quiet.returncode == 0 and "DEBUG" not in quiet.stderr  # no -v in this run: no log on stderr
+
+
+def _planted(*args, **kwargs):
+    raise KeyError("planted")
+
+
+@pytest.mark.parametrize("where", ["report", "release", "audit", "calibrate", "leaderboard", "datasets"])
+def test_a_bug_in_an_analysis_script_exits_3_with_its_traceback(where, monkeypatch, capsys, tmp_path):
+    """Not only the stages: the report, the release builder, the audit, calibration, the
+    leaderboard and the set sampler say a bug the same way (exit 3, its traceback, one line)."""
+    from orbench.analysis.audit import commands as audit
+    from orbench.analysis.calibration import calibrate
+    from orbench.analysis.leaderboard import build as leaderboard
+    from orbench.analysis.release import build as release
+    from orbench.analysis.report import build as report
+    from orbench.benchmark import datasets
+    from orbench.run import tables
+
+    monkeypatch.chdir(tmp_path)
+    planted, argv = {
+        "report": ((report, "report_from"), ["x.csv"]),
+        "release": ((release, "make_parser"), ["--help"]),
+        "audit": ((audit, "make_parser"), ["--help"]),
+        "calibrate": ((calibrate, "build_parser"), ["--check_model", "keyword"]),
+        "leaderboard": ((leaderboard, "make_parser"), ["x"]),
+        "datasets": ((tables, "read_table"), ["or-bench-hard-1k", "--per_category", "1"]),
+    }[where]
+    monkeypatch.setattr(*planted, _planted)
+    assert getattr(*planted) is _planted
+    main = {"report": report.main, "release": release.main, "audit": audit.main, "calibrate": calibrate.main,
+            "leaderboard": leaderboard.main, "datasets": datasets.main}[where]
+    assert main(argv) == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "KeyError: 'planted'" in err
+    assert err.rstrip().endswith("error: a bug in orbench: please report it, with the traceback above")
+    assert list(tmp_path.iterdir()) == []

@@ -71,6 +71,14 @@ def sample_meta(source: str, output: str, per_category: int, seed: int, rows: in
 
 
 def main(argv=None) -> int:
+    """:func:`sample_main` with the exit codes every script shares (``orbench.run.cli.entry_point``:
+    3 and its traceback for a bug)."""
+    from orbench.run.cli import entry_point
+
+    return entry_point(sample_main)(argv)
+
+
+def sample_main(argv=None) -> int:
     """``python -m orbench.benchmark.datasets SET --per_category N [--seed S] [--output FILE]``: a seeded,
     category-stratified sample of a named set or any prompt file, with its meta file (the set it
     was drawn from, so the report can tell the sample's set whatever its name)."""

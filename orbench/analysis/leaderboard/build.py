@@ -39,7 +39,7 @@ from orbench.analysis.leaderboard import entries as ent
 from orbench.analysis.leaderboard import site
 from orbench.analysis.leaderboard.sources import gather
 from orbench.llm.errors import UsageError
-from orbench.run.cli import ArgumentParser
+from orbench.run.cli import ArgumentParser, entry_point
 
 
 def build(paths: Sequence[str], output_dir: str | Path, *, with_published: bool = True) -> tuple[Path, list[str]]:
@@ -78,6 +78,7 @@ def make_parser() -> ArgumentParser:
     return parser
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the site; exit 0, or 2 with one line on bad input or an output folder that cannot be written."""
     try:
