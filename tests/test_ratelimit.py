@@ -183,8 +183,10 @@ def test_429s_at_a_share_no_cut_lowers_stop_cutting_and_the_window_comes_back(cl
     start = pacer.window
     cuts = 0
 
-    def round_trip(refusals: int, sent: int = 20) -> None:
-        """``sent`` requests, answered 0.1 s later, the first ``refusals`` of them refused."""
+    def round_trip(per_5: int) -> None:
+        """A window's worth of requests (at least 5), answered 0.1 s later, ``per_5`` in 5 refused."""
+        sent = max(5, round(pacer.window))
+        refusals = sent * per_5 // 5
         tickets = [pacer.take(COSTS) for _ in range(sent)]
         clock.now += 0.1
         for i, ticket in enumerate(tickets):
@@ -194,7 +196,7 @@ def test_429s_at_a_share_no_cut_lowers_stop_cutting_and_the_window_comes_back(cl
                 pacer.admitted(ticket)
 
     for _ in range(40):  # one in five refused, whatever the window
-        round_trip(4)
+        round_trip(1)
         cuts = pacer.describe()["cuts"]
         if pacer.describe()["cuts_undone"]:
             break
@@ -203,10 +205,10 @@ def test_429s_at_a_share_no_cut_lowers_stop_cutting_and_the_window_comes_back(cl
     assert "did not lower" in record["why"]
     assert pacer.window == start
     for _ in range(5):  # the same share again: no cut
-        round_trip(4)
+        round_trip(1)
     assert pacer.describe()["cuts"] == cuts
     for _ in range(3):  # a share that clearly rose: cutting again
-        round_trip(16)
+        round_trip(4)
     assert pacer.describe()["cuts"] > cuts
 
 

@@ -17,15 +17,21 @@ the other half: how long a refused request waits, and how often a failed one goe
    window of one, one request at a time goes, the sends paced further apart.
 3. **Each series of cuts is a test of whether the rate is to blame.** A limit refuses only what
    is sent past it: a share ``s`` refused in the round trip before a series (but for the 429 that
-   set it off), ``m`` cuts later, becomes at most ``q = 1 - (1 - s) / BETA**m`` (taking ``s`` at its
-   upper ``1 - ALPHA`` Clopper-Pearson bound). When the 429s among the requests sent since the last
-   cut (from a round trip after it) are as many as would come with probability ``ALPHA`` at ``q``,
-   the round trip before had 429s too, and the share has not moved (Fisher's exact test,
-   two-sided at ``ALPHA``), the rate is not their cause: the window goes back to where the series
+   set it off), at a rate since cut to ``c`` of what it was, becomes at most ``q = 1 - (1 - s) / c``
+   (taking ``s`` at its upper ``1 - ALPHA`` Clopper-Pearson bound). ``c`` is the rate measured (the
+   requests sent since the last cut a second, against the round trip before the series), and no
+   less than ``BETA**m`` after ``m`` cuts: while the client's own work, not the window, holds its
+   requests back, the round trip shrinks with the window and a cut does not lower the rate. When
+   the 429s among the requests sent since the last cut (from a round trip after it) are as many
+   as would come with probability ``ALPHA`` at ``q``, the round trip before had 429s too, and the
+   share has not moved (Fisher's exact test, two-sided at ``ALPHA``), the rate is not their cause: the window goes back to where the series
    began, slow start resumes, and 429s stop cutting. They cut again once the share of 429s in a
    round trip is clearly above the share the test saw (Fisher's, one-sided, asked once a round
    trip, the ``k``-th time at ``ALPHA / k**2``: false alarms in all below ``ALPHA * pi**2 / 6``).
-   A series ends when the window grows back; the slow start ends at its second cut.
+   A series ends when the window grows back past the slow start. The slow start ends at a series'
+   second cut, and its growth before then only moves where the series began: a limit it overshot
+   must be cut to, not regrown past in the round trip a cut takes to tell (RFC 5681's
+   ``ssthresh``).
 4. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
    ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``, read
    by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went after
@@ -161,6 +167,7 @@ class _Series:
     window: float  # before the first cut
     counts: list  # answers and 429s: the round trip before; since the last cut; since the first
     at: float  # the last cut
+    sent: float  # requests sent by the last cut
     cuts: int = 1
 
 
@@ -261,9 +268,10 @@ class Pacer:
         series = self.series
         if ticket.sent_at < self.last_cut + self.srtt:
             return  # the congestion the last cut answered, or met before it told
-        if series and self.window >= series.window:
+        if series and self.window >= series.window and not self.slow_start:
             series = self.series = None  # the window grew back: the series is over
-        if series and not_the_rate(*series.counts, BETA ** series.cuts):
+        rate = series and (self.units_sent.get("requests", 0) - series.sent) / (now - series.at) * series.span
+        if series and not_the_rate(*series.counts, max(BETA ** series.cuts, min(1, rate / max(1, series.counts[0])))):
             self.series, self.rate_to_blame, self.undone, self.tests = None, False, self.undone + 1, 0
             self.reference = [series.counts[0] + series.counts[2], series.counts[1] + series.counts[3]]
             self.window, self.slow_start = max(self.window, series.window), True
@@ -278,11 +286,9 @@ class Pacer:
                 times.popleft()
         series = self.series
         if series and series.start - series.span <= sent_at < series.start:
-            series.counts[0] += 1
-            series.counts[1] += refused
+            series.counts[:2] = [series.counts[0] + 1, series.counts[1] + refused]
         elif series and sent_at >= series.at + series.span:  # since the last cut, and the first
-            series.counts[2:] = [series.counts[2] + 1, series.counts[3] + refused,
-                                 series.counts[4] + 1, series.counts[5] + refused]
+            series.counts[2:] = [series.counts[2] + 1, series.counts[3] + refused, series.counts[4] + 1, series.counts[5] + refused]
         elif series and sent_at >= series.start + series.span:  # since the first
             series.counts[4:] = [series.counts[4] + 1, series.counts[5] + refused]
 
@@ -291,14 +297,15 @@ class Pacer:
         of the 429 that set it off went, no part of the round trip before)."""
         span = self.srtt
         before = [refused for at, refused in self.answers if at >= now - span and at != trigger]
-        window = self.window * BETA
+        window, sent = self.window * BETA, self.units_sent.get("requests", 0)
         if not self.slow_start:  # what the server admitted in the last round trip, at most
-            sent = sum(1 for at in self.sends if now - span <= at != trigger)
-            window = min(window, sent * (1 - share_bound(sum(before), len(before), upper=False)))
+            last = sum(1 for at in self.sends if now - span <= at != trigger)
+            window = min(window, last * (1 - share_bound(sum(before), len(before), upper=False)))
         if self.series is None or not self.series.counts[1]:  # a series starts (again)
-            self.series = _Series(now, span, self.window, [len(before), sum(before), 0, 0, 0, 0], now)
+            self.series = _Series(now, span, self.window, [len(before), sum(before), 0, 0, 0, 0], now, sent)
         else:  # 429s went on after a cut: the slow start is over
-            self.series.at, self.series.counts[2:4], self.slow_start = now, [0, 0], False
+            series, self.slow_start = self.series, False  # (it began where the slow start got to)
+            series.at, series.sent, series.window, series.counts[2:4] = now, sent, max(series.window, self.window), [0, 0]
             self.series.cuts += 1
         self.last_cut, self.window, self.rate_to_blame = now, window or self.window * BETA, True
         self.cuts += 1
