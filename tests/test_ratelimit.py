@@ -212,6 +212,25 @@ def test_429s_at_a_share_no_cut_lowers_stop_cutting_and_the_window_comes_back(cl
     assert pacer.describe()["cuts"] > cuts
 
 
+def test_429s_that_cutting_the_window_did_not_slow_keep_cutting(clock):
+    """A client whose own queue, not the window, holds its requests back sends as many a round
+    trip whatever the window: the cuts did not lower the rate, so a share of 429s that does not
+    move is no sign that the rate is not to blame (rule 3), and the cuts go on."""
+    pacer = Pacer(clock=clock)
+    for _ in range(20):
+        answered(pacer, clock, rtt=0.1)
+    for _ in range(40):  # 20 requests a round trip, 4 of them refused, whatever the window
+        tickets = [pacer.take(COSTS) for _ in range(20)]
+        clock.now += 0.1
+        for ticket in tickets[:4]:
+            pacer.refused(ticket, wait=0.5)
+        for ticket in tickets[4:]:
+            pacer.admitted(ticket)
+    record = pacer.describe()
+    assert record["cuts_undone"] == 0 and "fell when the window" in record["why"]
+    assert record["cuts"] >= 20 and pacer.window < 2
+
+
 def test_a_budget_the_headers_show_spent_holds_every_send_until_its_reset(clock):
     pacer = Pacer(clock=clock)
     first = pacer.take(COSTS)
