@@ -9,7 +9,8 @@ as a discrete-event simulation: the rows of a run take their places among ``--co
 refused request gives its place back while it waits (as ``Client._send`` does), and time jumps
 from one event to the next. The same seed gives the same figures on any machine.
 
-What it leaves out: the client's own CPU time (a request costs nothing to send here), the
+The client's own work is modelled as ``--cpu`` seconds per attempt on one event loop (attempts
+queue for it, so a busy client's round trips stretch as a real one's do). What it leaves out: the
 network, and ``--patience`` (nothing here waits that long). So it compares pacers, and the real
 bench confirms on a quiet machine.
 

@@ -113,19 +113,19 @@ def test_the_exact_bounds_on_a_share():
 
 
 def test_a_share_that_no_cut_moves_is_not_the_rate():
-    # 8 in 100 before, since, and since the last of three cuts: a limit would have refused none by now
-    assert not_the_rate(100, 8, 100, 8, 300, 24, BETA ** 3)
-    # the same share after one small cut: a limit the first round over could still refuse that many
-    assert not not_the_rate(20, 4, 20, 4, 20, 4, BETA)
-    # 429s that stopped after the last cut are the rate's; so are 429s that rose (a limit that fell)
-    assert not not_the_rate(100, 8, 100, 0, 300, 16, BETA ** 3)
-    assert not not_the_rate(100, 2, 100, 30, 300, 90, BETA ** 3)
-    # ... and 429s the last cut lowered from the rest of the series (a limit that drained a burst)
-    assert not not_the_rate(100, 8, 100, 2, 400, 60, BETA ** 3)
-    # no 429 before, nothing since, or too few answers since to see a share move: nothing to test
-    assert not not_the_rate(100, 0, 100, 3, 300, 9, BETA ** 3)
-    assert not not_the_rate(100, 8, 0, 0, 0, 0, BETA ** 3)
-    assert not not_the_rate(100, 8, 1, 1, 1, 1, BETA ** 3)
+    # 8 in 100 before, and after a cut to 0.67 of the rate: a limit would have refused none
+    assert not_the_rate(300, 24, 100, 8, BETA ** 3) is True
+    # the same share after one small cut: a limit the share before came from could still refuse that many
+    assert not not_the_rate(20, 4, 20, 4, BETA)
+    # 429s that stopped after the cut are the rate's; so are 429s that rose (a limit that fell)
+    assert not_the_rate(300, 24, 100, 0, BETA ** 3) is False
+    assert not_the_rate(300, 24, 100, 30, BETA ** 3) is False
+    # no 429 before, nothing since, or too few answers since to show a share fallen to none: not yet
+    assert not_the_rate(100, 0, 100, 3, BETA ** 3) is None
+    assert not_the_rate(100, 8, 0, 0, BETA ** 3) is None
+    assert not_the_rate(300, 24, 5, 1, BETA ** 3) is None
+    # a baseline of three answers, two refused, cannot tell: it bounds the share before at 0.98
+    assert not_the_rate(3, 2, 100, 20, BETA ** 3) is None
 
 
 # -- the pacer, on a fake clock ------------------------------------------------------------------
@@ -183,8 +183,10 @@ def test_429s_at_a_share_no_cut_lowers_stop_cutting_and_the_window_comes_back(cl
     start = pacer.window
     cuts = 0
 
-    def round_trip(refusals: int, sent: int = 20) -> None:
-        """``sent`` requests, answered 0.1 s later, the first ``refusals`` of them refused."""
+    def round_trip(per_5: int) -> None:
+        """A window's worth of requests (at least 5), answered 0.1 s later, ``per_5`` in 5 refused."""
+        sent = max(5, round(pacer.window))
+        refusals = sent * per_5 // 5
         tickets = [pacer.take(COSTS) for _ in range(sent)]
         clock.now += 0.1
         for i, ticket in enumerate(tickets):
@@ -194,7 +196,7 @@ def test_429s_at_a_share_no_cut_lowers_stop_cutting_and_the_window_comes_back(cl
                 pacer.admitted(ticket)
 
     for _ in range(40):  # one in five refused, whatever the window
-        round_trip(4)
+        round_trip(1)
         cuts = pacer.describe()["cuts"]
         if pacer.describe()["cuts_undone"]:
             break
@@ -203,11 +205,54 @@ def test_429s_at_a_share_no_cut_lowers_stop_cutting_and_the_window_comes_back(cl
     assert "did not lower" in record["why"]
     assert pacer.window == start
     for _ in range(5):  # the same share again: no cut
-        round_trip(4)
+        round_trip(1)
     assert pacer.describe()["cuts"] == cuts
     for _ in range(3):  # a share that clearly rose: cutting again
-        round_trip(16)
+        round_trip(4)
     assert pacer.describe()["cuts"] > cuts
+
+
+def test_random_429s_after_an_unlucky_first_round_trip_do_not_crawl(clock):
+    """Random 429s whose series of cuts starts on a round trip that happened to have most of its
+    answers refused: that round trip alone bounds nothing (rule 3 pools the series' answers), so
+    the cuts stop and the window comes back, not cut round trip after round trip to the floor."""
+    pacer = Pacer(clock=clock)
+    for _ in range(20):
+        answered(pacer, clock, rtt=0.1)
+    start = pacer.window
+
+    def round_trip(refusals: int, sent: int) -> None:
+        tickets = [pacer.take(COSTS) for _ in range(sent)]
+        clock.now += 0.1
+        for i, ticket in enumerate(tickets):
+            pacer.refused(ticket, wait=0.5) if i < refusals else pacer.admitted(ticket)
+
+    round_trip(3, 4)  # 3 of 4 refused: the round trip before the series
+    for _ in range(60):  # then one in five, whatever the window
+        sent = max(5, round(pacer.window))
+        round_trip(sent // 5, sent)
+        if pacer.describe()["cuts_undone"]:
+            break
+    assert pacer.describe()["cuts_undone"] == 1 and pacer.window >= start
+
+
+def test_429s_that_cutting_the_window_did_not_slow_keep_cutting(clock):
+    """A client whose own queue, not the window, holds its requests back sends as many a round
+    trip whatever the window: the cuts did not lower the rate, so a share of 429s that does not
+    move is no sign that the rate is not to blame (rule 3), and the cuts go on."""
+    pacer = Pacer(clock=clock)
+    for _ in range(20):
+        answered(pacer, clock, rtt=0.1)
+    for _ in range(40):  # 20 requests a round trip, 4 of them refused, whatever the window
+        tickets = [pacer.take(COSTS) for _ in range(20)]
+        clock.now += 0.1
+        for ticket in tickets[:4]:
+            pacer.refused(ticket, wait=0.5)
+        for ticket in tickets[4:]:
+            pacer.admitted(ticket)
+    record = pacer.describe()
+    assert record["cuts_undone"] == 0 and "fell when the window" in record["why"]
+    assert record["cuts"] >= 20 and pacer.window < 2
 
 
 def test_a_budget_the_headers_show_spent_holds_every_send_until_its_reset(clock):

@@ -259,8 +259,7 @@ class Client:
         spec, provider = request.model, request.model.provider
         pacer = self.rate_limits.pacer(provider.name, slot.base_url, spec.model)
         costs = ratelimit.request_costs(pricing.input_tokens(request), request.max_tokens)
-        retries = waits = 0
-        first_wait = None
+        retries, waits, first_wait = 0, 0, None
         while True:
             ticket = await pacer.acquire(costs)
             self.stats.sent += 1
@@ -299,8 +298,7 @@ class Client:
                     return apply_verdict(_unreachable(provider, slot, verdict) if never else ErrorClass(
                         Outcome.ROW, verdict.message + (f", {retries} attempts" if retries > 1 else "")))
             self.rate_limits.waited += wait if patient else 0.0
-            logger.debug("%s: %s; asking again in %.1f s (%s)", spec, verdict.message, wait,
-                         f"waited since {now - first_wait:.0f} s" if patient else f"retry {retries} of {self.max_retries}")
+            logger.debug("%s: %s; asking again in %.1f s (%s)", spec, verdict.message, wait, "patient" if patient else f"retry {retries}")
             place = ROW_PLACE.get()
             if place is not None:  # its row's place goes to the next row while it waits
                 place.release()

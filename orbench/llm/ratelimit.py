@@ -16,16 +16,26 @@ the other half: how long a refused request waits, and how often a failed one goe
    refused (its lower ``1 - ALPHA`` bound): what the server admitted is what it admits. Below a
    window of one, one request at a time goes, the sends paced further apart.
 3. **Each series of cuts is a test of whether the rate is to blame.** A limit refuses only what
-   is sent past it: a share ``s`` refused in the round trip before a series (but for the 429 that
-   set it off), ``m`` cuts later, becomes at most ``q = 1 - (1 - s) / BETA**m`` (taking ``s`` at its
-   upper ``1 - ALPHA`` Clopper-Pearson bound). When the 429s among the requests sent since the last
-   cut (from a round trip after it) are as many as would come with probability ``ALPHA`` at ``q``,
-   the round trip before had 429s too, and the share has not moved (Fisher's exact test,
-   two-sided at ``ALPHA``), the rate is not their cause: the window goes back to where the series
-   began, slow start resumes, and 429s stop cutting. They cut again once the share of 429s in a
-   round trip is clearly above the share the test saw (Fisher's, one-sided, asked once a round
-   trip, the ``k``-th time at ``ALPHA / k**2``: false alarms in all below ``ALPHA * pi**2 / 6``).
-   A series ends when the window grows back; the slow start ends at its second cut.
+   is sent past it: one that admitted ``1 - s`` of what went at some rate refuses, at ``c`` of that
+   rate, at most ``q = 1 - (1 - s) / c`` (``s`` at its upper ``1 - ALPHA`` Clopper-Pearson bound).
+   The answers before are all the series' before the test's first cut (the round trip before the
+   series included, the round trip each cut takes to tell left out): one round trip of a small
+   window bounds nothing (two 429s in three put ``s`` below 0.98 only), and a series started by a
+   round trip that happened to have many refused would never clear. ``c`` is the rate measured
+   since the test's first cut against theirs, and no less than ``BETA**m`` after ``m`` cuts: while
+   the client's own work, not the window, holds its requests back, a cut does not lower the rate.
+   When the 429s since are as many as would come with probability ``ALPHA`` at ``q``, and their
+   share neither fell nor rose from the one before (Fisher's exact test, each way at ``ALPHA``),
+   the rate is not their cause: the window goes back to where the series began, slow start
+   resumes, and 429s stop cutting. While too few answers since could show a share fallen to ``q``
+   (the same test's power), the test is not over: the next cut goes on with it, until its answers
+   since are as many as those before (then they join them, and the next cut opens a new one). 429s
+   cut again once the share in a round trip is clearly above the share the test saw (Fisher's,
+   one-sided, asked once a round trip, the ``k``-th time at ``ALPHA / k**2``: false alarms in all
+   below ``ALPHA * pi**2 / 6``). A series ends when the window grows back past the slow start. The
+   slow start ends at a series' second cut, and its growth before then only moves where the
+   series began: a limit it overshot must be cut to, not regrown past in the round trip a cut
+   takes to tell (RFC 5681's ``ssthresh``).
 4. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
    ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``, read
    by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went after
@@ -51,14 +61,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import time
 from collections import deque
 from contextvars import ContextVar
 from dataclasses import dataclass
-
-logger = logging.getLogger(__name__)
 
 INITIAL_WINDOW = 4
 PACING = 1.25
@@ -104,23 +111,18 @@ def fisher_tail(k: int, n: int, marked: int, total: int) -> float:
                for i in range(max(k, 0, n - total + marked), min(n, marked) + 1))
 
 
-def not_the_rate(before: int, refused_before: int, after: int, refused_after: int, since: int,
-                 refused_since: int, cut: float = BETA) -> bool:
-    """Rule 3: whether ``refused_before`` 429s of ``before`` answers in the round trip before a
-    series of cuts, ``refused_after`` of ``after`` since its last cut (the window ``cut`` of what it
-    was) and ``refused_since`` of ``since`` in all of it say that the rate is not their cause: more
-    429s after than a limit would refuse, at a share neither the series moved from the one before
-    (two-sided) nor the last cut lowered from the one before it (one-sided), with answers enough
-    that a share which moved would show."""
-    if before <= 0 or after <= 0 or not refused_before:
-        return False
-    most = max(0.0, 1 - (1 - share_bound(refused_before, before, upper=True)) / cut)
-    total, refused = before + since, refused_before + refused_since
-    moved = min(fisher_tail(refused_since, since, refused, total),
-                1 - fisher_tail(refused_since + 1, since, refused, total)) <= ALPHA / 2
-    could_move = fisher_tail(since, since, refused_before + since, total) <= ALPHA / 2  # were all refused
-    lowered = 1 - fisher_tail(refused_after + 1, after, refused_since, since) <= ALPHA  # P(as few or fewer)
-    return binomial_tail(refused_after, after, most) <= ALPHA and could_move and not moved and not lowered
+def not_the_rate(before: int, refused_before: int, after: int, refused_after: int, cut: float = BETA) -> bool | None:
+    """Rule 3: whether ``refused_after`` 429s of ``after`` answers, sent at ``cut`` of the rate of
+    ``before`` answers earlier in the series (``refused_before`` 429s), say that the rate is not
+    their cause: more 429s than a limit that admitted what went before would leave, at a share that
+    neither fell nor rose (Fisher's exact test, each way); ``None`` while too few answers would show
+    a share fallen to what such a limit leaves, or nothing before was refused."""
+    most = max(0.0, 1 - (1 - share_bound(refused_before, before, upper=True)) / cut) if before else 1.0
+    refused, total, least = refused_before + refused_after, before + after, math.floor(after * most)
+    if not refused_before or not after or 1 - fisher_tail(least + 1, after, refused_before + least, total) > ALPHA:
+        return None
+    moved = min(fisher_tail(refused_after, after, refused, total), 1 - fisher_tail(refused_after + 1, after, refused, total))
+    return binomial_tail(refused_after, after, most) <= ALPHA and moved > ALPHA
 
 
 @contextlib.contextmanager
@@ -164,6 +166,7 @@ class _Series:
     window: float  # before the first cut
     counts: list  # answers and 429s: the round trip before; since the last cut; since the first
     at: float  # the last cut
+    sent: float  # requests sent by the last cut
     cuts: int = 1
 
 
@@ -264,14 +267,18 @@ class Pacer:
         series = self.series
         if ticket.sent_at < self.last_cut + self.srtt:
             return  # the congestion the last cut answered, or met before it told
-        if series and self.window >= series.window:
+        if series and self.window >= series.window and not self.slow_start:
             series = self.series = None  # the window grew back: the series is over
-        if series and not_the_rate(*series.counts, BETA ** series.cuts):
+        if series:  # the series before the test's first cut (sent over ``span + at - start``), and since
+            answers, refused = (series.counts[i] + series.counts[i + 4] - series.counts[i + 2] for i in (0, 1))
+            rate = (self.units_sent.get("requests", 0) - series.sent) / (now - series.at) * (series.span + series.at - series.start)
+        verdict = series and not_the_rate(answers, refused, *series.counts[2:4], max(BETA ** series.cuts, rate / max(1, answers)))
+        if verdict:
             self.series, self.rate_to_blame, self.undone, self.tests = None, False, self.undone + 1, 0
-            self.reference = [series.counts[0] + series.counts[2], series.counts[1] + series.counts[3]]
+            self.reference = [answers + series.counts[2], refused + series.counts[3]]
             self.window, self.slow_start = max(self.window, series.window), True
         elif series or self.rate_to_blame or self._share_rose(now):
-            self._cut(now, ticket.sent_at)
+            self._cut(now, ticket.sent_at, verdict is not None or not series or series.counts[2] >= answers)
 
     def _count(self, sent_at: float, refused: bool, now: float) -> None:
         span = self.srtt or math.inf
@@ -281,30 +288,28 @@ class Pacer:
                 times.popleft()
         series = self.series
         if series and series.start - series.span <= sent_at < series.start:
-            series.counts[0] += 1
-            series.counts[1] += refused
+            series.counts[:2] = [series.counts[0] + 1, series.counts[1] + refused]
         elif series and sent_at >= series.at + series.span:  # since the last cut, and the first
-            series.counts[2:] = [series.counts[2] + 1, series.counts[3] + refused,
-                                 series.counts[4] + 1, series.counts[5] + refused]
+            series.counts[2:] = [series.counts[2] + 1, series.counts[3] + refused, series.counts[4] + 1, series.counts[5] + refused]
         elif series and sent_at >= series.start + series.span:  # since the first
             series.counts[4:] = [series.counts[4] + 1, series.counts[5] + refused]
 
-    def _cut(self, now: float, trigger: float) -> None:
+    def _cut(self, now: float, trigger: float, told: bool = True) -> None:
         """Rules 2 and 3: cut the window, and put the cut on trial (``trigger``: when the request
         of the 429 that set it off went, no part of the round trip before)."""
         span = self.srtt
         before = [refused for at, refused in self.answers if at >= now - span and at != trigger]
-        window = self.window * BETA
+        window, sent = self.window * BETA, self.units_sent.get("requests", 0)
         if not self.slow_start:  # what the server admitted in the last round trip, at most
-            sent = sum(1 for at in self.sends if now - span <= at != trigger)
-            window = min(window, sent * (1 - share_bound(sum(before), len(before), upper=False)))
+            last = sum(1 for at in self.sends if now - span <= at != trigger)
+            window = min(window, last * (1 - share_bound(sum(before), len(before), upper=False)))
         if self.series is None or not self.series.counts[1]:  # a series starts (again)
-            self.series = _Series(now, span, self.window, [len(before), sum(before), 0, 0, 0, 0], now)
+            self.series = _Series(now, span, self.window, [len(before), sum(before), 0, 0, 0, 0], now, sent)
         else:  # 429s went on after a cut: the slow start is over
-            self.series.at, self.series.counts[2:4], self.slow_start = now, [0, 0], False
-            self.series.cuts += 1
-        logger.debug("pacer %s: a 429; window %.1f -> %.1f requests in flight", self.name, self.window,
-                     window or self.window * BETA)
+            series, self.slow_start = self.series, False  # (it began where the slow start got to)
+            series.window, series.cuts = max(series.window, self.window), series.cuts + 1
+            if told:  # a test that could not tell goes on over the next cut
+                series.at, series.sent, series.counts[2:4] = now, sent, [0, 0]
         self.last_cut, self.window, self.rate_to_blame = now, window or self.window * BETA, True
         self.cuts += 1
 
