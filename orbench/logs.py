@@ -2,8 +2,8 @@
 
 What a run says to its user (the progress bar, the summary line, warnings, one-line errors) is
 printed as before; the log is what a developer or a bug report needs beside it: which provider
-and address each model went to, retries and waits, the pacer's decisions, files read and
-written, and exceptions that were handled on purpose (with their tracebacks at DEBUG).
+and address each model went to, retries and waits, files read and written, and exceptions
+that were handled on purpose (with their tracebacks at DEBUG).
 
 Nothing is configured on import (a library leaves that to its application), so by default only
 warnings reach stderr, through Python's last-resort handler. Every script takes ``-v/--verbose``

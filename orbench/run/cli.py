@@ -45,7 +45,7 @@ class ArgumentParser(argparse.ArgumentParser):
         # what the main parser read
         group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                            help="log everything from DEBUG on to stderr: providers and addresses, retries and "
-                                "waits, the pacer's decisions, files read and written (orbench's own loggers)")
+                                "waits, files read and written (orbench's own loggers)")
         group.add_argument("--log_file", default=argparse.SUPPRESS, metavar="FILE",
                            help="append the same log, with times, to FILE (with or without -v)")
 
