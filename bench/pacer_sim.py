@@ -17,6 +17,10 @@ bench confirms on a quiet machine.
     python bench/pacer_sim.py                 # the named scenarios, the random 429s, two runs on one key
     python bench/pacer_sim.py --random 5      # ... and 5 seeds of every randomised shape
     python bench/pacer_sim.py --only cap-8
+    python bench/pacer_sim.py --cpu 0.003 --null   # 429s never cut: the ceiling for random 429s
+
+``--cpu 0.003`` is about the real client's work per attempt (3-5 ms); the default 0.01 makes the
+client's CPU, not the window, the bottleneck at concurrency 32, which hides what cuts cost.
 """
 
 from __future__ import annotations
@@ -276,8 +280,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per named scenario (median shown)")
     parser.add_argument("--only", default=None, help="comma-separated scenario name prefixes")
     parser.add_argument("--cpu", type=float, default=CPU, help="the client's seconds of work per attempt")
+    parser.add_argument("--null", action="store_true",
+                        help="a null pacer: 429s never cut the window (what rule 3 at best gets back on random 429s)")
     args = parser.parse_args(argv)
     globals()["CPU"] = args.cpu
+    if args.null:
+        ratelimit.Pacer._cut = lambda self, now, trigger, told=True: None
     started = real_time.perf_counter()
     found = scenarios() + [s for seed in range(args.random) for s in randomised(seed)]
     if args.only:
