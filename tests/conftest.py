@@ -289,12 +289,14 @@ SLOW_MODULES = {
     "test_local.py": "the local model (llama.cpp in process)",
     "test_llama_server.py": "llama.cpp's server in a process",
     "test_audit_browser.py": "Chromium",
+    "test_leaderboard_browser.py": "Chromium",
     "test_inspect.py": "inspect_ai",
     "test_inspect_endpoint.py": "inspect_ai",
     "test_notebook.py": "a Jupyter kernel (nbclient)",
 }
 SLOW_FIXTURES = {
     "limited": "a rate-limited server, in real time",
+    "browser": "Chromium",
 }
 PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}  # subprocess.<these> start a process
 
