@@ -411,3 +411,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if slow_reason(item):
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):
+        # An xdist worker: the tests are handed out in this order, so the slow kinds (up to half a
+        # minute each) go first and the queue ends with short tests: the workers finish together,
+        # not one waiting while the other runs a late long test. Without xdist the order stays.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
