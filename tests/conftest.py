@@ -18,16 +18,20 @@ import tempfile
 import types
 from pathlib import Path
 
-import pandas as pd
-import pytest
+# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (as in many CI images, and where
+# pip then installs without them): without them every worker recompiles pandas, numpy and the package
+# and re-rewrites every test module's asserts on every run, and every script a test runs as a process
+# recompiles them too (2.4 s against 1.1 s to import pandas). So before anything big is imported, and
+# for every process started from here on (xdist's workers, the scripts the tests run). The caches go
+# where Python puts them (``__pycache__``, ignored by git).
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+import pandas as pd  # noqa: E402 (after the bytecode setting just above)
+import pytest  # noqa: E402 (after the bytecode setting just above)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set (as in many CI images): without
-# them every run recompiles the package and re-rewrites every test module's asserts in each worker
-# (half of a worker's collection time), and every script a test runs as a process recompiles the
-# package too. The caches go where Python puts them (``__pycache__``, ignored by git).
-sys.dont_write_bytecode = False
 
 from fake_gemini import FakeGemini  # noqa: E402 (tests/ is put on sys.path just above)
 from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path just above)
@@ -285,12 +289,14 @@ SLOW_MODULES = {
     "test_local.py": "the local model (llama.cpp in process)",
     "test_llama_server.py": "llama.cpp's server in a process",
     "test_audit_browser.py": "Chromium",
+    "test_leaderboard_browser.py": "Chromium",
     "test_inspect.py": "inspect_ai",
     "test_inspect_endpoint.py": "inspect_ai",
     "test_notebook.py": "a Jupyter kernel (nbclient)",
 }
 SLOW_FIXTURES = {
     "limited": "a rate-limited server, in real time",
+    "browser": "Chromium",
 }
 PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}  # subprocess.<these> start a process
 
@@ -405,3 +411,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if slow_reason(item):
             item.add_marker(pytest.mark.slow)
+    if hasattr(config, "workerinput"):
+        # An xdist worker: the tests are handed out in this order, so the slow kinds (up to half a
+        # minute each) go first and the queue ends with short tests: the workers finish together,
+        # not one waiting while the other runs a late long test. Without xdist the order stays.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)

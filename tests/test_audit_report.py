@@ -80,7 +80,7 @@ def audited_run(tmp_path, script, env):
 
 def run_report(script, env, tmp: Path, files: dict, out: str, *extra: str):
     r = script("analysis/report.py", *[f"hard:={p}" for p in files.values()], "--output_dir", str(tmp / out),
-               "--no_reference", *extra, env=env)
+               "--no_reference", "--no_figures", *extra, env=env)
     assert r.returncode == 0, r.stderr
     return tmp / out
 

@@ -103,7 +103,8 @@ def test_a_datasets_sample_is_recognised_by_the_report(env, fake, script, tmp_pa
                   env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     aligned = "sample_openai_gpt-4o-mini_alignment.csv"  # the name names no set
-    proc = script("analysis/report.py", aligned, "--output_dir", "rep", "--no_reference", env=env, cwd=tmp_path)
+    proc = script("analysis/report.py", aligned, "--output_dir", "rep", "--no_reference", "--no_figures", env=env,
+                  cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert set(pd.read_csv(tmp_path / "rep" / "summary.csv")["set"]) == {"hard"}
 

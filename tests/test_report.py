@@ -350,7 +350,7 @@ def test_keyword_rescore_counts_as_keyword_and_beats_the_alignment_verdict(tmp_p
     alignment.to_csv(tmp_path / "align.csv", index=False)
     rescore.to_csv(tmp_path / "rescore.csv", index=False)
     rep = report.build_report([f"hard:={tmp_path / 'align.csv'}", f"hard:={tmp_path / 'rescore.csv'}"],
-                              tmp_path / "out")
+                              tmp_path / "out", figures=False)
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     row = summary.iloc[0]
     assert len(summary) == 1 and row["headline"] == "keyword"
@@ -386,7 +386,7 @@ def test_two_judges_are_never_pooled(tmp_path):
     b = judge_file(tmp_path / "b_hard_judged.csv", "anthropic/claude-x", ["T"] * 6 + ["F"] * 4)
     judge_file(tmp_path / "a_toxic_judged.csv", "openai/gpt-4o", ["T"] * 9 + ["F"])
     rep = report.build_report([str(a), str(b), str(tmp_path / "a_toxic_judged.csv")], tmp_path / "out",
-                              reference=False)
+                              reference=False, figures=False)
     s = pd.read_csv(tmp_path / "out" / "summary.csv", keep_default_na=False, na_values=[""])
     hard = s[s["set"] == "hard"].set_index("judge")
     assert sorted(hard.index) == ["anthropic/claude-x", "openai/gpt-4o"]
@@ -533,7 +533,7 @@ def test_published_reference_in_leaderboard_figure_and_json(tmp_path, script):
     # one set only: the figure still shows the published models
     rep = report.build_report([str(tmp_path / "x_hard.csv")], tmp_path / "o1")
     assert rep.points == [] and (tmp_path / "o1" / "hard_vs_toxic.png").exists()
-    proc = script("analysis/report.py", str(tmp_path / "x_*.csv"), "--no_reference", "--output_dir",
+    proc = script("analysis/report.py", str(tmp_path / "x_*.csv"), "--no_reference", "--no_figures", "--output_dir",
                   str(tmp_path / "o2"), env=ENV, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     board = pd.read_csv(tmp_path / "o2" / "leaderboard.csv")

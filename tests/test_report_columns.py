@@ -54,11 +54,11 @@ def test_replies_are_read_as_bytes_and_only_the_shown_ones_decoded(tmp_path):
 
 def test_pandas_parser_gives_the_same_report(tmp_path, monkeypatch):
     specs = _inputs(tmp_path)
-    fast = report.build_report(specs, tmp_path / "fast", reference=False, examples=2)
+    fast = report.build_report(specs, tmp_path / "fast", reference=False, examples=2, figures=False)
     # as without pyarrow, or for a file it refuses: pandas' parser reads every file (a DataFrame of text)
     monkeypatch.setattr(columns, "read_csv_arrow", lambda *args, **kwargs: None)
     assert isinstance(columns.read_results(specs[0]), pd.DataFrame)
-    plain = report.build_report(specs, tmp_path / "plain", reference=False, examples=2)
+    plain = report.build_report(specs, tmp_path / "plain", reference=False, examples=2, figures=False)
     for name in ("summary.csv", "categories.csv", "leaderboard.csv"):
         assert (tmp_path / "fast" / name).read_text() == (tmp_path / "plain" / name).read_text()
     pd.testing.assert_frame_equal(fast.examples.reset_index(drop=True), plain.examples.reset_index(drop=True))

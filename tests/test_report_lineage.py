@@ -75,7 +75,7 @@ def test_provenance_follows_the_chain_and_cut_off_replies_are_counted(env, fake,
 
 def test_a_few_cut_off_replies_are_shown_without_a_warning(env, fake, script, tmp_path):
     _, _, rescored = _pipeline(env, fake, script, tmp_path, cut=1, total=20)
-    rep = report.build_report([f"hard:={rescored}"], tmp_path / "rep", reference=False)
+    rep = report.build_report([f"hard:={rescored}"], tmp_path / "rep", reference=False, figures=False)
     assert not rep.warnings and int(rep.summary["keyword_truncated"].iloc[0]) == 1
     assert "1 cut off (5%)" in rep.outputs["html"].read_text()
 
@@ -91,7 +91,7 @@ def test_a_changed_ancestor_is_marked(env, fake, script, tmp_path):
 
 def test_without_finish_reason_cut_offs_are_unknown_not_zero(tmp_path):
     f = _write(tmp_path / "x_hard.csv", [{"prompt": "p", "model": "m", "response": "r", "is_rejected": "False"}])
-    rep = report.build_report([str(f)], tmp_path / "rep", reference=False)
+    rep = report.build_report([str(f)], tmp_path / "rep", reference=False, figures=False)
     assert pd.isna(rep.summary["keyword_truncated"].iloc[0])
     assert "cut-offs unknown (no finish_reason)" in rep.outputs["html"].read_text()
 
@@ -190,7 +190,7 @@ def test_an_llm_judges_verdicts_name_the_judge_and_the_stage_4_run(env, fake, sc
                   "--quiet", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     judged = tmp_path / "or-bench-toxic_sample_openai_gpt-4o_alignment_openai_judge-x_judged.csv"
-    rep = report.build_report([str(judged)], tmp_path / "rep", reference=False)
+    rep = report.build_report([str(judged)], tmp_path / "rep", reference=False, figures=False)
     [record] = rep.lineage
     assert (record["set"], record["model"]) == ("toxic", "openai/gpt-4o")
     assert record["verdicts"]["kind"] == "judge" and record["verdicts"]["judge"] == "openai/judge-x"

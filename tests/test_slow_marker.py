@@ -86,6 +86,8 @@ def test_slow_modules_and_fixtures():
     assert slow_reason(item(case_a_script_in_process, ROOT / "tests" / "test_inspect.py")) == "inspect_ai"
     assert slow_reason(item(case_a_script_in_process, fixtures=("env", "limited"))) == \
         "a rate-limited server, in real time"
+    assert slow_reason(item(case_a_script_in_process, ROOT / "tests" / "test_leaderboard_browser.py")) == "Chromium"
+    assert slow_reason(item(case_a_script_in_process, fixtures=("browser",))) == "Chromium"
     assert slow_reason(item(case_a_script_in_process, fixtures=("env", "fake"))) is None
 
 
