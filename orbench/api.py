@@ -7,7 +7,8 @@ defaults and checks) and returns what the script writes, as pandas objects:
 - :func:`generate`, :func:`rewrite`, :func:`moderate`, :func:`evaluate` (stage 4) and :func:`judge`
   (stage 5) return the output table: the same columns the script writes, every cell as it writes
   it (text; empty cells ``""``), except that a column of only ``True``/``False`` (or empty) cells is
-  pandas' nullable ``boolean`` and one of only whole numbers is ``Int64``, so
+  pandas' nullable ``boolean`` and one of only whole numbers is ``Int64`` (free text, such as
+  prompts and replies, stays text whatever it holds), so
   ``frame["is_rejected"].mean()`` is the keyword rejection rate. A row that failed keeps its place
   with its ``error`` text. The table remembers what made it (``frame.attrs["orbench"]``: the
   output's name, its path or None, the provenance record a meta file would hold), which is how the
@@ -54,16 +55,21 @@ __all__ = ["evaluate", "evaluate_async", "judge", "judge_async", "generate", "ge
 #: What a table argument may be: a DataFrame, a list of prompts, or a path, URL or bundled set name.
 Table = "pd.DataFrame | Sequence[str] | str | os.PathLike"
 ATTRS = "orbench"  # the key of what made a table, in ``DataFrame.attrs``
-_WHOLE = re.compile(r"-?\d+")
+_WHOLE = re.compile(r"0|-?[1-9]\d*")  # only what int() gives back as written: "007" stays text
+#: Free text, typed as text whatever it holds (a reply of "42" or "True" is a reply, not a number).
+_TEXT = ("prompt", "response", "toxic_seed", "_raw")
 
 
 # ---------------------------------------------------------------- tables in and out
 
 def _typed(frame: pd.DataFrame) -> pd.DataFrame:
     """The output as the script writes it (:func:`_as_text`), with its True/False columns as
-    nullable booleans and its whole-number columns as ``Int64`` (module docstring)."""
+    nullable booleans and its whole-number columns as ``Int64`` (module docstring); free text
+    (prompts, replies, raw model output) stays text."""
     out = text_cells(frame)
     for column in out.columns:
+        if str(column).endswith(_TEXT):
+            continue
         cells = out[column]
         filled = cells[cells != ""]
         if filled.empty:

@@ -40,6 +40,9 @@ def test_evaluate_and_judge_give_the_scripts_output_cell_for_cell(script, env, a
     pd.testing.assert_frame_equal(text_cells(api), cli)
     assert api["is_rejected"].dtype == "boolean" and list(api["is_rejected"]) == [True, False, True, False, False, False]
     assert list(api["prompt"]) == PROMPTS  # "NA" and "1e5" stay text
+    digits = orbench.evaluate(["007", "12", "True"], "openai/m", quiet=True)
+    assert list(digits["prompt"]) == ["007", "12", "True"] and pd.api.types.is_string_dtype(digits["prompt"])
+    assert list(orbench.evaluate(["007", "12"], "openai/m", quiet=True)["prompt"]) == ["007", "12"]  # all digits
     assert api.attrs["orbench"]["name"] == "in_openai_m_alignment.csv" and api.attrs["orbench"]["output"] is None
 
     judged = orbench.judge(api, "openai/judge", quiet=True)  # a DataFrame in: the CLI reads the file
