@@ -251,16 +251,20 @@ def _browser_module(nodeid: str) -> bool:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """With ``-n N`` (xdist's ``load``): every test of a ``test_*browser*.py`` module runs on one worker
-    (one unit of work, handed out first), so the suite starts one browser; every other test is a unit
-    of its own, handed out as ``load`` does. (xdist's own ``loadgroup`` names groups by rewriting node
-    ids, which pytest 9 no longer reads.)"""
+    (one unit of work, handed out first), so the suite starts one browser; the tests of one class are
+    one unit too (a class groups tests that read one shared, module- or class-scoped build, which is
+    then made once, not once per worker); every other test is a unit of its own, handed out as ``load``
+    does. (xdist's own ``loadgroup`` names groups by rewriting node ids, which pytest 9 no longer reads.)"""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class OneBrowser(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "browser" if _browser_module(nodeid) else nodeid
+            if _browser_module(nodeid):
+                return "browser"
+            parts = nodeid.split("::")
+            return "::".join(parts[:2]) if len(parts) > 2 else nodeid  # file::Class::test -> file::Class
 
     return OneBrowser(config, log)
 
