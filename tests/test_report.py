@@ -576,7 +576,8 @@ def test_html_is_self_contained_escaped_and_shows_examples(tmp_path):
 def test_scale_function_runs_the_report_and_measures_it(tmp_path):
     from bench.report_scale import measure_report
 
-    result = measure_report(models=3, rows=300, folder=tmp_path / "scale", reply_chars=400)
+    result = measure_report(models=3, rows=300, folder=tmp_path / "scale", reply_chars=400,
+                            extra_args=("--no_reference", "--no_figures"))  # the test reads no figure
     assert (result["models"], result["rows_per_model"], result["rows"]) == (3, 300, 900)
     assert result["peak_rss_mb"] > 10 and result["seconds"] > 0 and result["html_mb"] > 0
     # replies of the asked length, in paragraphs as real replies are (line breaks inside quoted cells)
