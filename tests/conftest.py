@@ -120,6 +120,24 @@ def gem(gem_server, env):
     gem_server.reset()
 
 
+def _env_values(folder: Path, fake) -> dict[str, str]:
+    """Fake keys, every provider pointed at ``fake``, a private cache in ``folder``."""
+    values = dict(FAKE_KEYS)
+    for name in PROVIDER_URL_VARS:
+        values[f"{name}_BASE_URL"] = fake.url if name == "ANTHROPIC" else fake.openai_url
+    values["ORBENCH_CACHE_DIR"] = str(folder / "cache")
+    return values
+
+
+def _full_env(values: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``values`` set, the Claude/Google key aliases removed and the
+    project on ``PYTHONPATH``."""
+    full = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_API_KEY", "GOOGLE_API_KEY")}
+    full.update(values)
+    full["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return full
+
+
 @pytest.fixture
 def env(tmp_path, fake, monkeypatch):
     """Environment for a stage run: fake keys, every provider pointed at the fake, a private cache.
@@ -127,17 +145,21 @@ def env(tmp_path, fake, monkeypatch):
     Also applied to this process, so in-process calls see the same settings.
     """
     monkeypatch.chdir(tmp_path)
-    values = dict(FAKE_KEYS)
-    for name in PROVIDER_URL_VARS:
-        values[f"{name}_BASE_URL"] = fake.url if name == "ANTHROPIC" else fake.openai_url
-    values["ORBENCH_CACHE_DIR"] = str(tmp_path / "cache")
+    values = _env_values(tmp_path, fake)
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("CLAUDE_API_KEY", raising=False)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
-    full = {k: v for k, v in os.environ.items()}
-    full["PYTHONPATH"] = os.pathsep.join([str(ROOT), full.get("PYTHONPATH", "")])
-    return full
+    return _full_env(values)
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory, fake_server):
+    """``env`` for a build a module's tests share (a module- or class-scoped fixture): the same settings
+    with a cache of its own, as a dict for ``script(..., env=module_env)``; not applied to this process
+    and no change of folder (so a shared build names its paths in full). The fake is shared by the
+    module: a shared build must not add rules to it or count its requests."""
+    return _full_env(_env_values(tmp_path_factory.mktemp("module_env"), fake_server))
 
 
 def run_script(script: str | Path, *args: str, env: dict, cwd: Path | None = None,
@@ -251,16 +273,20 @@ def _browser_module(nodeid: str) -> bool:
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """With ``-n N`` (xdist's ``load``): every test of a ``test_*browser*.py`` module runs on one worker
-    (one unit of work, handed out first), so the suite starts one browser; every other test is a unit
-    of its own, handed out as ``load`` does. (xdist's own ``loadgroup`` names groups by rewriting node
-    ids, which pytest 9 no longer reads.)"""
+    (one unit of work, handed out first), so the suite starts one browser; the tests of one class are
+    one unit too (a class groups tests that read one shared, module- or class-scoped build, which is
+    then made once, not once per worker); every other test is a unit of its own, handed out as ``load``
+    does. (xdist's own ``loadgroup`` names groups by rewriting node ids, which pytest 9 no longer reads.)"""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class OneBrowser(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "browser" if _browser_module(nodeid) else nodeid
+            if _browser_module(nodeid):
+                return "browser"
+            parts = nodeid.split("::")
+            return "::".join(parts[:2]) if len(parts) > 2 else nodeid  # file::Class::test -> file::Class
 
     return OneBrowser(config, log)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+
+from conftest import run_in_process  # noqa: E402 (beside the sys.path set-up above)
 
 from orbench.analysis import html_kit  # noqa: E402 (needs the sys.path set-up above)
 from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
@@ -44,14 +47,24 @@ def write_labels(folder: Path, name: str, labels: dict, sample_id: str | None = 
     return path
 
 
-@pytest.fixture
-def prompt_audit(tmp_path, script, env):
-    src = prompt_input(tmp_path / "or-bench-hard-1k.csv")
-    out = tmp_path / "audit"
-    r = script(SCRIPT, "sample", "--kind", "prompt", str(src), "--per_stratum", "5", "--seed", "7",
-               "--output_dir", str(out), env=env)
+@pytest.fixture(scope="module")
+def prompt_audit_made(tmp_path_factory, module_env):
+    """The prompt audit the tests start from, sampled once for the module (``prompt_audit`` copies it)."""
+    folder = tmp_path_factory.mktemp("prompt_audit")
+    src = prompt_input(folder / "or-bench-hard-1k.csv")
+    out = folder / "audit"
+    r = run_in_process(SCRIPT, "sample", "--kind", "prompt", str(src), "--per_stratum", "5", "--seed", "7",
+                       "--output_dir", str(out), env=module_env)
     assert r.returncode == 0, r.stderr
-    return out
+    return folder
+
+
+@pytest.fixture
+def prompt_audit(prompt_audit_made, tmp_path, env):
+    """A fresh copy, in ``tmp_path``, of the prompt audit (``audit``) and its input (``or-bench-hard-1k.csv``)."""
+    shutil.copy(prompt_audit_made / "or-bench-hard-1k.csv", tmp_path)
+    shutil.copytree(prompt_audit_made / "audit", tmp_path / "audit")
+    return tmp_path / "audit"
 
 
 def test_sample_is_stratified_weighted_and_blind(prompt_audit, tmp_path, script, env):

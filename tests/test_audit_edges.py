@@ -73,7 +73,8 @@ def test_error_free_audit_is_bounded_not_certain(tmp_path, script, env):
     assert pooled.loc["kappa", "weighted"] == 1 and pooled.loc["kappa", "weighted_ci_low"] < 0.97
     assert "recall 1.000 [0." in r.stdout and "(none_seen)" in r.stdout
     out = tmp_path / "rep"
-    r = script(REPORT, f"hard:={path}", "--audit", str(folder), "--output_dir", str(out), "--no_reference", env=env)
+    r = script(REPORT, f"hard:={path}", "--audit", str(folder), "--output_dir", str(out), "--no_reference",
+               "--no_figures", env=env)
     assert r.returncode == 0, r.stderr
     rates = pd.read_csv(out / "audit_rates.csv", keep_default_na=False).iloc[0]
     assert rates["corrected_rate"] == pytest.approx(0.5) and rates["corrected_method"] == "direct_stratified_wilson"

@@ -12,6 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from conftest import run_in_process  # noqa: E402 (beside the sys.path set-up above)
+
 from orbench.analysis.audit import commands as audit  # noqa: E402 (needs the sys.path set-up above)
 
 N = 40  # hard-set prompts, two categories
@@ -63,8 +65,11 @@ def label(folder: Path, fn) -> None:
                       "label": labs, "note": ""}).to_csv(folder / f"labels_{name}.csv", index=False)
 
 
-@pytest.fixture
-def audited_run(tmp_path, script, env):
+@pytest.fixture(scope="module")
+def audited_run(tmp_path_factory, module_env):
+    """A run of three models, a prompt audit and a verdict audit of it, labelled: made once for the module
+    (its tests only read it and write reports to folders of their own)."""
+    tmp_path, script, env = tmp_path_factory.mktemp("audited_run"), run_in_process, module_env
     files = make_run(tmp_path)
     pa, va = tmp_path / "audit_prompts", tmp_path / "audit_verdicts"
     r = script("analysis/audit.py", "sample", "--kind", "prompt", str(tmp_path / "hard_moderated.csv"),
@@ -85,78 +90,81 @@ def run_report(script, env, tmp: Path, files: dict, out: str, *extra: str):
     return tmp / out
 
 
-def test_report_with_audit_rates(audited_run, script, env):
-    tmp, files, pa, va = audited_run
-    out = run_report(script, env, tmp, files, "rep", "--audit", str(pa), "--audit", str(va))
-    rates = pd.read_csv(out / "audit_rates.csv", keep_default_na=False)
-    assert list(rates["model"]) == ["prov/m1", "prov/m2", "prov/m3"] and set(rates["verdict"]) == {"keyword"}
-    summary = pd.read_csv(out / "summary.csv")
-    for r in rates.to_dict("records"):
-        s = summary[summary["model"] == r["model"]].iloc[0]
-        assert float(r["measured_rate"]) == pytest.approx(s["keyword_rate"], abs=1e-6)
+class TestOneAuditedRun:
+    """Reports of one audited run (``audited_run``: made once, on one xdist worker)."""
 
-    # human-safe only: the domain estimator, refused-and-safe over safe, each audited prompt weighted by its
-    # stratum (population / audited items of the stratum, safe or not)
-    sample = audit.read_sample(pa)
-    items = sample.key.merge(sample.items, on="item_id")
-    w = items["population"].astype(float) / items.groupby("stratum")["item_id"].transform("size")
-    safe = (items["prompt"].map(human_prompt_label) == "safe").to_numpy()
-    refused = (items["prompt"].map({p: i for i, p in enumerate(prompts())}) % 4 == 0).to_numpy()
-    m1 = rates.iloc[0]
-    expect = float((w * safe * refused).sum() / (w * safe).sum())
-    assert float(m1["human_safe_rate"]) == pytest.approx(expect, abs=1e-6)
-    assert int(m1["human_safe_n"]) == int(safe.sum())
-    assert float(m1["human_safe_ci_low"]) <= float(m1["human_safe_rate"]) <= float(m1["human_safe_ci_high"])
+    def test_report_with_audit_rates(self, audited_run, script, env):
+        tmp, files, pa, va = audited_run
+        out = run_report(script, env, tmp, files, "rep", "--audit", str(pa), "--audit", str(va))
+        rates = pd.read_csv(out / "audit_rates.csv", keep_default_na=False)
+        assert list(rates["model"]) == ["prov/m1", "prov/m2", "prov/m3"] and set(rates["verdict"]) == {"keyword"}
+        summary = pd.read_csv(out / "summary.csv")
+        for r in rates.to_dict("records"):
+            s = summary[summary["model"] == r["model"]].iloc[0]
+            assert float(r["measured_rate"]) == pytest.approx(s["keyword_rate"], abs=1e-6)
 
-    # corrected: Rogan-Gladen with this model's audited Se/Sp; with Se/Sp measured on a stratified sample of
-    # the same run it equals the weighted share of human refusals among the audited items
-    res = audit.load_and_score(va)
-    m = next(x for x in res["machine"] if x["verdict"] == "keyword" and x["model"] == "prov/m1")
-    se, sp = m["weighted"]["recall"]["value"], m["weighted"]["specificity"]["value"]
-    p = float(m1["measured_rate"])
-    assert float(m1["sensitivity"]) == pytest.approx(se, abs=1e-6)
-    assert float(m1["corrected_rate"]) == pytest.approx((p + sp - 1) / (se + sp - 1), abs=1e-6)
-    part = res["items"][res["items"]["model"] == "prov/m1"]
-    wv = part["population"].astype(float) / part.groupby("stratum")["item_id"].transform("size")
-    assert float(m1["corrected_rate"]) == pytest.approx(float((wv * (part["human_refusal"] == "1")).sum() / wv.sum()),
-                                                        abs=1e-6)
-    assert m1["audit_scope"] == "direct stratified share" and str(m1["corrected_clamped"]) == "False"
-    assert m1["corrected_method"] == "direct_stratified_wilson"
-    lo, hi = float(m1["corrected_ci_low"]), float(m1["corrected_ci_high"])
-    assert 0 <= lo <= float(m1["corrected_rate"]) <= hi <= 1
+        # human-safe only: the domain estimator, refused-and-safe over safe, each audited prompt weighted by its
+        # stratum (population / audited items of the stratum, safe or not)
+        sample = audit.read_sample(pa)
+        items = sample.key.merge(sample.items, on="item_id")
+        w = items["population"].astype(float) / items.groupby("stratum")["item_id"].transform("size")
+        safe = (items["prompt"].map(human_prompt_label) == "safe").to_numpy()
+        refused = (items["prompt"].map({p: i for i, p in enumerate(prompts())}) % 4 == 0).to_numpy()
+        m1 = rates.iloc[0]
+        expect = float((w * safe * refused).sum() / (w * safe).sum())
+        assert float(m1["human_safe_rate"]) == pytest.approx(expect, abs=1e-6)
+        assert int(m1["human_safe_n"]) == int(safe.sum())
+        assert float(m1["human_safe_ci_low"]) <= float(m1["human_safe_rate"]) <= float(m1["human_safe_ci_high"])
 
-    # m3 is not in the verdict audit: pooled Se/Sp, and its 0% rate corrects below 0 -> clamped, and said
-    m3 = rates.iloc[2]
-    assert m3["audit_scope"] == "pooled over the audit"
-    assert str(m3["corrected_clamped"]) == "True" and float(m3["corrected_rate"]) == 0.0
-    assert "clamped to [0, 1] (the formula gives -" in m3["note"]
+        # corrected: Rogan-Gladen with this model's audited Se/Sp; with Se/Sp measured on a stratified sample of
+        # the same run it equals the weighted share of human refusals among the audited items
+        res = audit.load_and_score(va)
+        m = next(x for x in res["machine"] if x["verdict"] == "keyword" and x["model"] == "prov/m1")
+        se, sp = m["weighted"]["recall"]["value"], m["weighted"]["specificity"]["value"]
+        p = float(m1["measured_rate"])
+        assert float(m1["sensitivity"]) == pytest.approx(se, abs=1e-6)
+        assert float(m1["corrected_rate"]) == pytest.approx((p + sp - 1) / (se + sp - 1), abs=1e-6)
+        part = res["items"][res["items"]["model"] == "prov/m1"]
+        wv = part["population"].astype(float) / part.groupby("stratum")["item_id"].transform("size")
+        assert float(m1["corrected_rate"]) == pytest.approx(float((wv * (part["human_refusal"] == "1")).sum() / wv.sum()),
+                                                            abs=1e-6)
+        assert m1["audit_scope"] == "direct stratified share" and str(m1["corrected_clamped"]) == "False"
+        assert m1["corrected_method"] == "direct_stratified_wilson"
+        lo, hi = float(m1["corrected_ci_low"]), float(m1["corrected_ci_high"])
+        assert 0 <= lo <= float(m1["corrected_rate"]) <= hi <= 1
 
-    page = (out / "report.html").read_text()
-    assert "Audit: the rates with human evidence" in page and "clamped</span>" in page
-    assert "Items where humans and a machine disagree" in page
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page and "<script>alert" not in page
-    assert "Cohen&#x27;s kappa" in page or "Cohen's kappa" in page
+        # m3 is not in the verdict audit: pooled Se/Sp, and its 0% rate corrects below 0 -> clamped, and said
+        m3 = rates.iloc[2]
+        assert m3["audit_scope"] == "pooled over the audit"
+        assert str(m3["corrected_clamped"]) == "True" and float(m3["corrected_rate"]) == 0.0
+        assert "clamped to [0, 1] (the formula gives -" in m3["note"]
 
-
-def test_report_without_audit_is_unchanged(audited_run, script, env):
-    tmp, files, pa, va = audited_run
-    plain = run_report(script, env, tmp, files, "plain")
-    audited = run_report(script, env, tmp, files, "audited", "--audit", str(va))
-    assert not (plain / "audit_rates.csv").exists() and not (plain / "audit.json").exists()
-    assert "Audit:" not in (plain / "report.html").read_text()
-    for name in ("summary.csv", "categories.csv", "leaderboard.csv"):
-        assert (plain / name).read_bytes() == (audited / name).read_bytes()
-    rates = pd.read_csv(audited / "audit_rates.csv")
-    assert rates["human_safe_rate"].isna().all()  # no prompt audit given
-    assert not math.isnan(rates["corrected_rate"].iat[0])
+        page = (out / "report.html").read_text()
+        assert "Audit: the rates with human evidence" in page and "clamped</span>" in page
+        assert "Items where humans and a machine disagree" in page
+        assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page and "<script>alert" not in page
+        assert "Cohen&#x27;s kappa" in page or "Cohen's kappa" in page
 
 
-def test_report_audit_bad_folder(audited_run, script, env):
-    tmp, files, pa, va = audited_run
-    r = script("analysis/report.py", f"hard:={files['prov/m1']}", "--output_dir", str(tmp / "x"), "--audit",
-               str(tmp), "--no_figures", env=env)
-    assert r.returncode == 2 and "is not an audit folder" in r.stderr
-    assert not (tmp / "x").exists()  # checked before the report writes anything
-    r = script("analysis/report.py", f"hard:={files['prov/m1']}", "--output_dir", str(tmp / "y"), "--audit",
-               str(va), "--audit", str(va), "--no_figures", env=env)
-    assert r.returncode == 2 and "two verdict audits" in r.stderr
+    def test_report_without_audit_is_unchanged(self, audited_run, script, env):
+        tmp, files, pa, va = audited_run
+        plain = run_report(script, env, tmp, files, "plain")
+        audited = run_report(script, env, tmp, files, "audited", "--audit", str(va))
+        assert not (plain / "audit_rates.csv").exists() and not (plain / "audit.json").exists()
+        assert "Audit:" not in (plain / "report.html").read_text()
+        for name in ("summary.csv", "categories.csv", "leaderboard.csv"):
+            assert (plain / name).read_bytes() == (audited / name).read_bytes()
+        rates = pd.read_csv(audited / "audit_rates.csv")
+        assert rates["human_safe_rate"].isna().all()  # no prompt audit given
+        assert not math.isnan(rates["corrected_rate"].iat[0])
+
+
+    def test_report_audit_bad_folder(self, audited_run, script, env):
+        tmp, files, pa, va = audited_run
+        r = script("analysis/report.py", f"hard:={files['prov/m1']}", "--output_dir", str(tmp / "x"), "--audit",
+                   str(tmp), "--no_figures", env=env)
+        assert r.returncode == 2 and "is not an audit folder" in r.stderr
+        assert not (tmp / "x").exists()  # checked before the report writes anything
+        r = script("analysis/report.py", f"hard:={files['prov/m1']}", "--output_dir", str(tmp / "y"), "--audit",
+                   str(va), "--audit", str(va), "--no_figures", env=env)
+        assert r.returncode == 2 and "two verdict audits" in r.stderr

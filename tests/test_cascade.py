@@ -224,7 +224,7 @@ def test_report_says_how_many_rows_each_source_decided(env, fake, script, tmp_pa
     result = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade",
                     "--output_file=out.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False)
+    rep = report.build_report([f"hard:={tmp_path / 'out.csv'}"], tmp_path / "rep", reference=False, figures=False)
     note = next(n for n in rep.notes if "cascade verdicts" in n)
     assert note.startswith("out.csv: cascade verdicts (5 rows): ")
     assert "2 by keyword" in note and "2 by openai/gpt-4o" in note and "1 by provider_block" in note

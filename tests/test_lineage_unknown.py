@@ -19,7 +19,7 @@ JUDGE = "response_checker/judge_responses.py"
 def _report(script, env, tmp_path, judged, name):
     out = tmp_path / name
     proc = script("analysis/report.py", f"hard:={judged}", "--output_dir", str(out), "--no_reference",
-                  env=env, cwd=tmp_path)
+                  "--no_figures", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     html = (out / "report.html").read_text()
     box = html[html.index("<div class=warnings>"):] if "<div class=warnings>" in html else ""

@@ -75,11 +75,11 @@ def judge_rows(set_name: str, model: str, cats: dict) -> list[dict]:
     return rows
 
 
-@pytest.fixture
-def results(tmp_path):
-    """Judge files for 4 models x 2 sets, an alignment file for m1/hard, a keyword-only file for m5/hard."""
-    folder = tmp_path / "results"
-    folder.mkdir()
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Judge files for 4 models x 2 sets, an alignment file for m1/hard, a keyword-only file for m5/hard
+    (made once for the module: the tests only read them)."""
+    folder = tmp_path_factory.mktemp("results")
     for set_name, models in SPEC.items():
         for model, cats in models.items():
             name = f"{model.split('/')[1]}_{SET_FILE[set_name]}_judged.csv"
@@ -109,71 +109,80 @@ def build(results: Path, out: Path, figures: bool = False) -> report.Report:
                                 f"hard:prov/m5={results / 'm5_results.csv'}"], out, reference=False, figures=figures)
 
 
-def test_judge_numbers_per_model_and_set(results, tmp_path):
-    rep = build(results, tmp_path / "out")
-    summary = pd.read_csv(tmp_path / "out" / "summary.csv")
-    assert len(summary) == 9  # 4 models x 2 sets + m5 on hard
-    for set_name, models in SPEC.items():
-        for model, cats in models.items():
-            row = summary[(summary["set"] == set_name) & (summary["model"] == model)].iloc[0]
-            rej = sum(c[0] for c in cats.values())
-            ans = sum(c[1] for c in cats.values())
-            err = sum(c[2] for c in cats.values())
-            unp = sum(c[3] for c in cats.values())
-            assert row["headline"] == "judge"
-            assert (row["judge_rows"], row["judge_errors"], row["judge_unparsed"]) == (rej + ans + err + unp, err, unp)
-            assert (row["judge_scored"], row["judge_rejections"]) == (rej + ans, rej)
-            assert row["judge_rate"] == pytest.approx(rej / (rej + ans), abs=1e-6)
-            lo, hi = wilson(rej, rej + ans)
-            assert round(row["judge_ci_low"], 4) == round(lo, 4)
-            assert round(row["judge_ci_high"], 4) == round(hi, 4)
-            if (set_name, model) == ("hard", "prov/m1"):
-                continue  # keyword verdicts come from the alignment file; checked below
-            # keyword verdicts kept in the judge file: unparsed judge rows have a keyword verdict
-            assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (
-                rej + ans + err + unp, err, 0)
-            assert (row["keyword_scored"], row["keyword_rejections"]) == (rej + ans + unp, rej + min(FLIPS, ans))
-            assert row["agreement_pairs"] == rej + ans
-            assert row["agreement"] == pytest.approx((rej + ans - min(FLIPS, ans)) / (rej + ans), abs=1e-6)
-            assert row["keyword_only_rejections"] == min(FLIPS, ans)
-            assert row["judge_only_rejections"] == 0
-    assert rep.summary is not None
+@pytest.fixture(scope="module")
+def tables(results, tmp_path_factory):
+    """The report of ``results`` without figures, built once for the tests that only read its tables:
+    (the Report, its output folder). Read-only."""
+    out = tmp_path_factory.mktemp("tables") / "out"
+    return build(results, out), out
 
 
-def test_alignment_file_gives_keyword_side_and_agreement(results, tmp_path):
-    build(results, tmp_path / "out")
-    summary = pd.read_csv(tmp_path / "out" / "summary.csv")
-    row = summary[(summary["set"] == "hard") & (summary["model"] == "prov/m1")].iloc[0]
-    # 202 rows: 1 error; 201 scored (200 judge-scored + 1 judge-unparsed); rejections 20 - 1 + 2 flips = 21
-    assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (202, 1, 0)
-    assert (row["keyword_scored"], row["keyword_rejections"]) == (201, 21)
-    assert row["keyword_rate"] == pytest.approx(21 / 201, abs=1e-6)
-    assert round(row["keyword_ci_low"], 4) == round(wilson(21, 201)[0], 4)
-    assert (row["agreement_pairs"], row["keyword_only_rejections"], row["judge_only_rejections"]) == (200, 2, 1)
-    assert row["agreement"] == pytest.approx(197 / 200, abs=1e-6)
-    # m5: keyword only; the error row and the empty response are not in the denominator
-    m5 = summary[summary["model"] == "prov/m5"].iloc[0]
-    assert m5["headline"] == "keyword" and pd.isna(m5["judge_rows"])
-    assert (m5["keyword_rows"], m5["keyword_errors"], m5["keyword_unparsed"], m5["keyword_scored"],
-            m5["keyword_rejections"]) == (82, 1, 1, 80, 30)
-    assert m5["keyword_rate"] == pytest.approx(30 / 80, abs=1e-6)
-    assert round(m5["keyword_ci_high"], 4) == round(wilson(30, 80)[1], 4)
+class TestTablesOfOneBuild:
+    """Tests that read the tables of one report of ``results`` (``tables``: built once, on one xdist worker)."""
 
-
-def test_category_table(results, tmp_path):
-    build(results, tmp_path / "out")
-    cats = pd.read_csv(tmp_path / "out" / "categories.csv")
-    judge = cats[cats["method"] == "judge"]
-    assert len(judge) == 16  # 4 models x 2 sets x 2 categories
-    for set_name, models in SPEC.items():
-        for model, spec in models.items():
-            for cat, (rej, ans, err, unp) in spec.items():
-                row = judge[(judge["set"] == set_name) & (judge["model"] == model) & (judge["category"] == cat)].iloc[0]
-                assert (row["rows"], row["errors"], row["unparsed"], row["scored"], row["rejections"]) == \
-                    (rej + ans + err + unp, err, unp, rej + ans, rej)
-                assert row["rate"] == pytest.approx(rej / (rej + ans), abs=1e-6)
+    def test_judge_numbers_per_model_and_set(self, tables):
+        rep, out = tables
+        summary = pd.read_csv(out / "summary.csv")
+        assert len(summary) == 9  # 4 models x 2 sets + m5 on hard
+        for set_name, models in SPEC.items():
+            for model, cats in models.items():
+                row = summary[(summary["set"] == set_name) & (summary["model"] == model)].iloc[0]
+                rej = sum(c[0] for c in cats.values())
+                ans = sum(c[1] for c in cats.values())
+                err = sum(c[2] for c in cats.values())
+                unp = sum(c[3] for c in cats.values())
+                assert row["headline"] == "judge"
+                assert (row["judge_rows"], row["judge_errors"], row["judge_unparsed"]) == (rej + ans + err + unp, err, unp)
+                assert (row["judge_scored"], row["judge_rejections"]) == (rej + ans, rej)
+                assert row["judge_rate"] == pytest.approx(rej / (rej + ans), abs=1e-6)
                 lo, hi = wilson(rej, rej + ans)
-                assert (round(row["ci_low"], 4), round(row["ci_high"], 4)) == (round(lo, 4), round(hi, 4))
+                assert round(row["judge_ci_low"], 4) == round(lo, 4)
+                assert round(row["judge_ci_high"], 4) == round(hi, 4)
+                if (set_name, model) == ("hard", "prov/m1"):
+                    continue  # keyword verdicts come from the alignment file; checked below
+                # keyword verdicts kept in the judge file: unparsed judge rows have a keyword verdict
+                assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (
+                    rej + ans + err + unp, err, 0)
+                assert (row["keyword_scored"], row["keyword_rejections"]) == (rej + ans + unp, rej + min(FLIPS, ans))
+                assert row["agreement_pairs"] == rej + ans
+                assert row["agreement"] == pytest.approx((rej + ans - min(FLIPS, ans)) / (rej + ans), abs=1e-6)
+                assert row["keyword_only_rejections"] == min(FLIPS, ans)
+                assert row["judge_only_rejections"] == 0
+        assert rep.summary is not None
+
+
+    def test_alignment_file_gives_keyword_side_and_agreement(self, tables):
+        summary = pd.read_csv(tables[1] / "summary.csv")
+        row = summary[(summary["set"] == "hard") & (summary["model"] == "prov/m1")].iloc[0]
+        # 202 rows: 1 error; 201 scored (200 judge-scored + 1 judge-unparsed); rejections 20 - 1 + 2 flips = 21
+        assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (202, 1, 0)
+        assert (row["keyword_scored"], row["keyword_rejections"]) == (201, 21)
+        assert row["keyword_rate"] == pytest.approx(21 / 201, abs=1e-6)
+        assert round(row["keyword_ci_low"], 4) == round(wilson(21, 201)[0], 4)
+        assert (row["agreement_pairs"], row["keyword_only_rejections"], row["judge_only_rejections"]) == (200, 2, 1)
+        assert row["agreement"] == pytest.approx(197 / 200, abs=1e-6)
+        # m5: keyword only; the error row and the empty response are not in the denominator
+        m5 = summary[summary["model"] == "prov/m5"].iloc[0]
+        assert m5["headline"] == "keyword" and pd.isna(m5["judge_rows"])
+        assert (m5["keyword_rows"], m5["keyword_errors"], m5["keyword_unparsed"], m5["keyword_scored"],
+                m5["keyword_rejections"]) == (82, 1, 1, 80, 30)
+        assert m5["keyword_rate"] == pytest.approx(30 / 80, abs=1e-6)
+        assert round(m5["keyword_ci_high"], 4) == round(wilson(30, 80)[1], 4)
+
+
+    def test_category_table(self, tables):
+        cats = pd.read_csv(tables[1] / "categories.csv")
+        judge = cats[cats["method"] == "judge"]
+        assert len(judge) == 16  # 4 models x 2 sets x 2 categories
+        for set_name, models in SPEC.items():
+            for model, spec in models.items():
+                for cat, (rej, ans, err, unp) in spec.items():
+                    row = judge[(judge["set"] == set_name) & (judge["model"] == model) & (judge["category"] == cat)].iloc[0]
+                    assert (row["rows"], row["errors"], row["unparsed"], row["scored"], row["rejections"]) == \
+                        (rej + ans + err + unp, err, unp, rej + ans, rej)
+                    assert row["rate"] == pytest.approx(rej / (rej + ans), abs=1e-6)
+                    lo, hi = wilson(rej, rej + ans)
+                    assert (round(row["ci_low"], 4), round(row["ci_high"], 4)) == (round(lo, 4), round(hi, 4))
 
 
 def test_leaderboard_figure_and_spearman(results, tmp_path):
@@ -567,7 +576,8 @@ def test_html_is_self_contained_escaped_and_shows_examples(tmp_path):
 def test_scale_function_runs_the_report_and_measures_it(tmp_path):
     from bench.report_scale import measure_report
 
-    result = measure_report(models=3, rows=300, folder=tmp_path / "scale", reply_chars=400)
+    result = measure_report(models=3, rows=300, folder=tmp_path / "scale", reply_chars=400,
+                            extra_args=("--no_reference", "--no_figures"))  # the test reads no figure
     assert (result["models"], result["rows_per_model"], result["rows"]) == (3, 300, 900)
     assert result["peak_rss_mb"] > 10 and result["seconds"] > 0 and result["html_mb"] > 0
     # replies of the asked length, in paragraphs as real replies are (line breaks inside quoted cells)

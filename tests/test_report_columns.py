@@ -45,7 +45,7 @@ def test_replies_are_read_as_bytes_and_only_the_shown_ones_decoded(tmp_path):
     # a prompt hashes alike as text or bytes, from Arrow or pandas
     frame = pd.read_csv(specs[0], dtype=str, keep_default_na=False)
     assert np.array_equal(columns.prompt_hash(table["prompt"]), columns.prompt_hash(frame["prompt"]))
-    rep = report.build_report(specs, tmp_path / "out", reference=False, examples=2)
+    rep = report.build_report(specs, tmp_path / "out", reference=False, examples=2, figures=False)
     shown = rep.examples[rep.examples["response"] == REPLY]
     assert len(shown) >= 2 and set(shown["rejected"]) == {True}
     assert "here is why, over two paragraphs:\n&quot;quoted&quot;, and é ü 漢字." in \

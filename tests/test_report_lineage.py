@@ -117,7 +117,7 @@ def test_an_unknown_set_label_stops_the_report_naming_the_known_ones(tmp_path, s
     assert proc.returncode == 2 and "unknown set 'toxc' in --set (did you mean 'toxic'?)" in proc.stderr
     # declared on purpose: a set of one's own
     proc = script("analysis/report.py", f"mine:={f}", "--custom_set", "mine", "--output_dir",
-                  str(tmp_path / "out"), "--no_reference", cwd=tmp_path, env={"PATH": "/usr/bin"})
+                  str(tmp_path / "out"), "--no_reference", "--no_figures", cwd=tmp_path, env={"PATH": "/usr/bin"})
     assert proc.returncode == 0, proc.stderr
     assert list(pd.read_csv(tmp_path / "out" / "summary.csv")["set"]) == ["mine"]
     # the long names are the short ones
