@@ -156,18 +156,16 @@ def test_a_bug_in_an_analysis_script_exits_3_with_its_traceback(where, monkeypat
     from orbench.run import tables
 
     monkeypatch.chdir(tmp_path)
-    planted, argv = {
-        "report": ((report, "report_from"), ["x.csv"]),
-        "release": ((release, "make_parser"), ["--help"]),
-        "audit": ((audit, "make_parser"), ["--help"]),
-        "calibrate": ((calibrate, "build_parser"), ["--check_model", "keyword"]),
-        "leaderboard": ((leaderboard, "make_parser"), ["x"]),
-        "datasets": ((tables, "read_table"), ["or-bench-hard-1k", "--per_category", "1"]),
+    module, name, argv, main = {  # where the bug is planted, and the script's arguments and main
+        "report": (report, "report_from", ["x.csv"], report.main),
+        "release": (release, "make_parser", ["--help"], release.main),
+        "audit": (audit, "make_parser", ["--help"], audit.main),
+        "calibrate": (calibrate, "build_parser", ["--check_model", "keyword"], calibrate.main),
+        "leaderboard": (leaderboard, "make_parser", ["x"], leaderboard.main),
+        "datasets": (tables, "read_table", ["or-bench-hard-1k", "--per_category", "1"], datasets.main),
     }[where]
-    monkeypatch.setattr(*planted, _planted)
-    assert getattr(*planted) is _planted
-    main = {"report": report.main, "release": release.main, "audit": audit.main, "calibrate": calibrate.main,
-            "leaderboard": leaderboard.main, "datasets": datasets.main}[where]
+    monkeypatch.setattr(module, name, _planted)
+    assert getattr(module, name) is _planted
     assert main(argv) == 3
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "KeyError: 'planted'" in err
