@@ -87,27 +87,65 @@ def _name_of(frame: pd.DataFrame) -> str | None:
     return made.get("name") if isinstance(made, dict) else None
 
 
-def _input(value: Any, call: str, what: str) -> tuple[str | pd.DataFrame, str]:
+def _input(value: Any, call: str, what: str) -> tuple[str | pd.DataFrame, str, dict | None]:
     """A table argument as the stage takes it: a path (as the script would, the bundled set names
-    included) or a DataFrame of text cells; and its name (the file, or the one an orbench table
-    carries, from which the output is named as the script names it)."""
+    included) or a DataFrame of text cells; its name (the file, or the one an orbench table
+    carries, from which the output is named as the script names it); and what the stage's meta
+    record says of it beyond a path (:func:`_carried`)."""
     if isinstance(value, pd.DataFrame):
         if value.empty:
             raise UsageError(f"{call}(): the {what} DataFrame has no rows")
-        name = _name_of(value) or "dataframe"
-        return text_cells(value), name
+        text = text_cells(value)
+        written, carried = _carried(value, text)
+        if written:
+            return written, written, None
+        return text, _name_of(value) or "dataframe", carried
     if isinstance(value, (str, os.PathLike)):
-        return os.fspath(value), os.fspath(value)
+        return os.fspath(value), os.fspath(value), None
     if isinstance(value, Sequence) and value and all(isinstance(v, str) for v in value):
-        return pd.DataFrame({"prompt": list(value)}, dtype=object), "prompts"
+        return pd.DataFrame({"prompt": list(value)}, dtype=object), "prompts", None
     raise UsageError(f"{call}(): {what} must be a DataFrame, a list of prompts (strings), or a path, URL or "
                      f"bundled set name; got {type(value).__name__}")
 
 
+def _text_sha(text: pd.DataFrame) -> str:
+    """The SHA-256 of a table of text cells as the runner writes it (``write_csv_atomic``)."""
+    from orbench.run.provenance import sha256_text
+
+    return sha256_text(text.to_csv(index=False))
+
+
+def _carried(value: pd.DataFrame, text: pd.DataFrame) -> tuple[str | None, dict | None]:
+    """What an orbench table hands the next stage, so its provenance goes on as a file's would.
+
+    Premise: the scripts' chain is the input's path and SHA-256 in each meta file, followed back by
+    the report (``orbench.analysis.report.lineage``). A table still holding what its run wrote to
+    ``output_file`` (the same SHA-256) is that file: its path is returned and the stage reads it as
+    the script would. Otherwise the table's own SHA-256 and the record of the run that made it
+    (``attrs``) go into the meta record's ``input`` (``record``; ``record_sha256``: the SHA-256 of
+    the table as that run delivered it, so a table edited since is told apart as a replaced file is)."""
+    made = value.attrs.get(ATTRS)
+    if not isinstance(made, dict) or not isinstance(made.get("meta"), dict):
+        return None, None
+    from orbench.run.provenance import sha256_file
+
+    digest = _text_sha(text)
+    output = made.get("output")
+    if output and Path(output).is_file() and sha256_file(output) == digest:
+        return output, None
+    return None, {"sha256": digest, "name": made.get("name"), "record": made["meta"],
+                  "record_sha256": made.get("sha256")}
+
+
 def _with_attrs(delivery: Delivery, job) -> pd.DataFrame:
+    """The output table, with what made it in ``attrs``: its name, its path (None in memory), the
+    meta record (what the meta file holds, or would) and the SHA-256 of its text as written."""
+    from orbench.run.provenance import sha256_file
+
     frame = _typed(delivery.frame)
-    frame.attrs[ATTRS] = {"name": job.output.name, "output": None if job.in_memory else str(job.output.resolve()),
-                          "meta": delivery.meta}
+    output = None if job.in_memory else str(job.output.resolve())
+    digest = sha256_file(output) if output else _text_sha(text_cells(delivery.frame))
+    frame.attrs[ATTRS] = {"name": job.output.name, "output": output, "meta": delivery.meta, "sha256": digest}
     return frame
 
 
@@ -139,7 +177,7 @@ async def _run_stage(module, call: str, fixed: dict, settings: dict, table: Any 
     parser = module.build_parser()
     given = dict(settings)
     verbose, log_file = bool(given.pop("verbose", False)), given.pop("log_file", None)
-    source, name = (None, None) if table is None else _input(table, call, what)
+    source, name, carried = (None, None, None) if table is None else _input(table, call, what)
     dests = dict(fixed)
     if table is not None:
         dests[_input_dest(parser)] = name
@@ -147,7 +185,8 @@ async def _run_stage(module, call: str, fixed: dict, settings: dict, table: Any 
     command = _command(call, {**({what: table} if table is not None else {}), **fixed}, settings)
     with logs.configured(verbose, log_file):
         delivery = await cli.run_settings(module.setup, args, command=command, in_memory=args.output_file is None,
-                                          table=source if isinstance(source, pd.DataFrame) else None, table_name=name)
+                                          table=source if isinstance(source, pd.DataFrame) else None, table_name=name,
+                                          input_record=carried)
     if delivery.estimate is not None:
         print(delivery.estimate)
         return pd.DataFrame()
@@ -273,8 +312,10 @@ def ask(model: str, prompt: str, **settings) -> str:
 
 def _report_runs(runs: Sequence, named: dict, folder: Path, default_set: str | None) -> list[str]:
     """The report's input specs (``[SET:][MODEL=]PATH``, as its command line takes them): paths as
-    they are, DataFrames saved into ``folder`` under the name their run gave them (its meta
-    record beside it), so the set is read from the name and the meta as the script reads it."""
+    they are; a DataFrame still holding what its run wrote to ``output_file``, that file; any
+    other DataFrame saved into ``folder`` under the name its run gave it, its meta record beside it
+    (the record carries its ancestors' when they were in memory too: ``_carried``), so the set and
+    the chain are read as the script reads them."""
     from orbench.analysis.report.inputs import infer_set
     from orbench.run.provenance import dumps, meta_path_for
 
@@ -284,24 +325,43 @@ def _report_runs(runs: Sequence, named: dict, folder: Path, default_set: str | N
         if isinstance(run, (str, os.PathLike)):
             path = os.fspath(run)
         elif isinstance(run, pd.DataFrame):
+            text = text_cells(run)
+            written, carried = _carried(run, text)
             name = _name_of(run) or f"run{i}.csv"
             has_set = (label and ":" in label) or default_set or infer_set(name)
-            if not has_set:
+            if written:
+                path = written
+            elif not has_set and not carried:
                 raise UsageError(f"report(): cannot tell the prompt set of run {label or i} (a DataFrame "
                                  f"{'named ' + repr(name) if _name_of(run) else 'orbench did not make'}): pass "
                                  f"set='hard' (or toxic, 80k, xstest-safe, xstest-unsafe), or name the run with "
                                  f"its set, e.g. report(**{{'hard:my-model': frame}})")
-            target = folder / str(i) / name
-            target.parent.mkdir(parents=True)
-            text_cells(run).to_csv(target, index=False)
-            meta = (run.attrs.get(ATTRS) or {}).get("meta") if isinstance(run.attrs.get(ATTRS), dict) else None
-            if meta:
-                meta_path_for(target).write_text(dumps(meta), encoding="utf-8")
-            path = str(target)
+            else:
+                target = folder / str(i) / name
+                target.parent.mkdir(parents=True)
+                text.to_csv(target, index=False)
+                if carried:  # the run's own record, as its meta file would be beside it
+                    meta_path_for(target).write_text(dumps(carried["record"]), encoding="utf-8")
+                path = str(target)
         else:
             raise UsageError(f"report(): run {label or i} must be a DataFrame or a path; got {type(run).__name__}")
         specs.append(f"{label}={path}" if label else path)
     return specs
+
+
+def _in_memory_names(value: Any, folder: str) -> Any:
+    """``value`` (the report's provenance and lineage) with each path into the report's temporary
+    folder (``folder/<i>/<name>``) shown as ``<name> (in memory)``: the folder is gone with the report."""
+    if isinstance(value, str):
+        prefix = folder.rstrip(os.sep) + os.sep
+        if prefix not in value:
+            return value
+        return re.sub(re.escape(prefix) + r"\d+" + re.escape(os.sep) + r"([^\s'\",;)]+)", r"\1 (in memory)", value)
+    if isinstance(value, dict):
+        return {k: _in_memory_names(v, folder) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_in_memory_names(v, folder) for v in value)
+    return value
 
 
 async def report_async(*runs, **settings) -> Report:
@@ -340,7 +400,10 @@ def report(*runs, **settings) -> Report:
     folder = tempfile.TemporaryDirectory(prefix="orbench-report-")  # removed with the report (or now, on an error)
     with logs.configured(verbose, log_file):
         args.files = _report_runs(runs, named, Path(folder.name), args.default_set)
-        rep = replace(build.report_from(args), inputs_folder=folder)
+        rep = build.report_from(args)
+        rep = replace(rep, inputs_folder=folder, provenance=_in_memory_names(rep.provenance, folder.name),
+                      lineage=_in_memory_names(rep.lineage, folder.name),
+                      warnings=_in_memory_names(rep.warnings, folder.name))
     for warning in rep.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     return rep

@@ -228,11 +228,12 @@ def run(parser: argparse.ArgumentParser, setup: Callable[[argparse.Namespace], J
 
 async def run_settings(setup: Callable[[argparse.Namespace], Job], args: argparse.Namespace, *,
                        command: list[str], in_memory: bool = False, table: Any = None,
-                       table_name: str | None = None) -> Delivery:
+                       table_name: str | None = None, input_record: dict | None = None) -> Delivery:
     """A stage's run from its settings (``args``: the namespace ``parse_args`` or
     :func:`keyword_settings` made): ``setup`` makes the job, the lifecycle runs it
     (``orbench.run.lifecycle.run_job``). ``in_memory`` writes no file; ``table`` (a DataFrame of text
-    cells, named ``table_name`` in messages) replaces the input file. What the Python API and
+    cells, named ``table_name`` in messages) replaces the input file, ``input_record`` adds to its meta
+    record's ``input`` (``orbench.run.lifecycle.Job.input_record``). What the Python API and
     ``orbench-calibrate`` run; a script runs the same through :func:`run`."""
     options = options_from(args)
     with keys_not_needed(options.estimate):  # --estimate sends nothing: no key asked
@@ -240,6 +241,7 @@ async def run_settings(setup: Callable[[argparse.Namespace], Job], args: argpars
         job.in_memory = in_memory
         if table is not None:
             job.input, job.input_name = table, table_name
+        job.input_record = input_record
         delivery = await run_job(job, options, command)
     delivery.job = job
     return delivery

@@ -134,6 +134,9 @@ class Job:
     output: Path
     models: Sequence[ModelSpec] = field(default_factory=list)
     input_name: str | None = None
+    #: What the meta record's ``input`` says beyond a file's path and SHA-256: for an in-memory
+    #: table (the Python API), its SHA-256 and the record of the run that made it (``orbench.api``).
+    input_record: dict | None = None
     typed: Sequence[str] | None = None  # the model names as the user wrote them, parallel to models
     #: Nothing written: no lock, progress, output or meta file (the API without ``output_file``).
     in_memory: bool = False
@@ -339,10 +342,13 @@ def report_bug(exc: BaseException, lines: Sequence[str] = ()) -> int:
 def meta_of(job: Job, delivery: Delivery, client: Client, input_path: str | None, command: list[str]) -> dict:
     """The delivered output's provenance record (``orbench.run.provenance``)."""
     typed = list(job.typed) if job.typed is not None else [str(s) for s in job.models]
-    return build_meta(stage=job.stage, result=delivery.result, client=client,
+    meta = build_meta(stage=job.stage, result=delivery.result, client=client,
                       models=[client.describe(s, t) for s, t in zip(job.models, typed)],
                       input_path=input_path, input_rows=delivery.input_rows, output=delivery.result.output,
                       argv=command)
+    if job.input_record and isinstance(meta.get("input"), dict):
+        meta["input"].update(job.input_record)
+    return meta
 
 
 def write_meta(delivery: Delivery) -> None:

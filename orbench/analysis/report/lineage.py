@@ -9,6 +9,12 @@ by the provider, temperature, max tokens, system prompt, rules' fingerprint, eng
 decided the verdicts (the last stage: the judge and its template's hash, or the keyword matcher
 and its rules' fingerprint), so the report can show both for every model and set.
 
+A table the Python API kept in memory has no file: its child's meta record carries the record of
+the run that made it (``input.record``, with the SHA-256 the table had when that run delivered it,
+``input.record_sha256``), and the chain follows it as it follows a file, naming the link
+``<output name> (in memory)``; a table edited in between is ``changed``, as a replaced file is
+(``orbench.api._carried``). The links' records are kept without what they carry (:func:`read_meta`).
+
 An ancestor is looked for at the path its child's meta file names; a relative path is tried from
 the current folder and from the child's folder, then the file name alone beside the child (a
 folder moved as a whole). When the file found no longer has the recorded SHA-256 the link is kept
@@ -31,6 +37,10 @@ from orbench.run.outcomes import TRUNCATED_FINISH_REASONS, is_truncated  # noqa:
 from orbench.run.provenance import sha256_file
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
+#: How an in-memory link of a chain (the Python API's table, no file) is named after its run's output name.
+IN_MEMORY = " (in memory)"
+#: The keys of a meta record's ``input`` that carry an in-memory input's run (``orbench.api._carried``).
+CARRIED_KEYS = ("record", "record_sha256", "name")
 #: How many links are followed at most (the pipeline has five stages; a cycle stops earlier).
 MAX_DEPTH = 8
 #: Stage ids as the runner writes them (``Stage.config["stage"]``).
@@ -45,8 +55,7 @@ TRUNCATION_WARN = 0.05
 NO_VERDICT_WARN = NO_VERDICT_SHARE
 
 
-def read_meta(path: str) -> dict | None:
-    """The provenance file ``<path>.meta.json`` as a dict, or None when absent or unreadable."""
+def _load_meta(path: str) -> dict | None:
     if "://" in str(path):
         return None
     try:
@@ -54,6 +63,27 @@ def read_meta(path: str) -> dict | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def _carried(meta: dict) -> dict | None:
+    """The record of the run that made an in-memory input (the Python API), which ``input.record``
+    carries where a script's meta names a file; None when there is none."""
+    block = meta.get("input")
+    return block.get("record") if isinstance(block, dict) and isinstance(block.get("record"), dict) else None
+
+
+def _own(meta: dict) -> dict:
+    """A meta record without the records it carries of its in-memory ancestors (each is a link of
+    its own in the chain): what a script's meta file holds."""
+    if _carried(meta) is None:
+        return meta
+    return {**meta, "input": {k: v for k, v in meta["input"].items() if k not in CARRIED_KEYS}}
+
+
+def read_meta(path: str) -> dict | None:
+    """The provenance file ``<path>.meta.json`` as a dict, or None when absent or unreadable."""
+    meta = _load_meta(path)
+    return None if meta is None else _own(meta)
 
 
 def _find_input(meta: dict, child: str) -> str | None:
@@ -78,21 +108,28 @@ def read_chain(path: str) -> list[dict]:
     seen: set[str] = set()
     current: str | None = str(path)
     changed = False
-    while current and len(chain) < MAX_DEPTH:
-        key = str(Path(current).resolve())
+    meta = _load_meta(current)
+    while current and meta is not None and len(chain) < MAX_DEPTH:
+        key = current if current.endswith(IN_MEMORY) else str(Path(current).resolve())
         if key in seen:
             break
         seen.add(key)
-        meta = read_meta(current)
-        if meta is None:
-            break
-        chain.append({"file": current, "meta": meta, "changed": changed})
+        chain.append({"file": current, "meta": _own(meta), "changed": changed})
         parent = _find_input(meta, current)
+        recorded = (meta.get("input") or {}).get("sha256")
+        carried = _carried(meta)
+        if parent is None and carried is not None:
+            # an in-memory input (the Python API): its run's record, named as its output would be; changed
+            # when the table was edited between that run and this one
+            made = meta["input"].get("record_sha256")
+            changed = bool(recorded) and bool(made) and made != recorded
+            current = str(meta["input"].get("name") or "table") + IN_MEMORY
+            meta = carried
+            continue
         if parent is None:
             break
-        recorded = (meta.get("input") or {}).get("sha256")
         changed = bool(recorded) and sha256_file(parent) != recorded
-        current = parent
+        current, meta = parent, _load_meta(parent)
     return chain
 
 
