@@ -422,7 +422,7 @@ class Card:
 
     cards: tuple[dict, ...]
     paths: tuple[Path | None, ...] = ()  # each card's file beside the calibration's output (with output_dir)
-    stored: tuple[Path | None, ...] = ()  # where the card store keeps it (None: it keeps a card on more rows)
+    stored: tuple[Path | None, ...] = ()  # where the card store keeps it (None: store=False, or it keeps one on more rows)
     exit_code: int = 0  # 1: some rows still have errors (they count against coverage)
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
 
@@ -453,7 +453,7 @@ class Card:
         return self._pooled("kappa")
 
 
-async def calibrate_async(check_model: str | Sequence[str], **settings) -> Card:
+async def calibrate_async(check_model: str | Sequence[str], *, store: bool = True, **settings) -> Card:
     """:func:`calibrate`, awaited on the caller's event loop."""
     from orbench import logs
     from orbench.analysis.calibration import calibrate as calibration
@@ -462,6 +462,8 @@ async def calibrate_async(check_model: str | Sequence[str], **settings) -> Card:
     own_parser, stage_parser = calibration.build_parser(), check_response.build_parser()
     own = set(cli.setting_names(own_parser)) - {"check_model", "moderator_model"}
     given = dict(settings)
+    if not store:
+        given["no_store"] = True
     verbose, log_file = bool(given.pop("verbose", False)), given.pop("log_file", None)
     mine = {k: v for k, v in given.items() if k in own}
     theirs = {k: v for k, v in given.items() if k not in own}
@@ -487,12 +489,13 @@ async def calibrate_async(check_model: str | Sequence[str], **settings) -> Card:
                 tuple(s for _, _, s in found.cards), found.exit_code, calibration.card_table(found.cards))
 
 
-def calibrate(check_model: str | Sequence[str], **settings) -> Card:
+def calibrate(check_model: str | Sequence[str], *, store: bool = True, **settings) -> Card:
     """Measure a judge against human labels and keep its card (``orbench-calibrate``): stage 5
     with ``check_model`` on labelled responses (``labels``: ``"xstest"`` by default, a CSV, or an
     audit folder), then accuracy, kappa, refusal precision and recall and the rate bias, with 95%
     intervals, per source model and pooled. The card goes into the card store (the cache folder),
     where :func:`report` finds it; with ``output_dir`` the stage-5 files and the card are written
-    there too. ``settings``: the script's own (``labels``, ``xstest_dir``, ``limit``, ``seed``,
+    there too. ``store=False`` (``--no_store``) keeps the card out of the store: a trial, which no
+    report shows. ``settings``: the script's own (``labels``, ``xstest_dir``, ``limit``, ``seed``,
     ``output_dir``) and any of stage 5's (``cascade``, ``template``, ``concurrency``, ``base_url``, ...)."""
-    return run_sync(calibrate_async(check_model, **settings))
+    return run_sync(calibrate_async(check_model, store=store, **settings))

@@ -105,9 +105,28 @@ def cards_dir() -> Path:
     return default_cache_path().parent / "judge_cards"
 
 
-def card_path(fingerprint: str, source: str, folder: Path | None = None) -> Path:
-    """The file of the card of judge ``fingerprint`` on label source ``source``."""
-    return (folder or cards_dir()) / fingerprint / f"{slug(source)}.json"
+def card_path(fingerprint: str, source: str | dict, folder: Path | None = None) -> Path:
+    """The file of the card of judge ``fingerprint`` on label source ``source`` (its name, or the
+    card's ``labels`` record: :func:`store_name`)."""
+    name = store_name(source) if isinstance(source, dict) else slug(source)
+    return (folder or cards_dir()) / fingerprint / f"{name}.json"
+
+
+#: Label sources that are a place of the user's (a CSV, an audit folder), not a named data set.
+FILE_SOURCES = ("csv", "audit")
+
+
+def store_name(labels: dict) -> str:
+    """The card store's name of a label source: its name (``XSTest v2``), and for a label file or
+    audit folder of the user's, a short hash of where it is too. Premise: two label files of one
+    name in different folders are two sources (a card on one must not replace the other's); the
+    same file calibrated again is the same source, whose card the newer calibration replaces."""
+    name = slug(str(labels.get("name") or "labels"))
+    origin = labels.get("origin")
+    if labels.get("kind") not in FILE_SOURCES or not origin or "://" in str(origin):
+        return name
+    where = str(Path(str(origin)).resolve())
+    return f"{name}_{hashlib.sha256(where.encode('utf-8')).hexdigest()[:8]}"
 
 
 def _read(path: Path) -> dict | None:
@@ -163,20 +182,48 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def save_card(card: dict, beside: Path | None, folder: Path | None = None) -> Path | None:
-    """Write ``card`` to ``beside`` (unless None: an in-memory calibration) and into the card store
-    (``folder``, default :func:`cards_dir`); returns the store's path, or None when the store keeps a
-    card of this judge on more labelled rows of the same source (a ``--limit`` trial leaves a full
+def save_card(card: dict, beside: Path | None, folder: Path | None = None, *, store: bool = True) -> Path | None:
+    """Write ``card`` to ``beside`` (unless None: an in-memory calibration) and, with ``store``, into
+    the card store (``folder``, default :func:`cards_dir`, under :func:`store_name`); returns the
+    store's path, or None when not stored: ``store`` off (``--no_store``), or the store keeps a card
+    of this judge on more labelled rows of the same source (a ``--limit`` trial leaves a full
     calibration's card alone)."""
     text = json.dumps(card, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
     if beside is not None:
         _write(beside, text)
-    path = card_path(card["judge_fingerprint"], card["labels"]["name"], folder)
+    if not store:
+        return None
+    path = card_path(card["judge_fingerprint"], card["labels"], folder)
     old = _read(path)
     if old is not None and int((old.get("pooled") or {}).get("n") or 0) > int(card["pooled"].get("n") or 0):
         return None
     _write(path, text)
     return path
+
+
+def _n(card: dict) -> int:
+    return int((card.get("pooled") or {}).get("n") or 0)
+
+
+def cards_text(cards: list[dict], text=None) -> str:
+    """The line for one judge's (or moderation's) cards: the card on the most labels first, then
+    each card on fewer labels named a trial beside it. Premise: the card on more labels is the
+    narrower measurement of the same judge; a card on a handful of hand-made labels (a first try,
+    a ``--limit`` sample) must never stand in its place, nor look like its equal. ``text``: the
+    line of one card (default :func:`card_text`)."""
+    text = text or card_text
+    ordered = sorted(cards, key=lambda c: -_n(c))
+    if not ordered:
+        return ""
+    first = ordered[0]
+    parts = [text(first)]
+    for card in ordered[1:]:
+        if _n(card) < _n(first):
+            parts.append(f"trial card on {_n(card):,} labels, beside the card above on {_n(first):,} "
+                         f"({first['labels']['name']}): {text(card)}")
+        else:
+            parts.append(text(card))
+    return " | ".join(parts)
 
 
 def _points(value, low, high) -> str:

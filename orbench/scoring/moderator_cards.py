@@ -82,9 +82,11 @@ def cards_dir() -> Path:
     return default_cache_path().parent / "moderator_cards"
 
 
-def card_path(fingerprint: str, source: str, folder: Path | None = None) -> Path:
-    """The file of the card of moderation ``fingerprint`` on label source ``source``."""
-    return (folder or cards_dir()) / fingerprint / f"{slug(source)}.json"
+def card_path(fingerprint: str, source: str | dict, folder: Path | None = None) -> Path:
+    """The file of the card of moderation ``fingerprint`` on label source ``source`` (its name, or
+    the card's ``labels`` record: ``judge_cards.store_name``)."""
+    name = judge_cards.store_name(source) if isinstance(source, dict) else slug(source)
+    return (folder or cards_dir()) / fingerprint / f"{name}.json"
 
 
 def read_card(path: Path) -> dict | None:
@@ -114,12 +116,16 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def save_card(card: dict, beside: Path, folder: Path | None = None) -> Path | None:
-    """Write ``card`` to ``beside`` and into the store; returns the store's path, or None when the
-    store keeps a card of this moderation on more labelled prompts of the same source."""
+def save_card(card: dict, beside: Path, folder: Path | None = None, *, store: bool = True) -> Path | None:
+    """Write ``card`` to ``beside`` and, with ``store``, into the store (under the label source's
+    ``judge_cards.store_name``: two label files of one name in different folders keep two cards);
+    returns the store's path, or None when not stored: ``store`` off (``--no_store``), or the store
+    keeps a card of this moderation on more labelled prompts of the same source."""
     text = json.dumps(card, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
     _write(beside, text)
-    path = card_path(card["moderator_fingerprint"], card["labels"]["name"], folder)
+    if not store:
+        return None
+    path = card_path(card["moderator_fingerprint"], card["labels"], folder)
     old = read_card(path)
     if old is not None and int((old.get("pooled") or {}).get("n") or 0) > int(card["pooled"].get("n") or 0):
         return None

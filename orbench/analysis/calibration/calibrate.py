@@ -35,7 +35,11 @@ settings; a keyword or cascade calibration without ``--matcher`` writes one card
 into the card store in the cache folder, where ``orbench-report`` finds it without a flag, and
 as ``judge_card.json`` beside the calibration's output (``--output_dir``, default
 ``./calibration_<judge>/``, which also holds the stage-5 input, output, progress and meta files).
-A card on fewer labelled rows never replaces one on more in the store. A rerun into the same
+A card on fewer labelled rows never replaces one on more in the store; a label file of the user's
+is kept under its name and where it is, so two files of one name in different folders keep two
+cards. Where a judge has several cards, a report shows the one on the most labels first and names
+each card on fewer labels a trial beside it. ``--no_store`` calibrates without storing the card
+(a first try on a few hand-made labels): it is printed and written beside the output only. A rerun into the same
 folder with other stage-5 settings (``--temperature``, ``--max_tokens``, ...) stops as stage 5
 does: give it another ``--output_dir``, or add ``--overwrite``.
 
@@ -123,6 +127,9 @@ def build_parser() -> ArgumentParser:
                         help="a cheap first look: at most N responses per source model (a moderator: N prompts "
                              "in all), a seeded sample stratified by human label (the labels keep their shares)")
     parser.add_argument("--seed", type=int, default=0, help="the seed of --limit's sample (default: 0)")
+    parser.add_argument("--no_store", action="store_true",
+                        help="calibrate without keeping the card in the card store (a trial: the card is only "
+                             "printed and written beside the output, and no report shows it)")
     parser.add_argument("--output_dir", default=None, metavar="DIR",
                         help="where the stage-5 files and judge_card.json go (default: ./calibration_<judge>/; a "
                              "moderator: the stage-3 files and moderator_card_<labels>.json, default "
@@ -317,13 +324,13 @@ def _save_bundled(cards: list[dict], args, in_memory: bool) -> list[tuple[dict, 
     saved = []
     for card in cards:
         beside = None if out_dir is None else out_dir / f"judge_card_XSTest_v2_{slug(card['family'])}.json"
-        saved.append((card, beside, _save(card, beside)))
+        saved.append((card, beside, _save(card, beside, not args.no_store)))
     return saved
 
 
-def _save(card: dict, beside: Path | None) -> Path | None:
+def _save(card: dict, beside: Path | None, store: bool) -> Path | None:
     try:
-        return save_card(card, beside)
+        return save_card(card, beside, store=store)
     except OSError as exc:
         raise UsageError(f"cannot write the judge card: {exc.strerror or exc}") from None
 
@@ -358,6 +365,7 @@ class Calibrated:
     estimate: str | None = None  # --estimate: the text pricing stage 5; nothing sent, no card
     bundled: bool = False  # the keyword matcher's cards shipped with the package
     families: list[str] = field(default_factory=list)
+    no_store: bool = False  # --no_store: no card was put into the card store
 
 
 async def calibrate_judge(args, stage_args, *, command: list[str], stage_flags: bool = True,
@@ -372,7 +380,7 @@ async def calibrate_judge(args, stage_args, *, command: list[str], stage_flags: 
             parse_model(name)
     bundled = bundled_cards(args, stage_flags)
     if bundled is not None:
-        return Calibrated(_save_bundled(bundled, args, in_memory), bundled=True)
+        return Calibrated(_save_bundled(bundled, args, in_memory), bundled=True, no_store=args.no_store)
     frame, labels, _, input_csv, output_csv = _prepare(args, in_memory)
     stage_args.check_model, stage_args.input_file, stage_args.limit = args.check_model, str(input_csv), None
     stage_args.output_file = None if output_csv is None else str(output_csv)
@@ -385,14 +393,14 @@ async def calibrate_judge(args, stage_args, *, command: list[str], stage_flags: 
     table["human_refusal"] = table["human_refusal"].map(_verdict)
     meta = json.loads(dumps(delivery.meta))  # as the meta file holds it
     families = card_families(table, meta.get("settings") or {})
-    found = Calibrated(exit_code=delivery.exit_code, families=[str(f) for f in families])
+    found = Calibrated(exit_code=delivery.exit_code, families=[str(f) for f in families], no_store=args.no_store)
     for family, part in families.items():
         card = build_card(part, meta, labels, output_csv, family)
         beside = None
         if output_csv is not None:
             stem = output_csv.stem.replace("judged", "judge_card", 1) + (f"_{slug(family)}" if len(families) > 1 else "")
             beside = output_csv.with_name(stem + ".json")
-        found.cards.append((card, beside, _save(card, beside)))
+        found.cards.append((card, beside, _save(card, beside, not args.no_store)))
     return found
 
 
@@ -421,8 +429,11 @@ def print_cards(found: Calibrated) -> None:
     for card, beside, stored in found.cards:
         print_card(card)
         print(f"card: {beside}" + (" (bundled)" if found.bundled else ""))
-        print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled rows"
-              + ("" if found.bundled else " of this source; this one is only beside the output"))
+        if found.no_store:
+            print("card store: not stored (--no_store); no report shows this card")
+        else:
+            print(f"card store: {stored}" if stored else "card store: keeps a card of this judge on more labelled rows"
+                  + ("" if found.bundled else " of this source; this one is only beside the output"))
         print()
     if len(found.families) > 1:
         print(f"one card per keyword family (the rules that decided each row: {', '.join(found.families)}); "

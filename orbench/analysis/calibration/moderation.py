@@ -215,14 +215,17 @@ def run(args, extra: list) -> int:
     card = build_card(table, meta, labels, output_csv, args.moderator_model.strip())
     beside = output_csv.with_name(output_csv.stem.replace("moderated", "moderator_card", 1) + ".json")
     try:
-        stored = save_card(card, beside)
+        stored = save_card(card, beside, store=not args.no_store)
     except OSError as exc:
         print(f"error: cannot write the moderator card: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print_card(card)
     print(f"card: {beside}")
-    print(f"card store: {stored}" if stored else "card store: keeps a card of this moderation on more labelled "
-          "prompts of this source; this one is only beside the output")
+    if args.no_store:
+        print("card store: not stored (--no_store); no report or release shows this card")
+    else:
+        print(f"card store: {stored}" if stored else "card store: keeps a card of this moderation on more labelled "
+              "prompts of this source; this one is only beside the output")
     print()
     print(card["text"])
     return code

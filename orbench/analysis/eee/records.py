@@ -153,7 +153,8 @@ def judge_template(v: dict) -> str:
 
 
 def card_figures(rep, fingerprints: str) -> list[dict]:
-    """The figures of the judge cards the report matched to a group's verdicts."""
+    """The figures of the judge cards the report matched to a group's verdicts, the card on the most
+    labels first (the one a reader of a single card sees: the leaderboard's)."""
     fps = {f for f in str(fingerprints or "").split(";") if f}
     out = []
     for card in (rep.judge_cards or {}).values():
@@ -165,7 +166,7 @@ def card_figures(rep, fingerprints: str) -> list[dict]:
         fig["coverage"]["valid"] = bool((pooled.get("coverage") or {}).get("valid"))
         out.append({"fingerprint": card["judge_fingerprint"], "labels": (card.get("labels") or {}).get("name"),
                     "n": pooled.get("n"), "verdicts": pooled.get("verdicts"), "family": card.get("family"), **fig})
-    return out
+    return sorted(out, key=lambda c: -int(c["n"] or 0))
 
 
 def _tables(rep) -> tuple[dict, dict]:

@@ -146,7 +146,7 @@ def stored_moderator_card(paths: list[str]) -> dict | None:
         return None
     (fingerprint,) = found
     for card in find_cards(fingerprint):
-        path = str(card_path(fingerprint, card["labels"]["name"]))
+        path = str(card_path(fingerprint, card["labels"]))
         parsed = parse_moderator_card(card, path)
         parsed["note"] = (f"found in the card store by the moderation's fingerprint {fingerprint} "
                           f"(orbench-calibrate --moderator_model)")

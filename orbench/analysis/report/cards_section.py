@@ -34,7 +34,7 @@ import pandas as pd
 from orbench.analysis.report.inputs import ORIGIN_RANK, Inputs, group_ids
 from orbench.scoring.judge_cards import (
     NEVER_CALIBRATED,
-    card_text,
+    cards_text,
     find_cards,
     judge_fingerprint,
     judge_identity,
@@ -99,7 +99,7 @@ def calibration_text(fingerprints: set, judge_name: str) -> tuple[str, list[dict
         cards = find_cards(fp)
         if cards:
             used.extend(cards)
-            texts.append(" | ".join(card_text(c) for c in cards))
+            texts.append(cards_text(cards))
             continue
         others = other_judges(judge_name, fp)
         texts.append(NEVER_CALIBRATED + (f"; {len(others)} card(s) of another judge named {judge_name} "
@@ -199,7 +199,7 @@ def moderation_text(found: dict) -> tuple[str, list[dict]]:
         cards = find_moderator_cards(fp)
         used.extend(cards)
         if cards:
-            texts.append(" | ".join(moderator_card_text(c) for c in cards))
+            texts.append(cards_text(cards, moderator_card_text))
     if not texts and found.get("card"):
         texts.append(_release_card_text(found["card"]))
     return f"{found['how']}: " + ("; ".join(texts) if texts else NEVER), used
