@@ -137,24 +137,28 @@ def test_adjacent_ranks_are_compared_paired_with_holm_across_the_set(built):
     # Hard-1K: the safe set ranks the lowest rate first; ties by name; each pair McNemar's, Holm across the set
     ranked = sorted((e for e in built["data"]["entries"] if (e["cells"].get("hard") or {}).get("rank")),
                     key=lambda e: e["cells"]["hard"]["rank"])
-    assert [e["name"] for e in ranked] == ["mock/mistral-gamma", HOSTILE, ALPHA_BRIEF, ALPHA_NONE,
-                                           "openai-api/mock-model", "mock/llama-2-beta"]
+    assert [e["name"] for e in ranked] == ["mock/mistral-gamma", HOSTILE, ALPHA_BRIEF, ALPHA_NONE, "mock/llama-2-beta"]
+    # like with like: all five on the same 12 prompts, one sample; the inspect record's prompts are not known
+    # (its per-sample scores do not give its rate), so it is not ranked among them
+    assert {e["cells"]["hard"]["rank_group"] for e in ranked} == {ranked[0]["cells"]["hard"]["rank_group"]}
+    assert ranked[0]["cells"]["hard"]["measured_on"].startswith("a sample: 12 of the 1,319 prompts of or-bench-hard-1k")
+    other = by["openai-api/mock-model"]["cells"]["hard"]
+    assert other["rank"] is None and other["rank_why"].startswith(
+        "not ranked: which prompts it was measured on is not known (the per-sample scores (mean 0.0000)")
     refused = {"mock/mistral-gamma": REFUSED["mistral-gamma"]["or-bench-hard-1k"],
                HOSTILE: REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"], ALPHA_BRIEF: REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"],
-               ALPHA_NONE: REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"]}
+               ALPHA_NONE: REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"],
+               "mock/llama-2-beta": REFUSED["llama-2-beta"]["or-bench-hard-1k"]}  # judge-x follows the refusals
     tested = []
     for a, b in zip(ranked, ranked[1:]):
         nxt = a["cells"]["hard"]["next"]
-        if a["name"] in refused and b["name"] in refused:
-            a_only, b_only = _counts(refused[a["name"]], refused[b["name"]], 12)
-            assert nxt["p"] == pytest.approx(mcnemar([[0, a_only], [b_only, 0]], exact=True).pvalue, rel=1e-12)
-            assert (nxt["a_only"], nxt["b_only"], nxt["n"]) == (a_only, b_only, 12)
-            tested.append(nxt)
-        else:  # the inspect record's per-sample scores do not give its rate: not used
-            assert "p" not in nxt and nxt["note"].startswith("not tested: the per-sample scores (mean 0.0000)")
+        a_only, b_only = _counts(refused[a["name"]], refused[b["name"]], 12)
+        assert nxt["p"] == pytest.approx(mcnemar([[0, a_only], [b_only, 0]], exact=True).pvalue, rel=1e-12)
+        assert (nxt["a_only"], nxt["b_only"], nxt["n"]) == (a_only, b_only, 12)
+        tested.append(nxt)
     holm = multipletests([t["p"] for t in tested], method="holm")[1]
     assert [t["p_holm"] for t in tested] == pytest.approx(list(holm), rel=1e-12)
-    assert len(tested) == 3 and not any(t["differs"] for t in tested)
+    assert len(tested) == 4 and not any(t["differs"] for t in tested)
 
 
 def test_meta_files_and_records_are_copied_into_the_site_and_linked_relatively(built):

@@ -92,10 +92,16 @@ def test_a_click_on_a_column_sorts_by_it_both_ways(browser, site):
     browser.find_element(By.CSS_SELECTOR, "th[data-key=name]").click()
     names = [r["name"] for r in rows(browser)]
     assert names == sorted(names)
-    # the default order is the rank: gamma's 2 of 12 first on this set
+    # the default order is the rank, one group of like prompts after another: the full set first (the paper's
+    # models, the lowest rate first), then the entries on the sample of 12 prompts (gamma's 2 of 12 first)
     open_page(browser, site)
     choose(browser, "f-set", "hard")
-    assert rows(browser)[0]["name"] == "mock/mistral-gamma"
+    got = rows(browser)
+    assert [r["id"] for r in got[:32]] == [""] * 32 and got[0]["name"] == "Llama-3.1-70B"
+    assert got[32]["name"] == "mock/mistral-gamma"
+    ranks = browser.execute_script("return Array.from(document.querySelectorAll('#board tbody tr')).map("
+                                   "function (tr) { return tr.cells[0].textContent; });")
+    assert ranks[:32] == [str(i) for i in range(1, 33)] and ranks[32].startswith("1 in sample ")
     assert console(browser) == []
 
 

@@ -14,7 +14,9 @@ without a verdict, only its bounds), n, the judge and its card (coverage first, 
 or "never calibrated", the share of cut-off replies, the date, the settings (system prompt,
 temperature, samples) and where it came from; per set, whether each model differs from the next
 ranked one (the paired test on the prompts both answered, Holm across the set's adjacent pairs).
-The paper's 32 published models are a layer of their own (``--no_published`` leaves them out).
+An entry is ranked only among the entries measured on the same prompts: the full set (with the
+paper's 32 published models, ``--no_published`` leaves them out) or the same sample; each cell
+says what it was measured on, and an entry alone on its prompts is not ranked.
 The Hard-vs-Toxic plot and the table are interactive (hover, select a model; sort and filter by
 set, category, provider, judge and source).
 
@@ -55,12 +57,15 @@ def build(paths: Sequence[str], output_dir: str | Path, *, with_published: bool 
         for run in e["runs"]:
             tables.update(read_samples(run))
         per_prompt[e["id"]] = tables
+    pub = site.published() if with_published else ([], None)
     for label in site.ORDER:
-        ent.adjacent(entries, label, per_prompt)
+        full_keys = site.set_prompt_keys(label)
+        ent.group_by_prompts(entries, label, per_prompt, full_keys, None if full_keys is None else len(full_keys))
+        ent.adjacent(entries, label, per_prompt, pub[0])
     out = Path(output_dir)
     site.clear(out)
     files = {e["id"]: site.copy_files(e, out) for e in entries}
-    page = site.write(out, site.data(entries, files, notes + dropped, with_published))
+    page = site.write(out, site.data(entries, files, notes + dropped, with_published, pub))
     return page, notes + dropped
 
 

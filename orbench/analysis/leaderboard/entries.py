@@ -11,7 +11,16 @@ differs, and per set whether models at adjacent ranks differ.
 * **Named by what differs**: entries of one model are named with the attributes that differ among
   them (judge, source, temperature, system prompt, max tokens, samples, date), e.g.
   ``gpt-4o (system prompt: Be brief.)`` and ``gpt-4o (system prompt: none)``.
-* **Adjacent ranks**: per set, the entries with a rate are ranked (the safe sets by the lowest
+* **Like with like** (:func:`group_by_prompts`): per set, an entry is ranked only among the entries
+  measured on the same prompts, as the report ranks a run only when it covers the published set:
+  the full set (a verdict on every prompt of it, no error row; the paper's 32 models are ranked
+  there too), or one sample (the same prompts with a verdict, told by their SHA-256s from the
+  per-sample records). Each cell says what it was measured on (``measured_on``); an entry alone on
+  its prompts, or whose prompts are not known (no per-sample verdicts and not the full set), is not
+  ranked, and says why (``rank_why``). Premise: a rate is an estimate of the refusal rate on the
+  prompts it was measured on; two samples of 20 prompts differ by which prompts they drew as much
+  as by which model answered, so ordering them says nothing about the models.
+* **Adjacent ranks**: within each such group, the entries with a rate are ranked (the safe sets by the lowest
   rate, the unsafe ones by the highest) and each entry is compared with the next one, paired on
   the prompts both have per-prompt verdicts for, by the comparison the report's ``--compare``
   makes (:mod:`orbench.analysis.compare`: McNemar's exact test with one sample per prompt, else
@@ -21,6 +30,7 @@ differs, and per set whether models at adjacent ranks differ.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -140,6 +150,47 @@ def name(entries: list[dict]) -> None:
         e["id"] = f"e{i + 1}"
 
 
+# ---------------------------------------------------------------- which entries are ranked together
+
+#: The rank group of the entries measured on every prompt of the published set.
+FULL = "full"
+#: The rank group of cells that were never grouped (:func:`adjacent` called on its own): one group.
+ALL = "all"
+
+
+def _sample_id(keys) -> str:
+    return hashlib.sha256("\n".join(sorted(keys)).encode("utf-8")).hexdigest()[:8]
+
+
+def group_by_prompts(entries: list[dict], set_label: str, per_prompt: dict, full_keys: frozenset | None = None,
+                     size: int | None = None) -> None:
+    """Give each cell on ``set_label`` its ``rank_group`` (:data:`FULL`, ``sample:<id>`` or None: not
+    rankable) and ``measured_on`` (module docstring). ``per_prompt``: entry id -> set -> per-prompt
+    table (index: the prompt keys with a verdict) or why there is none; ``full_keys``: the keys of
+    the published set's prompts (when bundled); ``size``: its number of prompts (when known)."""
+    title = SETS[set_label].name if set_label in SETS else set_label
+    of = f" of the {size:,} prompts of {title}" if size else f" prompts of {title}"
+    for e in entries:
+        cell = e["cells"].get(set_label)
+        if cell is None:
+            continue
+        table = per_prompt.get(e["id"], {}).get(set_label)
+        keys = frozenset(table.index) if isinstance(table, pd.DataFrame) else None
+        covered, errors = cell.get("covered"), cell.get("errors") or 0
+        if (size and covered == size and not errors) or (keys is not None and full_keys and keys == full_keys):
+            cell.update(rank_group=FULL, measured_on=f"all {size or len(keys):,} prompts of {title}")
+        elif keys is not None:
+            sample = _sample_id(keys)
+            cell.update(rank_group=f"sample:{sample}", measured_on=f"a sample: {len(keys):,}{of if size else ' prompts'} "
+                                                                    f"(sample {sample}, the prompts with a verdict)")
+        else:
+            n = cell.get("prompts") or cell.get("n")
+            cell.update(rank_group=None, rank_why=f"not ranked: which prompts it was measured on is not known "
+                                                  f"({table or 'no per-sample verdicts'}), and they are not all of "
+                                                  f"{title}",
+                        measured_on=(f"{n:,} prompts" if n else "prompts") + ", which ones not known")
+
+
 # ---------------------------------------------------------------- adjacent ranks
 
 def _order_key(set_label: str):
@@ -147,7 +198,7 @@ def _order_key(set_label: str):
 
     def key(e):
         rate = e["cells"][set_label]["rate"]
-        return (-rate if unsafe else rate, e["name"])
+        return (-rate if unsafe else rate, e.get("name") or e["model"])
     return key
 
 
@@ -172,22 +223,43 @@ def pair_test(a: pd.DataFrame | str, b: pd.DataFrame | str) -> dict:
             "a_only": got["a_only"], "b_only": got["b_only"]}
 
 
-def adjacent(entries: list[dict], set_label: str, per_prompt: dict) -> None:
-    """Rank the entries with a rate on ``set_label`` and test each against the next (module docstring);
-    ``per_prompt``: entry id -> set -> per-prompt table or why there is none."""
+def adjacent(entries: list[dict], set_label: str, per_prompt: dict, published: list[dict] = ()) -> None:
+    """Rank the entries with a rate on ``set_label`` within each group of entries measured on the
+    same prompts (``rank_group``, :func:`group_by_prompts`; cells never grouped are one group) and
+    test each against the next ranked entry of its group (module docstring); ``per_prompt``: entry
+    id -> set -> per-prompt table or why there is none. ``published``: the paper's models (their
+    ``cells``), ranked with the entries on the full set; they have no per-prompt verdicts, so an
+    entry's next is the next *entry* of its group, whatever published model ranks between them."""
     from orbench.analysis.compare import holm
 
-    ranked = sorted((e for e in entries if set_label in e["cells"] and e["cells"][set_label].get("rate") is not None),
-                    key=_order_key(set_label))
+    groups: dict = {}
+    for e in entries:
+        cell = e["cells"].get(set_label)
+        if cell is None or cell.get("rate") is None:
+            continue
+        group = cell.get("rank_group", ALL)
+        if group is not None:
+            groups.setdefault(group, []).append(e)
+    if any((p["cells"].get(set_label) or {}).get("rate") is not None for p in published):
+        groups.setdefault(FULL, [])  # the paper's models are ranked on the full set, with or without an entry there
     tests = []
-    for i, e in enumerate(ranked):
-        cell = e["cells"][set_label]
-        cell["rank"] = i + 1
-        if i + 1 < len(ranked):
-            nxt = ranked[i + 1]
+    for order, (group, members) in enumerate(sorted(groups.items(), key=lambda g: (g[0] != FULL, g[0]))):
+        paper = [p for p in published if (p["cells"].get(set_label) or {}).get("rate") is not None] \
+            if group == FULL else []
+        if group != ALL and len(members) + len(paper) < 2:
+            for e in members:
+                e["cells"][set_label]["rank_why"] = "not ranked: the only entry measured on these prompts"
+            continue
+        ranked = sorted(members + paper, key=_order_key(set_label))
+        for i, e in enumerate(ranked):
+            cell = e["cells"][set_label]
+            cell.update(rank=i + 1, rank_order=order * 100000 + i + 1, ranked_among=len(ranked))
+        ours = [e for e in ranked if "id" in e]
+        for e, nxt in zip(ours, ours[1:]):
+            cell = e["cells"][set_label]
             got = pair_test(per_prompt[e["id"]].get(set_label, "no per-prompt verdicts"),
                             per_prompt[nxt["id"]].get(set_label, "no per-prompt verdicts"))
-            got["next"] = nxt["id"]
+            got["next"], got["next_rank"] = nxt["id"], nxt["cells"][set_label]["rank"]
             ja, jb = cell.get("judge"), nxt["cells"][set_label].get("judge")
             if ja != jb and "p" in got:
                 got["judges"] = f"verdicts by different judges ({ja}; {jb}): the difference mixes models and judges"

@@ -49,6 +49,20 @@ def clean(value):
     return value
 
 
+def set_prompt_keys(label: str) -> frozenset | None:
+    """The prompt keys (``orbench.analysis.eee.read.prompt_key``) of a published set's prompts, when
+    the set is bundled (Hard-1K, Toxic, XSTest's halves); else None."""
+    import pandas as pd
+
+    from orbench.analysis.eee.read import prompt_key
+
+    path = resolve_set(SETS[label].name) if label in SETS else None
+    if not path or "://" in str(path) or not Path(path).exists():
+        return None
+    return frozenset(prompt_key(p) for p in pd.read_csv(path, usecols=["prompt"], dtype=str,
+                                                         keep_default_na=False)["prompt"])
+
+
 def published() -> tuple[list[dict], list[float] | None]:
     """The paper's 32 models (hard and toxic, Wilson intervals on the rounded rate and the set's
     size, as the report gives them) and the quadratic fit over them (x and y in %)."""
@@ -120,7 +134,8 @@ def entry_json(entry: dict, records: list, provenance: list) -> dict:
     for label, cell in entry["cells"].items():
         out = {k: cell.get(k) for k in ("rate", "low", "high", "method", "bound_low", "bound_high", "n", "rows",
                                          "no_verdict", "errors", "prompts", "cut_off", "replies", "samples",
-                                         "judge", "verdict", "rank", "next", "why", "covered")}
+                                         "judge", "verdict", "rank", "next", "why", "covered", "measured_on",
+                                         "rank_group", "rank_why", "rank_order", "ranked_among")}
         out["settings"] = cell.get("settings") or {}
         out["card"] = _card(cell)
         out["card_text"] = (cell.get("card") or {}).get("text") or ""
@@ -135,14 +150,15 @@ def entry_json(entry: dict, records: list, provenance: list) -> dict:
             "notes": entry["notes"], "left_out": entry["left_out"], "cells": cells}
 
 
-def data(entries: list[dict], files: dict, notes: list[str], with_published: bool) -> dict:
-    """The site's data (``data.json``)."""
+def data(entries: list[dict], files: dict, notes: list[str], with_published: bool,
+         pub: tuple[list[dict], list[float] | None] | None = None) -> dict:
+    """The site's data (``data.json``); ``pub``: :func:`published`'s, as ranked (else read here)."""
     present = [s for s in ORDER if any(s in e["cells"] for e in entries) or (with_published and s in (HARD, TOX))]
     sets = [{"key": s, "name": TITLES[s], "full_name": SETS[s].name, "kind": SETS[s].kind,
              "categories": sorted(categories_of(s) | {c for e in entries for c in
                                                       ((e["cells"].get(s) or {}).get("categories") or {})})}
             for s in present]
-    pub, fit = published() if with_published else ([], None)
+    pub, fit = (pub if pub is not None else published()) if with_published else ([], None)
     from orbench.run.provenance import package_versions
 
     return clean({

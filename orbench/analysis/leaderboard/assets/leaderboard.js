@@ -48,14 +48,21 @@
     return text;
   }
   function pText(p) { return p < 0.001 ? p.toExponential(1) : p.toFixed(3); }
-  function nextText(c, isLast) {
+  // ranks compare like with like: an entry is ranked among those measured on the same prompts
+  // (the full set, with the paper's models, or one sample), and compared with the next such entry
+  function rankText(c) {
     if (!has(c.rank)) { return ''; }
-    if (!c.next) { return isLast ? 'last ranked' : ''; }
+    var g = c.rank_group || '';
+    return g.indexOf('sample:') === 0 ? c.rank + ' in sample ' + g.slice(7) : String(c.rank);
+  }
+  function nextText(c) {
+    if (!has(c.rank)) { return c.rank_why || ''; }
+    if (!c.next) { return 'no entry ranked after it on these prompts'; }
     var t = c.next;
     if (!has(t.p_holm)) { return t.note || 'not tested'; }
     var other = ENTRIES[t.next];
     var word = t.differs ? 'differs from #' : 'not distinguishable from #';
-    return word + (c.rank + 1) + (other ? ' ' + other.name : '') + ' (Holm p ' + pText(t.p_holm) + ', ' + t.n +
+    return word + (has(t.next_rank) ? t.next_rank : c.rank + 1) + (other ? ' ' + other.name : '') + ' (Holm p ' + pText(t.p_holm) + ', ' + t.n +
       ' prompts)' + (t.judges ? '; ' + t.judges : '');
   }
   function cardText(c, entry) {
@@ -155,7 +162,10 @@
   }
   var SORT = {
     // by set, then rank; a set's unranked rows (no rate, or a category) after its ranked ones; the paper's last
-    rank: function (r) { return r.entry ? SETS[r.set].order * 1e6 + (r.category === 'all' && has(r.parent.rank) ? r.parent.rank : 1e5) : null; },
+    rank: function (r) {
+      if (r.category === 'all' && has(r.parent.rank)) { return SETS[r.set].order * 1e6 + (r.parent.rank_order || r.parent.rank); }
+      return r.entry ? SETS[r.set].order * 1e6 + 9e5 : null;
+    },
     name: function (r) { return r.entry ? r.entry.name : r.pub.model; },
     source: function (r) { return r.entry ? r.entry.source : 'published'; },
     provider: function (r) { return r.entry ? r.entry.provider : ''; },
@@ -189,16 +199,12 @@
     var rows = tableRows().sort(compare);
     var body = $('board').tBodies[0];
     var frag = document.createDocumentFragment();
-    var lastRank = {};
-    D.entries.forEach(function (e) {
-      Object.keys(e.cells).forEach(function (s) { var r = e.cells[s].rank; if (has(r)) { lastRank[s] = Math.max(lastRank[s] || 0, r); } });
-    });
     rows.forEach(function (r) {
       var e = r.entry, c = r.cell, p = r.parent;
       var tr = el('tr', { 'data-set': r.set, 'data-category': r.category });
       if (e) { tr.setAttribute('data-id', e.id); } else { tr.className = 'published'; }
       if (e && e.id === state.selected) { tr.classList.add('sel'); }
-      cell(tr, r.category === 'all' && e && has(p.rank) ? p.rank : '', 'num');
+      cell(tr, r.category === 'all' ? rankText(p) : '', 'num', p.measured_on || p.rank_why || '');
       var nameCell = cell(tr, '');
       var name = el('span', e ? { 'class': 'name', tabindex: '0', role: 'button' } : null, e ? e.name : r.pub.model);
       nameCell.appendChild(name);
@@ -207,8 +213,8 @@
       cell(tr, SETS[r.set].name);
       cell(tr, r.category);
       cell(tr, rateText(c), 'num' + (has(c.rate) ? '' : ' bounds'), c.method || c.why || '');
-      cell(tr, nText(c), 'num');
-      var nt = e && r.category === 'all' ? nextText(p, p.rank === lastRank[r.set]) : '';
+      cell(tr, nText(c), 'num', r.category === 'all' && p.measured_on ? 'measured on ' + p.measured_on : '');
+      var nt = e && r.category === 'all' ? nextText(p) : '';
       cell(tr, nt, p.next && p.next.differs ? 'differs' : '');
       cell(tr, p.judge || '');
       var ct = cardText(p, e);
@@ -368,14 +374,14 @@
              ['meta files', e.provenance.length ? links(e.provenance) : (e.ours ? 'none (a record read without its report)' : 'none (another tool\'s record)')]]);
     var table = el('table');
     var head = el('tr');
-    ['set', 'rejected % [95% CI]', 'n', 'judge', 'judge card', 'cut off', 'temperature', 'system prompt', 'max tokens', 'samples', 'vs next rank']
+    ['set', 'rejected % [95% CI]', 'n', 'measured on', 'rank', 'judge', 'judge card', 'cut off', 'temperature', 'system prompt', 'max tokens', 'samples', 'vs next rank']
       .forEach(function (h) { head.appendChild(el('th', null, h)); });
     table.appendChild(head);
     Object.keys(e.cells).sort(function (a, b) { return SETS[a].order - SETS[b].order; }).forEach(function (s) {
       var c = e.cells[s], st = c.settings || {}, tr = el('tr', { 'data-set': s });
-      [SETS[s].name, rateText(c), nText(c), c.judge, c.card ? cardText(c, e) : (c.card_text || cardText(c, e)), cutText(c),
+      [SETS[s].name, rateText(c), nText(c), c.measured_on || '', rankText(c) || c.rank_why || '', c.judge, c.card ? cardText(c, e) : (c.card_text || cardText(c, e)), cutText(c),
        has(st.temperature) ? st.temperature : 'not stated', st.system_prompt || 'not stated',
-       has(st.max_tokens) ? st.max_tokens : 'not stated', has(st.samples) ? st.samples : 'not stated', nextText(c, false)]
+       has(st.max_tokens) ? st.max_tokens : 'not stated', has(st.samples) ? st.samples : 'not stated', nextText(c)]
         .forEach(function (v) { tr.appendChild(el('td', null, v)); });
       table.appendChild(tr);
     });
