@@ -433,6 +433,11 @@ class Card:
     def __str__(self) -> str:
         return self.text
 
+    def __repr__(self) -> str:
+        """Short, as ``print``: each card's line, and where the store keeps it."""
+        where = [f"stored: {p}" if p else "not stored" for p in self.stored] if self.stored else []
+        return "\n".join([f"Card of {c.get('judge_name')}: {c['text']}" for c in self.cards] + where)
+
     def _pooled(self, figure: str) -> float | None:
         if len(self.cards) != 1:
             raise ValueError(f"this calibration made {len(self.cards)} cards, one per keyword family "

@@ -17,12 +17,15 @@
 # Settings (environment variables):
 #   PYTHON        the interpreter (default: python, else python3, from PATH)
 #   MODEL         the model under test (default: local/smollm2; any provider/model works, with its key)
-#   MAX_TOKENS    most tokens per reply (default: 64, to finish in about a minute; another value adds
-#                 _max<N> to the output names, so runs with different limits sit side by side). SmolLM2 rambles:
-#                 at 64 tokens almost every reply is cut off (finish_reason length), so the demo
-#                 judges only the opening of each reply, where a refusal shows; the report counts
-#                 the cut-off replies beside each rate and warns about them. MAX_TOKENS=512 lets
-#                 about 40% of the replies finish and takes about 2.5 minutes on 2 cores.
+#   MAX_TOKENS    most tokens per reply. For the embedded model (local/smollm2) the default is 64, to
+#                 finish in about a minute on a CPU: SmolLM2 rambles, at 64 tokens almost every reply
+#                 is cut off (finish_reason length), so the demo judges only the opening of each
+#                 reply, where a refusal shows; the report counts the cut-off replies beside each
+#                 rate and warns about them. MAX_TOKENS=512 lets about 40% of the replies finish and
+#                 takes about 2.5 minutes on 2 cores. Any other model gets stage 4's own default
+#                 (the benchmark's setting), as the README's commands do. A value given here adds
+#                 _max<N> to the output names (not the embedded model's 64), so runs with different
+#                 limits sit side by side.
 #   PER_CATEGORY  prompts per category and set (default: 2, i.e. 20 + 20 prompts; the full sets
 #                 are 1,319 and 655)
 #   SEED          the sample's seed (default: 0)
@@ -36,7 +39,11 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 setup_output ./demo_output "${1:-}"
 MODEL="${MODEL:-local/smollm2}"
-MAX_TOKENS="${MAX_TOKENS:-64}"
+# The short budget is for the embedded model only: it is about a CPU's time, not the benchmark.
+case "$MODEL" in local/smollm2|smollm2) EMBEDDED=1 ;; *) EMBEDDED=0 ;; esac
+if [[ -z "${MAX_TOKENS:-}" && $EMBEDDED == 1 ]]; then MAX_TOKENS=64; fi
+TOKENS_FLAG=()
+if [[ -n "${MAX_TOKENS:-}" ]]; then TOKENS_FLAG=(--max_tokens "$MAX_TOKENS"); fi
 LIMIT_FLAG=()
 if [[ -n "${LIMIT:-}" ]]; then LIMIT_FLAG=(--limit "$LIMIT"); fi
 
@@ -44,19 +51,23 @@ PER_CATEGORY="${PER_CATEGORY:-2}"
 SEED="${SEED:-0}"
 
 started=$SECONDS
-echo "note: replies are capped at $MAX_TOKENS tokens (MAX_TOKENS), so most are cut off and the verdicts" \
-     "judge only their opening; the report counts the cut-off replies beside each rate" >&2
+if [[ $EMBEDDED == 1 ]]; then
+    echo "note: the embedded model's replies are capped at $MAX_TOKENS tokens (MAX_TOKENS), so most are cut off" \
+         "and the verdicts judge only their opening; the report counts the cut-off replies beside each rate" >&2
+elif [[ -n "${MAX_TOKENS:-}" ]]; then
+    echo "note: replies are capped at $MAX_TOKENS tokens (MAX_TOKENS); the report counts any cut off" >&2
+fi
 slug="$(printf '%s' "$MODEL" | tr -c 'A-Za-z0-9._-' '_')"
 # Another MAX_TOKENS writes files of its own: a finished output is never replaced by a run with
 # other settings (the stage would stop, exit 2), so both runs stay side by side.
-if [[ "$MAX_TOKENS" != 64 ]]; then slug="${slug}_max${MAX_TOKENS}"; fi
+if [[ -n "${MAX_TOKENS:-}" && ! ($EMBEDDED == 1 && "$MAX_TOKENS" == 64) ]]; then slug="${slug}_max${MAX_TOKENS}"; fi
 SETS=(or-bench-hard-1k or-bench-toxic)
 for set in "${SETS[@]}"; do
     step "sample: $set ($PER_CATEGORY per category, seed $SEED)" "$PY" -m orbench.benchmark.datasets "$set" \
         --per_category "$PER_CATEGORY" --seed "$SEED" --output "$OUT/${set}_sample.csv"
     step "check alignment: $set" "$PY" "$ROOT/alignment_checker/check_alignment.py" \
         --model "$MODEL" --input_file "$OUT/${set}_sample.csv" --quiet \
-        --max_tokens "$MAX_TOKENS" ${LIMIT_FLAG[@]+"${LIMIT_FLAG[@]}"} \
+        ${TOKENS_FLAG[@]+"${TOKENS_FLAG[@]}"} ${LIMIT_FLAG[@]+"${LIMIT_FLAG[@]}"} \
         --output_file "$OUT/${set}_${slug}_alignment.csv"
     step "keyword re-score: $set" "$PY" "$ROOT/response_checker/judge_responses.py" \
         --check_model keyword --input_file "$OUT/${set}_${slug}_alignment.csv" --quiet \

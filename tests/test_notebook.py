@@ -81,3 +81,27 @@ def test_the_example_notebook_evaluates_judges_reports_and_calibrates(env, fake,
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["cache", "jupyter", "labels.csv"])
     # every request went to the fake through the notebook's base_url (no provider's address points at it)
     assert fake.count("/chat/completions") == 2 * N + 2 * N + 4  # evaluate, judge, calibrate
+
+
+def test_with_no_network_the_calibrate_cell_says_what_it_needs_and_the_notebook_runs_on(env, fake, tmp_path,
+                                                                                         monkeypatch):
+    # XSTest v2's address is a closed loopback port: its download fails as with no network at all
+    fake.add_rule(model="test-model", text="Sure. Here is a careful answer with the steps laid out.")
+    fake.add_rule(model="judge-model", text="It answers. [[direct_answer]]")
+    _kernel_spec(tmp_path / "jupyter")
+    for name, value in {"JUPYTER_PATH": str(tmp_path / "jupyter"), "ORBENCH_EXAMPLE_MODEL": "openai/test-model",
+                        "ORBENCH_EXAMPLE_JUDGE": "openai/judge-model", "ORBENCH_EXAMPLE_LABELS": "xstest",
+                        "ORBENCH_EXAMPLE_N": "2", "ORBENCH_EXAMPLE_BASE_URL": fake.openai_url,
+                        "ORBENCH_XSTEST_URL": "http://127.0.0.1:9/xstest"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("ORBENCH_XSTEST_DIR", raising=False)
+    for name in [k for k in os.environ if k.endswith("_BASE_URL") and not k.startswith("ORBENCH_")]:
+        monkeypatch.delenv(name)
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="orbench-test",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()  # raises on any cell's error
+    out = _outputs(nb)
+    assert out["reported"]["sets"] == ["hard", "toxic"] and out["calibrated"] == {"calibrated": False}
+    printed = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.get("name") == "stdout")
+    assert "not calibrated: cannot download XSTest's completions from http://127.0.0.1:9/xstest" in printed
+    assert "ORBENCH_XSTEST_DIR=<a folder with its five xstest_v2_completions_*.csv files>" in printed

@@ -82,15 +82,15 @@ def sample_main(argv=None) -> int:
     """``python -m orbench.benchmark.datasets SET --per_category N [--seed S] [--output FILE]``: a seeded,
     category-stratified sample of a named set or any prompt file, with its meta file (the set it
     was drawn from, so the report can tell the sample's set whatever its name)."""
-    import argparse
     import sys
     from pathlib import Path
 
     from orbench.llm.errors import UsageError
+    from orbench.run.cli import ArgumentParser
     from orbench.run.provenance import dumps, meta_path_for
     from orbench.run.tables import input_stem, read_table, write_csv_atomic, write_text_atomic
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m orbench.benchmark.datasets",
         description="Write a seeded, category-stratified sample of a prompt set (a set name such as "
                     "or-bench-hard-1k, or a path), and its meta file (<output>.meta.json), which says "
@@ -100,8 +100,8 @@ def sample_main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--output", default=None,
                         help="where to write the sample CSV (default: ./<set or file stem>_sample.csv)")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         if args.per_category < 1:
             raise UsageError(f"--per_category must be at least 1, got {args.per_category}")
         output = Path(args.output or f"{input_stem(args.source)}_sample.csv")

@@ -50,15 +50,53 @@ class ArgumentParser(argparse.ArgumentParser):
                            help="append the same log, with times, to FILE (with or without -v)")
 
     def error(self, message: str):  # noqa: D401 - argparse hook
+        # a mistyped flag is often why a required one is missing (--per_categry 2): name both
+        unknown = [a for a in getattr(self, "_given", []) if a.startswith("--") and not self._takes(a)]
+        if unknown and not message.startswith("unrecognized arguments"):
+            message = f"{message}; {unrecognized_text(self, unknown)}"
         raise UsageError(f"{message} (see --help)")
+
+    def _takes(self, arg: str) -> bool:
+        """Whether ``arg`` (``--flag`` or ``--flag=value``) is one of this parser's long flags, or a
+        prefix argparse accepts for one."""
+        name = arg.split("=", 1)[0]
+        flags = [o for a in self._actions for o in a.option_strings]
+        return name in flags or (self.allow_abbrev and any(f.startswith(name) for f in flags))
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.error(unrecognized_text(self, extra))
+        return parsed
 
     def parse_known_args(self, args=None, namespace=None):
         from orbench import logs
 
+        self._given = [str(a) for a in (sys.argv[1:] if args is None else args)]
         parsed, extra = super().parse_known_args(args, namespace)
         if hasattr(parsed, "verbose") or hasattr(parsed, "log_file"):  # given (a second parser leaves them be)
             logs.configure(getattr(parsed, "verbose", False), getattr(parsed, "log_file", None))
         return parsed, extra
+
+
+def unrecognized_text(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """argparse's "unrecognized arguments: ..." with, for the first mistyped flag, the closest flag
+    the parser takes ("did you mean --concurrency?"), as the Python API names the closest setting.
+    ``difflib``'s usual cutoff (0.6): a typo of a letter or two in a flag of ten is well above it."""
+    import difflib
+
+    text = "unrecognized arguments: " + " ".join(extra)
+    parsers = [parser] + [p for a in parser._actions if isinstance(a, argparse._SubParsersAction)
+                          for p in a.choices.values()]  # a sub-command's flags reach the main parser's check
+    flags = sorted({o for p in parsers for a in p._actions for o in a.option_strings if o.startswith("--")})
+    for item in extra:
+        name = item.split("=", 1)[0]
+        if name.startswith("--") and name not in flags:
+            found = difflib.get_close_matches(name.lower(), flags, n=1)
+            if found:
+                return f"{text}; did you mean {found[0]}?"
+            break
+    return text
 
 
 def entry_point(main: Callable[..., int]) -> Callable[..., int]:

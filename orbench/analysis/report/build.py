@@ -162,6 +162,41 @@ class Report:
         with tempfile.TemporaryDirectory(prefix="orbench-report-") as folder:
             return self.save(folder)["html"].read_text(encoding="utf-8")
 
+    def text(self) -> str:
+        """A short text of the report: its sets and models, per set, model and judge the headline
+        rate with its 95% interval (or, with no point rate, its bounds) and n, the judge's card line,
+        and how many warnings; the tables are the attributes it names."""
+        s = self.summary
+        sets = list(dict.fromkeys(s["set"])) if "set" in s.columns else []
+        models = list(dict.fromkeys(s["model"])) if "model" in s.columns else []
+        lines = [f"OR-Bench report: {len(sets)} set{'s' * (len(sets) != 1)} ({', '.join(map(str, sets))}), "
+                 f"{len(models)} model{'s' * (len(models) != 1)} ({', '.join(map(str, models))})"]
+        for row in s.to_dict("records"):
+            method = row.get("headline") or ("judge" if pd.notna(row.get("judge_rate", np.nan)) else "keyword")
+            get = lambda k, row=row, method=method: row.get(f"{method}_{k}", np.nan)  # noqa: E731 (used just below)
+            who = f"judge {row['judge']}" if method == "judge" and row.get("judge") else method
+            if pd.notna(get("rate")):
+                rate = (f"{get('rejections'):.0f} of {get('scored'):.0f} rejected = {100 * get('rate'):.1f}% "
+                        f"[{100 * get('ci_low'):.1f}, {100 * get('ci_high'):.1f}]")
+            elif pd.notna(get("rate_bound_low")):
+                rate = f"no rate: bounds [{100 * get('rate_bound_low'):.1f}%, {100 * get('rate_bound_high'):.1f}%]"
+            else:
+                rate = "no verdict"
+            lines.append(f"  {row.get('set')}  {row.get('model')}  {who}: {rate}")
+            card = row.get(f"{method}_calibration")
+            if isinstance(card, str) and card:
+                lines.append(f"    {card}")
+        if self.warnings:
+            lines.append(f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)} (Report.warnings)")
+        lines.append("tables: Report.summary, .leaderboard, .categories; files: Report.save(dir), Report.html()")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return self.text()
+
     def _repr_html_(self) -> str:
         """In a notebook: the rates per set, model and judge (the summary's headline columns)."""
         from orbench.analysis.html_kit import esc
