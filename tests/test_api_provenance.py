@@ -101,3 +101,26 @@ def test_a_table_edited_between_two_calls_is_told_apart_as_a_replaced_file_is(en
     (why,) = [w for w in rep.warnings if w.startswith("settings unknown")]
     assert ("or-bench-hard-1k_openai_m_alignment.csv (in memory) has changed since "
             "or-bench-hard-1k_openai_m_alignment_keyword_judged.csv was made from it") in why
+
+
+def test_the_generation_stages_hand_their_records_on(env, fake, tmp_path):
+    from orbench.analysis.report.lineage import read_chain
+    from orbench.run.provenance import dumps, meta_path_for
+
+    fake.add_rule(match="Generate 20", text="[[seed one]]\n[[seed two]]")
+    fake.add_rule(match="rewrite", text="[[1. first]] [[2. second]] [[3. third]] [[4. fourth]] [[5. fifth]]")
+    fake.add_rule(text="Fine. [[11. None of the above]]")
+    seeds = orbench.generate("harmful", "openai/g", num_toxic_prompts=2, quiet=True)
+    rewrites = orbench.rewrite(seeds, "openai/r", quiet=True)
+    moderated = orbench.moderate(rewrites, "openai/a", quiet=True, output_file="mod.csv")  # written, its input not
+    chain = read_chain(str(tmp_path / "mod.csv"))
+    assert [link["meta"]["stage"] for link in chain] == ["moderate", "rewrite", "generate"]
+    assert [link["file"] for link in chain[1:]] == [f"{rewrites.attrs['orbench']['name']} (in memory)",
+                                                    f"{seeds.attrs['orbench']['name']} (in memory)"]
+    assert not any(link["changed"] for link in chain)
+    assert chain[1]["meta"] == json.loads(dumps({**rewrites.attrs["orbench"]["meta"], "input": {
+        k: v for k, v in rewrites.attrs["orbench"]["meta"]["input"].items() if k not in ("record", "record_sha256",
+                                                                                         "name")}}))
+    assert json.loads(meta_path_for(tmp_path / "mod.csv").read_text())["input"]["sha256"] == \
+        rewrites.attrs["orbench"]["sha256"]
+    assert moderated.attrs["orbench"]["output"] == str(tmp_path / "mod.csv")
