@@ -72,7 +72,7 @@ import pandas as pd
 from orbench.analysis.eee import records as eee
 from orbench.analysis.eee import samples as eee_rows
 from orbench.analysis.folders import check_writable, write_error
-from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
+from orbench.analysis.report import cards_section, cascade, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
@@ -105,7 +105,8 @@ logger = logging.getLogger(__name__)
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
                 "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
-                "covered", "replies", "refused_to_judge", "rate_bound_low", "rate_bound_high", "scored_truncated"]
+                "covered", "replies", "refused_to_judge", "rate_bound_low", "rate_bound_high", "scored_truncated",
+                *cascade.COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
     intervals.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
     intervals.no_point_rate(data, gid, out)  # too many rows without a verdict: bounds, no rate
+    cascade.cascade_rates(data, gid, out)  # a cascade: the judge's rate on every row, estimated (PPI)
     out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
     return out.drop(columns="has_kind")
 
