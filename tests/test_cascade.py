@@ -228,7 +228,7 @@ def test_report_says_how_many_rows_each_source_decided(env, fake, script, tmp_pa
     note = next(n for n in rep.notes if "cascade verdicts" in n)
     assert note.startswith("out.csv: cascade verdicts (5 rows): ")
     assert "2 by keyword" in note and "2 by openai/gpt-4o" in note and "1 by provider_block" in note
-    assert note.endswith("40.0% reached the judge openai/gpt-4o")
+    assert "40.0% reached the judge openai/gpt-4o; check sample (9% of the sure rows" in note
     assert set(rep.summary.judge) == {"keyword+openai/gpt-4o"}  # never pooled with the judge alone
     assert "cascade verdicts (5 rows)" in rep.outputs["html"].read_text()
 

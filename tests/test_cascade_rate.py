@@ -93,6 +93,17 @@ def test_every_sure_row_checked_gives_the_judges_rate_and_its_interval(env, fake
     assert row.judge_ci_high == pytest.approx(min(1, high), abs=1e-6)
     summary = pd.read_csv(rep.outputs["summary"])
     assert summary.loc[0, "judge_check_disagreements"] == 1
+    board = rep.leaderboard.iloc[0]
+    assert (board.hard_judged_share_pct, board.hard_check_rows, board.hard_check_disagreements) == (100.0, 4, 1)
+    note = next(n for n in rep.notes if "cascade verdicts" in n)
+    assert ("check sample (100% of the sure rows, seed 20231110): 2 of 2 sure refusals checked by the judge, "
+            "1 disagreeing; 2 of 2 sure answers checked by the judge, 0 disagreeing") in note
+    assert "cascade: 100.0% of rows judged; 4 sure rows checked, 1 disagreeing" in rep.outputs["html"].read_text()
+    records = [json.loads(p.read_text()) for p in (tmp_path / "rep" / "every_eval_ever").rglob("*.json")]
+    details = [r["score_details"]["details"] for rec in records for r in rec.get("evaluation_results", [])
+               if "details" in r.get("score_details", {})]
+    assert {"cascade_judged_share": "1.0", "cascade_check_rows": "4", "cascade_check_disagreements": "1"}.items() \
+        <= details[0].items()
 
 
 def test_the_check_sample_is_the_same_whatever_the_order_and_limit(env, fake, script, tmp_path):

@@ -420,6 +420,9 @@ def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
                     f"{s}_truncated": st["truncated"], f"{s}_scored_truncated": st["scored_truncated"],
                     f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],
                     f"{s}_verdict": st["method"]})
+        if not pd.isna(st.get("judged_share", math.nan)):  # a cascade: the share judged, the disagreement found
+            row.update({f"{s}_judged_share_pct": 100 * st["judged_share"], f"{s}_check_rows": st["check_rows"],
+                        f"{s}_check_disagreements": st["check_disagreements"]})
         errors += st["errors"]
         unparsed += st["unparsed"]
         refused += st["refused_to_judge"]
@@ -459,7 +462,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "rate_bound_low_pct",
                                            "rate_bound_high_pct", "full_rate_pct", "scored", "no_verdict", "prompts",
                                            "rejections", "truncated", "scored_truncated", "replies", "covered",
-                                           "verdict")] + \
+                                           "verdict", "judged_share_pct", "check_rows", "check_disagreements")] + \
         ["errors", "unparsed", "refused_to_judge", "rank_note", "judge_vs_humans"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
@@ -474,7 +477,8 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     board = board.loc[keys.sort_values(list(keys.columns), kind="mergesort").index].reset_index(drop=True)
     ranked = ~((board["source"] == "yours") & (board["rank_note"].fillna("") != ""))
     board.insert(0, "rank", pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64"))
-    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated", "_scored_truncated"))
+    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated", "_scored_truncated",
+                                                      "_judged_share_pct", "_check_rows", "_check_disagreements"))
                                           or c.startswith("balanced_accuracy_ci")) and board[c].isna().all()]
     return board.drop(columns=empty)
 
