@@ -260,8 +260,9 @@ SURE = {
 #: of the rows, so it widens the interval by about ``3.7 / (p N)`` on that side whatever ``w``;
 #: against a judged rate's half-width ``1.96 sqrt(r (1 - r) / N)`` this is small only when
 #: ``p`` is near ``1.9 / sqrt(r (1 - r) N)``. On XSTest v2 as one run (2,250 rows, rate near
-#: 0.5) that is 0.08; with the shipped classes judging 39.2% of its rows, 0.09 keeps the rows
-#: judged in all at 44.7% (<= 45%). ``bench/cascade_ppi.py`` prints the resulting widths.
+#: 0.5) that is 0.08; the shipped classes leave 39.2% of its rows unsure, so at most 45% judged
+#: in all allows ``p <= 0.095``, and 0.09 is the round share below it. ``bench/cascade_ppi.py``
+#: prints the resulting widths (docs/cascade.md).
 CHECK_SHARE = 0.09
 #: The default seed of the check sample's hash (any fixed number: the sample must be reproducible).
 CHECK_SEED = 20231110
