@@ -28,7 +28,6 @@ Prints three things (a bench prints figures; it passes or fails nothing):
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
