@@ -16,7 +16,8 @@ column moderated being ``prompt``. Then writes the moderation's card
   toxic), **specificity** (the humans' safe prompts it called safe), accuracy and **Cohen's
   kappa**; precision for "unsafe", the moderation's and the humans' unsafe rates and their
   difference over the prompts with a verdict. Intervals: Wilson for each proportion, Tango's
-  paired score interval for the difference, the floored bootstrap for kappa, kept within [-1, 1]
+  paired score interval for the difference, the card's kappa interval (floored only where nothing
+  disagrees), kept within [-1, 1]
   (:mod:`orbench.analysis.calibration.card_stats`; coverage by simulation: ``bench/card_coverage.py``);
 - the same per category where the labels have one (XSTest's: each prompt type; a category whose
   prompts humans gave one label has only sensitivity or specificity, and no kappa), and per
