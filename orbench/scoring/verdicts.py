@@ -144,7 +144,7 @@ class Row:
     family: str = "default"
     kind: str = ""
     skipped: bool = False
-    #: With the cascade: a sure row of the check sample (the judge is asked too).
+    #: With the cascade: the row's key is in the check sample (a sure row is then judged too).
     check: bool = False
 
 
