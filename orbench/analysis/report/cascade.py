@@ -39,14 +39,17 @@ def cascade_rates(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> Non
     if not classed.any():
         return
     status, rejected = data["status"].to_numpy(), data["rejected"].to_numpy()
+    order = np.argsort(gid, kind="stable")  # each group's rows, found once
+    bounds = np.searchsorted(gid[order], np.arange(len(out) + 1))
     for g in np.unique(gid[classed]):
-        mine = gid == g
-        read = mine & (status != ERROR)
-        judged = read & ((sure == UNSURE) | (check != NONE))
-        scored = mine & (status == SCORED)
-        f = np.where(sure[scored] >= 0, sure[scored], np.nan).astype(float)
-        y = np.where((check[scored] == 0) | (check[scored] == 1), check[scored], np.nan).astype(float)
-        est = cascade_rate(rejected[scored].astype(float), f, y,
+        rows = order[bounds[g]:bounds[g + 1]]
+        st, su, ch = status[rows], sure[rows], check[rows]
+        read = st != ERROR
+        judged = read & ((su == UNSURE) | (ch != NONE))
+        scored = st == SCORED
+        f = np.where(su[scored] >= 0, su[scored], np.nan).astype(float)
+        y = np.where((ch[scored] == 0) | (ch[scored] == 1), ch[scored], np.nan).astype(float)
+        est = cascade_rate(rejected[rows][scored].astype(float), f, y,
                            base=(float(out.at[g, "ci_low"]), float(out.at[g, "ci_high"])))
         out.at[g, "judged_share"] = judged.sum() / read.sum() if read.sum() else np.nan
         out.at[g, "check_rows"] = est.checked
