@@ -125,6 +125,9 @@ pass through with these columns empty.
 is_rejected is empty whenever there is no verdict; such rows are never counted as refusals.
 prompt_kind: safe | unsafe | empty (unknown); the cascade never takes an answer to an unsafe prompt,
 nor a refusal of a safe one, as sure.
+sure_verdict, cascade_sampled (--cascade): the keyword matcher's verdict on a sure row; True on a sure
+row of the check sample (--check_share of them, picked by a hash of the row and --check_seed), which
+the judge decides too, so the report can carry the matcher's disagreement with the judge.
 
 exit status: 0 all rows done, 1 some rows have errors (rerun to retry), 2 bad input or setup.
 """
