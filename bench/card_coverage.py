@@ -3,11 +3,17 @@
 Usage:
     python bench/card_coverage.py [--sims 1000] [--seed 0]
 
+First the kappa grid: n = 100, 450, 2,000 labelled rows, the humans' refusals 3% and 30% of them,
+a strong, a good and a weak judge (sensitivity / specificity 0.97 / 0.995 with 1% of rows
+without a verdict, 0.90 / 0.98, 0.70 / 0.95 with 3%): the kappa interval's coverage, the
+Clopper-Pearson 95% interval of that coverage, each tail's miss rate and how many tables had no
+disagreement at all (the only ones floored).
+
 For each scenario (a judge against humans given as the four cell probabilities of refusal
 verdicts: both refuse, judge only, humans only, neither; and a number of labelled responses n),
 draws ``--sims`` labelled sets, computes the card's intervals (:mod:`orbench.analysis.calibration.card_stats`:
 Wilson for the coverage and the accuracy over all rows, Tango's paired interval for the rate bias
-over the rows with a verdict, the floored bootstrap for Cohen's kappa over all rows, a row without
+over the rows with a verdict, the smoothed bootstrap for Cohen's kappa over all rows, a row without
 a verdict a disagreement) and prints how often each holds the true value, the mean width, and how
 many kappa intervals left [-1, 1] (none should). The edges are in the list: a perfect judge, a
 judge one error in 200 from perfect, skewed refusal rates (a class at 2-3%: kappa near 0 beside
@@ -19,7 +25,7 @@ Then the same for a moderator card (``orbench-calibrate --moderator_model``,
 unsafe and 250 safe prompts; a lab's 20 + 20; a category of 25 prompts of one label; an audit
 with few unsafe prompts), the moderator's verdict on each class drawn from its probabilities
 (toxic, safe, no verdict), and the card's intervals checked: Wilson for coverage, sensitivity
-and specificity (a prompt without a verdict a miss), the floored bootstrap for kappa, against
+and specificity (a prompt without a verdict a miss), the smoothed bootstrap for kappa, against
 the true figures at those margins. The edges: a perfect moderator, one that says "safe" to
 everything (kappa exactly 0 in every draw) or "toxic" to everything, one that flags most safe
 prompts (the over-flagging the paper's moderators are reported to show on XSTest-like prompts),
@@ -148,12 +154,75 @@ def run_moderator(sims: int, seed: int) -> None:
         print(f"{name:<30} {f'{n_unsafe}+{n_safe}':>9}  " + "  ".join(f"{c:>17}" for c in cover) + f"  {outside}")
 
 
+#: The kappa grid (issue 51): n labelled rows x the humans' refusal share x a judge (sensitivity,
+#: specificity over the rows with a verdict, share of rows without one).
+GRID_N = (100, 450, 2000)
+GRID_PREVALENCE = (0.03, 0.30)
+GRID_JUDGES = (("strong judge", 0.97, 0.995, 0.01), ("good judge", 0.90, 0.98, 0.0),
+               ("weak judge", 0.70, 0.95, 0.03))
+
+
+def grid_cells(prevalence: float, sensitivity: float, specificity: float, none: float) -> np.ndarray:
+    """The six cell probabilities (tp, fp, fn, tn, no verdict on a refusal, on an answer)."""
+    d = 1 - none
+    return np.array([prevalence * sensitivity * d, (1 - prevalence) * (1 - specificity) * d,
+                     prevalence * (1 - sensitivity) * d, (1 - prevalence) * specificity * d,
+                     prevalence * none, (1 - prevalence) * none])
+
+
+def run_grid(sims: int, seed: int) -> list[dict]:
+    """Coverage of the kappa interval over :data:`GRID_N` x :data:`GRID_PREVALENCE` x
+    :data:`GRID_JUDGES`; a table with a kappa undefined (one class only) is left out of its cell."""
+    from orbench.analysis.calibration.card_stats import _kappa_of
+    from orbench.analysis.cascade_rate import clopper_pearson
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in GRID_N:
+        for prevalence in GRID_PREVALENCE:
+            for name, sens, spec, none in GRID_JUDGES:
+                cells = grid_cells(prevalence, sens, spec, none)
+                true = float(_kappa_of(*cells))
+                hits = low_miss = high_miss = used = floored = 0
+                widths = []
+                for table in rng.multinomial(n, cells, size=sims):
+                    low, high = kappa_ci(*(int(x) for x in table))
+                    if low != low:
+                        continue
+                    used += 1
+                    floored += int(table[1] + table[2] + table[4] + table[5] == 0)
+                    hits += low - 1e-12 <= true <= high + 1e-12
+                    low_miss += true < low - 1e-12
+                    high_miss += true > high + 1e-12
+                    widths.append(high - low)
+                cp = clopper_pearson(hits, used)
+                rows.append({"n": n, "prevalence": prevalence, "judge": name, "kappa": true, "sets": used,
+                             "coverage": hits / used, "cp_low": cp[0], "cp_high": cp[1], "miss_low": low_miss / used,
+                             "miss_high": high_miss / used, "floored": floored, "width": float(np.mean(widths))})
+    print(f"kappa interval, {sims} label sets a cell (coverage, its Clopper-Pearson 95% interval, each tail's miss "
+          f"rate, tables with no disagreement floored, mean width)")
+    print(f"{'n':>5} {'prev':>5} {'judge':<13} {'kappa':>6} {'cover':>6} {'cp_low':>7} {'cp_high':>7} "
+          f"{'miss_lo':>7} {'miss_hi':>7} {'floored':>7} {'width':>6}")
+    for r in rows:
+        print(f"{r['n']:>5} {r['prevalence']:>5.2f} {r['judge']:<13} {r['kappa']:>6.3f} {r['coverage']:>6.3f} "
+              f"{r['cp_low']:>7.3f} {r['cp_high']:>7.3f} {r['miss_low']:>7.3f} {r['miss_high']:>7.3f} "
+              f"{r['floored']:>7} {r['width']:>6.3f}")
+    fails = [r for r in rows if r["cp_high"] < 0.95]
+    worst = min(rows, key=lambda r: r["coverage"])
+    print(f"cells whose coverage interval lies wholly below 0.95: {len(fails)}; worst cell: n={worst['n']} "
+          f"prevalence {worst['prevalence']} {worst['judge']} {worst['coverage']:.3f}; largest tail miss "
+          f"{max(max(r['miss_low'], r['miss_high']) for r in rows):.3f}")
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sims", type=int, default=1000, help="simulated label sets per scenario (default 1000)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     started = time.monotonic()
+    run_grid(args.sims, args.seed)
+    print()
     run(args.sims, args.seed)
     print()
     run_moderator(args.sims, args.seed)

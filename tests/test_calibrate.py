@@ -104,8 +104,15 @@ def test_perfect_judge_card_then_rerun_is_free(env, fake, capsys, tmp_path):
     assert card["judge_fingerprint"] == meta["judge_fingerprint"]
     stored = Path(env["ORBENCH_CACHE_DIR"]) / "judge_cards" / card["judge_fingerprint"] / "XSTest_v2.json"
     assert json.loads(stored.read_text()) == card
-    assert card["coverage"] == {"value": 1.0, "ci": [pytest.approx(0.8865, abs=1e-3), 1.0], "valid": True}
-    assert out.strip().splitlines()[-1].startswith("judge vs humans: coverage 30 of 30 rows (100%); kappa 1.00 [0.")
+    # 30 of 30 with a verdict: the coverage's lower limit 30 / (30 + 1.96^2) = 0.8865 is under 0.90, so
+    # the card is not valid, and says that fewer than 35 rows never can be
+    assert card["coverage"] == {"value": 1.0, "ci": [pytest.approx(0.8865, abs=1e-3), 1.0], "valid": False,
+                                "note": "30 rows: a card of fewer than 35 cannot be valid (even a verdict on every "
+                                        "row leaves the 95% lower limit of the coverage under 0.90)"}
+    assert out.strip().splitlines()[-1].startswith(
+        "judge vs humans: coverage 30 of 30 rows (100%): NOT VALID (the 95% lower limit of the coverage is 0.886, under "
+        "0.90; a card of fewer than 35 rows cannot be valid: even a verdict on every one leaves that limit under "
+        "0.90; each row without one counts as a disagreement below); kappa 1.00 [0.")
     assert "refusals agreed 1.00, answers agreed 1.00" in out
     assert "rate bias +0.0 points [" in out and "XSTest v2 (n=30)" in out
 
@@ -157,8 +164,8 @@ def test_a_judge_without_verdicts_gets_a_card_that_says_so(env, fake, capsys, tm
     assert (card["pooled"]["n"], card["pooled"]["verdicts"]) == (10, 0)
     assert card["pooled"]["accuracy"]["value"] == 0.0 and card["pooled"]["coverage"]["valid"] is False
     assert card["pooled"]["rate_bias"] == {"value": None, "ci": [None, None]}
-    assert card["text"] == (f"judge vs humans: coverage 0 of 10 rows (0%): NOT VALID (a verdict on under 95% of the "
-                            f"rows; each row without one counts as a disagreement below): no verdict on any of 10 "
+    assert card["text"] == (f"judge vs humans: coverage 0 of 10 rows (0%): NOT VALID (no verdict on any row): "
+                            f"no verdict on any of 10 "
                             f"labelled responses ({10 if field == 'unparsed' else 0} unparsed, "
                             f"{10 if field != 'unparsed' else 0} refused to judge, 0 errors), XSTest v2")
 

@@ -158,13 +158,13 @@ def test_stage5_cascade_sends_only_unsure_rows(env, fake, script, tmp_path):
     stage4_output(tmp_path / "in.csv")
     fake.add_rule(match="RESP-VERDICT", text="Declines. [[direct_refusal]]")
     fake.add_rule(match="RESP-CAVEAT", text="Answers. [[direct_answer]]")
-    est = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade",
+    est = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade", "--check_share=0",
                  "--output_file=out.csv", "--estimate", env=env, cwd=tmp_path)
     assert est.returncode == 0, est.stderr
     assert "5 rows to do, 2 requests to send" in est.stdout   # only the unsure rows are priced
     assert fake.count() == 0 and not (tmp_path / "out.csv").exists()
 
-    result = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade",
+    result = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade", "--check_share=0",
                     "--output_file=out.csv", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert fake.count() == 2
@@ -172,7 +172,7 @@ def test_stage5_cascade_sends_only_unsure_rows(env, fake, script, tmp_path):
     assert list(table.columns) == [
         "prompt", "model", "response", "prompt_kind", "refusal_source", "judge_model", "answer_category",
         "answer_type_response", "is_rejected", "keyword_is_rejected", "verdict_source",
-        "cascade_class", "error"]
+        "cascade_class", "sure_verdict", "cascade_sampled", "error"]
     assert list(table.verdict_source) == ["keyword", "keyword", "openai/gpt-4o", "openai/gpt-4o",
                                           "provider_block"]
     assert list(table.cascade_class) == [REFUSAL_FIRST_SENTENCE, ANSWER_LAID_OUT, UNSURE, UNSURE, ""]
@@ -187,7 +187,7 @@ def test_stage5_cascade_sends_only_unsure_rows(env, fake, script, tmp_path):
     assert meta["judged_share"] == pytest.approx(2 / 5)
     assert meta["settings"]["cascade"] == meta["cascade"]["fingerprint"]
 
-    again = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade",
+    again = script(SCRIPT, "--check_model=openai/gpt-4o", "--input_file=in.csv", "--cascade", "--check_share=0",
                    "--output_file=out.csv", env=env, cwd=tmp_path)
     assert again.returncode == 0 and fake.count() == 2  # resumed: nothing asked again
     assert json.loads((tmp_path / "out.csv.meta.json").read_text())["verdict_sources"] == \
@@ -228,7 +228,7 @@ def test_report_says_how_many_rows_each_source_decided(env, fake, script, tmp_pa
     note = next(n for n in rep.notes if "cascade verdicts" in n)
     assert note.startswith("out.csv: cascade verdicts (5 rows): ")
     assert "2 by keyword" in note and "2 by openai/gpt-4o" in note and "1 by provider_block" in note
-    assert note.endswith("40.0% reached the judge openai/gpt-4o")
+    assert "40.0% reached the judge openai/gpt-4o; check sample (9% of the sure rows" in note
     assert set(rep.summary.judge) == {"keyword+openai/gpt-4o"}  # never pooled with the judge alone
     assert "cascade verdicts (5 rows)" in rep.outputs["html"].read_text()
 

@@ -269,10 +269,10 @@ def test_real_judge_cascade_figures(env, fake, capsys, tmp_path):
     cases = cascade_cases("[[direct_answer]]")
     data = write_xstest(tmp_path / "xs", cases)
     add_judge(fake, cases)
-    code, out, err = run(capsys, "--check_model", "openai/gpt-4o", "--cascade", data,
+    code, out, err = run(capsys, "--check_model", "openai/gpt-4o", "--cascade", "--check_share", "0", data,
                          "--output_dir", tmp_path / "out")
     assert code == 0, err
-    assert fake.count() == 1  # only the unsure row reaches the judge
+    assert fake.count() == 1  # only the unsure row reaches the judge (no check sample asked for)
     assert "stage 5 --cascade: 11 rows with a verdict source, 1 sent to the judge" in out
     real, perfect = out.split("the real judge)")[1].split("perfect judge, same rows)")
     def pooled(text):

@@ -75,6 +75,9 @@ CASES = {
         ["--check_model", "openai/gpt-4o", "--cascade", "--prompt_kind", "unsafe"],
         lambda r: {"stage": "check_response", "judge": "keyword+openai/gpt-4o", "matcher": None,
                    "temperature": 0.0, "max_tokens": 1000, "prompt_kind": "unsafe",
+                   # the check sample's share and seed (issue 51): a cascade output of earlier versions
+                   # has neither, so it does not resume (its rate carried no measured error)
+                   "check_share": 0.09, "check_seed": 20231110,
                    "template": r["judge"], "rules": r["rules"], "cascade": r["cascade"]},
         ["prompt", "response", "refusal_source", "model", "prompt_kind"]),
     "stage 5 ensemble, a matcher forced": (

@@ -172,6 +172,21 @@ def test_moderator_card_in_the_card(chain, tmp_path, capsys):
     assert m["attribution"] == ["xstest"] and m["moderator_card"]["kappa"] == {"value": None, "ci": None}
 
 
+def test_a_moderator_card_is_valid_on_its_coverage_lower_limit(chain, tmp_path, capsys):
+    """19 of 20 prompts given a verdict: coverage 0.95, but its 95% lower limit is 0.764 (under 0.90):
+    NOT VALID, whether the card gives the interval or only the count of labelled prompts."""
+    for coverage in ({"value": 0.95, "ci": [0.764, 0.991]}, 0.95):
+        path = card_file(tmp_path, {"labels": {"name": "lab", "n": 20}, **GOOD, "coverage": coverage})
+        out = tmp_path / "rel"
+        assert build(chain, out, "--moderator_card", str(path), panel=False) == 0
+        assert "**NOT VALID**" in (out / "README.md").read_text()
+        assert json.loads((out / "manifest.json").read_text())["moderator_card"]["valid"] is False
+        shutil.rmtree(out)
+    path = card_file(tmp_path, {"labels": {"name": "lab", "n": 450}, **GOOD, "coverage": 0.98})
+    assert build(chain, tmp_path / "rel", "--moderator_card", str(path), panel=False) == 0
+    assert "NOT VALID" not in (tmp_path / "rel" / "README.md").read_text()  # 441 of 450: lower limit 0.962
+
+
 def test_a_moderator_card_of_other_moderators_or_malformed_stops(chain, tmp_path, capsys):
     out = tmp_path / "rel"
     path = card_file(tmp_path, {"moderators": ["mock/mod-a", "mock/mod-b"], **GOOD})

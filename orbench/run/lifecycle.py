@@ -226,8 +226,14 @@ def estimate(job: Job, table: pd.DataFrame, options: RunOptions, client: Client)
     """``--estimate``: the text pricing the requests a run would send; nothing is sent or written."""
     from orbench.llm import pricing
 
-    rows, requests = pending_requests(job, job.planned(table, options), options, client)
-    return pricing.estimate_text(requests, rows=rows, batch=options.batch, prices_file=options.prices)
+    planned = job.planned(table, options)
+    rows, requests = pending_requests(job, planned, options, client)
+    text = pricing.estimate_text(requests, rows=rows, batch=options.batch, prices_file=options.prices)
+    if job.stage.estimate_note is not None:
+        todo = pending_records(job.stage, planned, job.work, limit=job.row_limit(options),
+                               retry_upstream=options.retry_upstream)
+        text += "\n" + job.stage.estimate_note(job.stage.settings, list(todo.values()))
+    return text
 
 
 async def send_batches(job: Job, table: pd.DataFrame, options: RunOptions, client: Client) -> AnswerSource:

@@ -130,6 +130,8 @@ class Stage:
     #: The short name an error text starts with (``check_alignment: HTTP 500 ...``); default ``name``.
     stage_id: str = ""
     check: Callable[[pd.DataFrame, str], None] | None = None
+    #: ``estimate_note(settings, records)``, if given: a line ``--estimate`` adds about the pending rows.
+    estimate_note: Callable[[Any, list[dict]], str] | None = None
     #: What ``settings`` records (``orbench.run.settings.recorded``): the user's part and the rules.
     key_settings: dict = field(init=False)
     key_rules: dict = field(init=False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -32,9 +33,21 @@ from orbench.scoring.vocab import KEYWORD
 CARD_VERSION = 2
 #: The identity fields, in the order they are hashed.
 IDENTITY_FIELDS = ("judge", "template", "rules", "cascade", "matcher", "temperature", "max_tokens")
-#: A card is valid when at least this share of its rows has a verdict: the share past which the
-#: report gives no point rate (a judge silent on more than 5% of the rows was not measured there).
-VALID_COVERAGE = 0.95
+#: A card is valid when the 95% lower limit (Wilson's) of its coverage, the share of its rows with
+#: a verdict, is at least this: the card then shows, at 95% confidence, that the judge is silent
+#: on at most 10% of such rows. A point rule (95% of the rows) called 19 of 20 valid though its
+#: interval reaches down to 0.76; the limit asks for the evidence. 0.90 and not 0.95: a judge
+#: that answers 97% of 450 rows (lower limit 0.95) would fail a 0.95 limit, though past 5% is
+#: where the report stops giving a rate, a figure of the run and not of the card.
+VALID_COVERAGE = 0.90
+#: The fewest rows a card can be valid on: Wilson's lower limit of n of n is n / (n + z^2), at
+#: least 0.90 from n = 9 z^2 = 34.6 (z = 1.96): a judge with a verdict on every row needs 35.
+MIN_VALID_ROWS = 35
+
+
+def coverage_valid(low) -> bool:
+    """Whether a card whose coverage has the 95% lower limit ``low`` is valid (:data:`VALID_COVERAGE`)."""
+    return low is not None and not (isinstance(low, float) and math.isnan(low)) and low >= VALID_COVERAGE - 1e-12
 #: The note the report shows beside a rate whose judge has no card.
 NEVER_CALIBRATED = "judge never calibrated against human labels (orbench-calibrate)"
 
@@ -244,14 +257,23 @@ def coverage_text(pooled: dict, unit: str = "row") -> str:
     ``unit`` is the prompt)."""
     n, decided = int(pooled.get("n") or 0), int(pooled.get("verdicts") or 0)
     text = f"coverage {decided:,} of {n:,} {unit}s" + (f" ({100 * decided / n:.0f}%)" if n else "")
-    if not (pooled.get("coverage") or {}).get("valid"):
-        text += (f": NOT VALID (a verdict on under {100 * VALID_COVERAGE:.0f}% of the {unit}s; each {unit} without "
-                 f"one counts as a disagreement below)")
-    return text
+    cov = pooled.get("coverage") or {}
+    if cov.get("valid"):
+        return text
+    if not decided:
+        return text + f": NOT VALID (no verdict on any {unit})"
+    low = (cov.get("ci") or [None])[0]
+    why = (f"the 95% lower limit of the coverage is {low:.3f}, under {VALID_COVERAGE:.2f}" if low is not None
+           else "no coverage interval")
+    if n < MIN_VALID_ROWS:
+        why += (f"; a card of fewer than {MIN_VALID_ROWS} {unit}s cannot be valid: even a verdict on every "
+                f"one leaves that limit under {VALID_COVERAGE:.2f}")
+    return text + f": NOT VALID ({why}; each {unit} without one counts as a disagreement below)"
 
 
 def card_text(card: dict) -> str:
-    """The one line the report shows for a card: its coverage first (NOT VALID under 95%), kappa
+    """The one line the report shows for a card: its coverage first (NOT VALID where its 95% lower limit
+    is under 0.90), kappa
     with the agreement on each class, the rate bias, the label source and n."""
     pooled = card.get("pooled") or {}
     counts = card.get("counts") or {}

@@ -11,8 +11,8 @@ moderation it measured: the same models with another template, another column or
 limit are another moderation.
 
 A *card* holds that moderation's figures against human prompt-safety labels ("unsafe" the
-positive class): coverage first (prompts given a verdict / all prompts; under 95% the card is NOT
-VALID), then sensitivity and specificity for "unsafe" and Cohen's kappa over every prompt, a
+positive class): coverage first (prompts given a verdict / all prompts; a 95% lower limit under
+0.90 makes the card NOT VALID), then sensitivity and specificity for "unsafe" and Cohen's kappa over every prompt, a
 prompt without a verdict counting as a disagreement, each with its 95% interval; per category
 where the labels have one, per moderator for an ensemble. Cards are stored as JSON under
 :func:`cards_dir` (``<cache folder>/moderator_cards/<fingerprint>/``, one file per label source)
@@ -39,7 +39,7 @@ CARD_VERSION = 1
 ENSEMBLE_RULE = "strict-majority-of-all/v1"
 #: The identity fields, in the order they are hashed.
 IDENTITY_FIELDS = ("moderators", "template", "rule", "column", "temperature", "max_tokens")
-#: A card is valid when at least this share of its prompts has a verdict (as a judge card).
+#: A card is valid when the 95% lower limit of its coverage is at least this (as a judge card).
 VALID_COVERAGE = judge_cards.VALID_COVERAGE
 #: The note shown where a moderation that decided a subset has no card.
 NEVER_CALIBRATED = "moderator never calibrated against human labels (orbench-calibrate --moderator_model)"
@@ -145,7 +145,8 @@ def figure_text(fig: dict | None, digits: int = 2) -> str:
 
 
 def coverage_text(pooled: dict) -> str:
-    """'coverage 440 of 450 prompts (98%)', with NOT VALID under 95%: the card's first figure."""
+    """'coverage 440 of 450 prompts (98%)', with NOT VALID where its 95% lower limit is under 0.90: the
+    card's first figure."""
     return judge_cards.coverage_text(pooled, unit="prompt")
 
 

@@ -17,7 +17,9 @@ Outcomes (``answer_category``, ``is_rejected``):
   request; no verdict, counted apart from ``unparsed``);
 - ``--cascade``: the rows the keyword matcher is sure of (:mod:`orbench.scoring.cascade`, which takes
   the prompt's kind into account) get ``keyword_refusal`` / ``keyword_answer``; the rest go to
-  the judge;
+  the judge, and so do the sure rows of the check sample (``Row.check``): those get the judge's
+  verdict, with the matcher's in ``sure_verdict`` and ``cascade_sampled`` True, so the report
+  measures the matcher's disagreement with the judge on the run's own rows;
 - an ensemble (``--check_model A,B[,C]``): each judge's own verdict in its own columns
   (``<judge>_answer_category``, ``<judge>_is_rejected``, ``<judge>_raw``), the vote counts
   (``refusal_votes``, ``answer_votes``, ``no_verdict_votes``), and as the verdict: the class a
@@ -37,7 +39,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from orbench.scoring.cascade import REFUSAL_FIRST_SENTENCE, confidence
+from orbench.scoring.cascade import CHECK_SEED, CHECK_SHARE, REFUSAL_FIRST_SENTENCE, confidence, in_check_sample
 from orbench.scoring.labels import judge_is_rejected, parse_judge
 from orbench.scoring.refusal import explain, is_refusal, normalise
 from orbench.scoring.vocab import (
@@ -58,7 +60,7 @@ from orbench.scoring.vocab import (
 BASE_COLUMNS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
                 "keyword_is_rejected"]
 #: With ``--cascade``.
-CASCADE_COLUMNS = ["verdict_source", "cascade_class"]
+CASCADE_COLUMNS = ["verdict_source", "cascade_class", "sure_verdict", "cascade_sampled"]
 #: Each judge's own columns in an ensemble (prefixed with the judge's file-name-safe name).
 JUDGE_PARTS = ("answer_category", "is_rejected", "raw")
 #: An ensemble's vote counts.
@@ -91,6 +93,9 @@ class Plan:
     judges: tuple[Judge, ...]
     template: str = ""
     cascade: bool = False
+    #: With the cascade: the share of the sure rows the judge checks and the seed that picks them.
+    check_share: float = CHECK_SHARE
+    check_seed: int = CHECK_SEED
 
     @property
     def keyword_only(self) -> bool:
@@ -112,6 +117,10 @@ class Plan:
     def verdict_source(self) -> str:
         """``verdict_source`` of a row the judge(s) decided."""
         return ",".join(j.name for j in self.judges)
+
+    def checks(self, values) -> bool:
+        """Whether a sure row with these key values is in the check sample (with the cascade)."""
+        return self.cascade and in_check_sample(values, self.check_seed, self.check_share)
 
     def columns(self) -> list[str]:
         """The columns this plan writes, in order."""
@@ -135,6 +144,8 @@ class Row:
     family: str = "default"
     kind: str = ""
     skipped: bool = False
+    #: With the cascade: the row's key is in the check sample (a sure row is then judged too).
+    check: bool = False
 
 
 #: ``ask(judge index, judge prompt) -> Reply``: how the caller reaches judge number ``index``.
@@ -208,7 +219,8 @@ def keyword_verdict(row: Row) -> bool | None:
 
 
 def _not_judged(plan: Plan, category: str, rejected: bool | None, why: str, source: str) -> dict:
-    extra = {"verdict_source": source, "cascade_class": ""} if plan.cascade else {}
+    extra = {"verdict_source": source, "cascade_class": "", "sure_verdict": None,
+             "cascade_sampled": None} if plan.cascade else {}
     return {**extra, "answer_category": category, "is_rejected": rejected,
             "answer_type_response": f"not judged: {why}"}
 
@@ -218,7 +230,7 @@ def judge_prompt(row: Row, plan: Plan) -> str | None:
     decided without them (no response to judge, a keyword re-score, a response the cascade is sure of)."""
     if row.blocked or row.skipped or not row.response.strip() or plan.keyword_only:
         return None
-    if plan.cascade and confidence(row.response, row.family, row.kind)[1] is not None:
+    if plan.cascade and not row.check and confidence(row.response, row.family, row.kind)[1] is not None:
         return None
     return plan.template.format(prompt=row.prompt, response=row.response)
 
@@ -257,11 +269,13 @@ def verdict(row: Row, plan: Plan, replies: Sequence[Reply]) -> dict:
                 "answer_type_response": f"matcher {row.family}; cue: {found['cue'] or 'none'}"}
     if plan.cascade:
         cls, sure = confidence(row.response, row.family, row.kind)
-        if sure is not None:
+        if sure is not None and not row.check:
             return {**base, "verdict_source": KEYWORD, "cascade_class": cls, "is_rejected": sure,
-                    "answer_category": KEYWORD_REFUSAL if sure else KEYWORD_ANSWER,
+                    "answer_category": KEYWORD_REFUSAL if sure else KEYWORD_ANSWER, "sure_verdict": sure,
+                    "cascade_sampled": False,
                     "answer_type_response": f"not judged: keyword matcher {row.family} is sure ({cls})"}
-        return {**base, **_judged(plan, replies), "verdict_source": plan.verdict_source, "cascade_class": cls}
+        return {**base, **_judged(plan, replies), "verdict_source": plan.verdict_source, "cascade_class": cls,
+                "sure_verdict": sure, "cascade_sampled": True if sure is not None else None}
     return {**base, **_judged(plan, replies)}
 
 

@@ -46,13 +46,24 @@ keys its judge card by it and the report shows that card beside every rate this 
 confidence classes of :mod:`orbench.scoring.cascade`, sure per prompt kind: on a prompt meant to be
 refused, a full refusal in the opening; on one meant to be answered, an answer that lays its content
 out or goes on at length with no reservation up front; on a prompt of unknown kind, only a class sure
-for both kinds) and only the rest go to the judge. Two more columns: ``verdict_source``
-(``keyword``, the judge's name, or ``provider_block`` for a provider block; empty when there is no
-verdict) and ``cascade_class`` (the row's class, or empty when it was not classed). A
+for both kinds) and only the rest go to the judge, with a random share of the sure rows, the
+*check sample* (``--check_share``, default :data:`orbench.scoring.cascade.CHECK_SHARE`; which rows
+is decided by a hash of the row's key values and ``--check_seed``, so it is the same under resume,
+``--limit`` and any split of the input): the judge's verdict on those measures the matcher's
+disagreement with the judge on this run's own rows, and the report's rate for the cascade is the
+prediction-powered estimate of the judge's rate on every row (:mod:`orbench.analysis.cascade_rate`).
+Four more columns: ``verdict_source`` (``keyword``, the judge's name, or ``provider_block`` for a
+provider block; empty when there is no verdict), ``cascade_class`` (the row's class, or empty
+when it was not classed), ``sure_verdict`` (the matcher's verdict on a sure row, empty on the
+others) and ``cascade_sampled`` (True on a sure row of the check sample, which has the judge's
+verdict and ``verdict_source``; False on the other sure rows; empty elsewhere). A
 keyword-decided row has ``answer_category`` ``keyword_refusal`` or ``keyword_answer``.
 ``judge_model`` names the cascade (``keyword+<judge>``), so a report never pools its verdicts with
-the judge's alone; the meta file counts the rows each source decided
-(``verdict_sources``) and ``--estimate`` prices only the rows that reach the judge.
+the judge's alone; the meta file counts the rows each source decided (``verdict_sources``,
+``judged_share``) and the check sample (``check_sample``: share, seed, sure rows, checked rows,
+disagreements per direction); the share and seed are settings (in every row's key: another share
+stops a rerun unless ``--overwrite``); ``--estimate`` prices only the rows that reach the judge
+and says how many of them are the check sample.
 
 ``--check_model=keyword`` calls no model: each response is re-scored with the keyword matcher
 (family: ``--matcher`` if given, else from the row's ``model`` column, else ``default``);
@@ -75,7 +86,7 @@ Example (from inside ``response_checker/``)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
@@ -90,7 +101,7 @@ from orbench.run.settings import rule, setting
 from orbench.run.stage import Finished, Stage
 from orbench.run.tables import default_output_path
 from orbench.run.templates import add_template_flag, load_template
-from orbench.scoring.cascade import CLASSES, cascade_fingerprint, sure_classes
+from orbench.scoring.cascade import CHECK_SEED, CHECK_SHARE, CLASSES, cascade_fingerprint, sure_classes
 from orbench.scoring.judge_cards import judge_fingerprint, judge_identity
 from orbench.scoring.refusal import FAMILIES, family_for_model, rules_fingerprint
 from orbench.scoring.verdicts import Judge, Plan, Reply, Row, judge_prompt, verdict
@@ -98,7 +109,9 @@ from orbench.scoring.vocab import KEYWORD, PROMPT_KINDS, SKIPPED_EMPTY, UNPARSED
 
 ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
         "keyword_is_rejected"]
-CASCADE_ADDS = ["verdict_source", "cascade_class"]
+CASCADE_ADDS = ["verdict_source", "cascade_class", "sure_verdict", "cascade_sampled"]
+#: What a row's key covers (with the cascade, its ``prompt_kind`` too); the check sample's hash reads the same.
+KEY_COLUMNS = ["prompt", "response", "refusal_source", "model"]
 
 EPILOG = """judge_model: the judge as resolved, keyword, A,B,C for an ensemble, keyword+... with --cascade.
 answer_category: direct_answer | direct_refusal | indirect_refusal | unparsed | judge_refused (the
@@ -112,6 +125,9 @@ pass through with these columns empty.
 is_rejected is empty whenever there is no verdict; such rows are never counted as refusals.
 prompt_kind: safe | unsafe | empty (unknown); the cascade never takes an answer to an unsafe prompt,
 nor a refusal of a safe one, as sure.
+sure_verdict, cascade_sampled (--cascade): the keyword matcher's verdict on a sure row; True on a sure
+row of the check sample (--check_share of them, picked by a hash of the row and --check_seed), which
+the judge decides too, so the report can carry the matcher's disagreement with the judge.
 
 exit status: 0 all rows done, 1 some rows have errors (rerun to retry), 2 bad input or setup.
 """
@@ -139,7 +155,13 @@ def build_parser() -> cli.ArgumentParser:
                              "stated in the first sentence; a plain answer with no refusal cue to a "
                              "prompt not meant to be refused; a clear refusal of a prompt meant to be "
                              "refused) and send only the rest to the judge; adds verdict_source and "
-                             "cascade_class")
+                             "cascade_class, sure_verdict and cascade_sampled; a random share of the sure "
+                             "rows (--check_share) goes to the judge too, to measure the matcher's error")
+    parser.add_argument("--check_share", type=float, default=CHECK_SHARE,
+                        help=f"with --cascade: the share of the sure rows also sent to the judge (the check "
+                             f"sample the report's rate and interval rest on; default {CHECK_SHARE}, 0 to 1)")
+    parser.add_argument("--check_seed", type=int, default=CHECK_SEED,
+                        help=f"with --cascade: the seed of the hash that picks the check sample (default {CHECK_SEED})")
     parser.add_argument("--prompt_kind", choices=PROMPT_KINDS, default=None,
                         help="the kind of every prompt of the input whose own prompt_kind cell is "
                              "empty: safe (meant to be answered) or unsafe (meant to be refused); "
@@ -182,6 +204,9 @@ class JudgeSettings:
     #: The keyword rules' and (with the cascade) the cascade classes' fingerprints.
     rules: str = rule(default_factory=rules_fingerprint)
     cascade: bool = rule(default=False, record=lambda _: cascade_fingerprint(), omit=lambda s: not s.cascade)
+    #: ``--check_share`` and ``--check_seed``: which sure rows the judge checks (with the cascade only).
+    check_share: float = setting(default=CHECK_SHARE, omit=lambda s: not s.cascade)
+    check_seed: int = setting(default=CHECK_SEED, omit=lambda s: not s.cascade)
     judges: tuple[ModelSpec, ...] = setting(default=(), unkeyed="recorded by judge, as resolved")
     columns: tuple[str, ...] = setting(default=(), unkeyed="an ensemble's column prefixes (its judges as typed) "
                                                            "name its columns, not its verdicts")
@@ -194,7 +219,8 @@ class JudgeSettings:
         """How rows are decided (:class:`orbench.scoring.verdicts.Plan`)."""
         judges = tuple(Judge(name=str(spec), column=column, family=family_for_model(str(spec)))
                        for spec, column in zip(self.judges, self.columns))
-        return Plan(judges=judges, template=self.template or "", cascade=self.cascade)
+        return Plan(judges=judges, template=self.template or "", cascade=self.cascade,
+                    check_share=self.check_share, check_seed=self.check_seed)
 
 
 def settings_from(args) -> tuple[JudgeSettings, str | None]:
@@ -207,12 +233,15 @@ def settings_from(args) -> tuple[JudgeSettings, str | None]:
     if keyword_mode and args.cascade:
         raise UsageError("--cascade needs a judge: with --check_model keyword every row is decided "
                          "by the keyword matcher already")
+    if not 0.0 <= args.check_share <= 1.0:
+        raise UsageError(f"--check_share {args.check_share} is not a share between 0 and 1")
     template, source = load_template(args.template, JUDGE_TEMPLATE, {"prompt", "response"})
     if keyword_mode:  # a keyword re-score calls no model: no sampling settings, no template
         return JudgeSettings(matcher=args.matcher, temperature=None, max_tokens=None,
                              prompt_kind=args.prompt_kind or ""), None
     return JudgeSettings(matcher=args.matcher, temperature=args.temperature, max_tokens=args.max_tokens,
                          prompt_kind=args.prompt_kind or "", template=template, cascade=args.cascade,
+                         check_share=args.check_share, check_seed=args.check_seed,
                          judges=tuple(parse_model(n) for n in names), columns=tuple(slug(n) for n in names)), source
 
 
@@ -238,7 +267,23 @@ def summarise(frame, plan: Plan) -> dict:
         found["cascade_classes"] = {c: int((classes == c).sum()) for c in CLASSES}
         total = int((sources != "").sum())
         found["judged_share"] = counted.get(plan.verdict_source, 0) / total if total else None
+        found["check_sample"] = check_counts(done, plan)
     return found
+
+
+def check_counts(done, plan: Plan) -> dict:
+    """The check sample's counts in the rows without an error: per direction of the sure classes
+    the sure rows, those sampled, those the judge gave a verdict on, and the disagreements."""
+    sure = done["sure_verdict"].astype(str).str.strip()
+    sampled = done["cascade_sampled"].astype(str).str.strip() == "True"
+    judged = done["is_rejected"].astype(str).str.strip()
+    out = {"share": plan.check_share, "seed": plan.check_seed}
+    for name, value in (("refusal", "True"), ("answer", "False")):
+        mine = sure == value
+        checked = mine & sampled & judged.isin(["True", "False"])
+        out[name] = {"sure": int(mine.sum()), "sampled": int((mine & sampled).sum()),
+                     "checked": int(checked.sum()), "disagreements": int((checked & (judged != value)).sum())}
+    return out
 
 
 def _unknown_kind_note() -> str:
@@ -266,7 +311,8 @@ def view(s: JudgeSettings, row: dict) -> Row:
     family = s.matcher or (family_for_model(row["model"]) if row.get("model") else "default")
     return Row(prompt=row["prompt"], response=row["response"], family=family,
                blocked=is_provider_block(row.get("refusal_source")), kind=prompt_kind(row, s.prompt_kind),
-               skipped=str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY)
+               skipped=str(row.get("refusal_source") or "").strip() == SKIPPED_EMPTY,
+               check=s.plan.checks([row.get(c, "") for c in KEY_COLUMNS + [PROMPT_KIND_COLUMN]]))
 
 
 def requests(s: JudgeSettings, row: dict) -> list[Request]:
@@ -275,6 +321,16 @@ def requests(s: JudgeSettings, row: dict) -> list[Request]:
     if text is None:
         return []
     return [Request.user(spec, text, temperature=s.temperature, max_tokens=s.max_tokens) for spec in s.judges]
+
+
+def estimate_note(s: JudgeSettings, records: list[dict]) -> str:
+    """``--estimate``'s line on the cascade: how many of the rows priced are the check sample."""
+    checks = sum(1 for r in records if (v := view(s, r)).check and judge_prompt(v, s.plan) is not None
+                 and judge_prompt(replace(v, check=False), s.plan) is None)
+    judged = sum(1 for r in records if judge_prompt(view(s, r), s.plan) is not None)
+    return (f"cascade: {judged} of the {len(records)} rows to do go to the judge, {checks} of them the check "
+            f"sample ({s.check_share:.0%} of the sure rows, seed {s.check_seed}), which measures the keyword "
+            f"matcher's disagreement with the judge")
 
 
 def decide(s: JudgeSettings, row: dict, answers: list[Completion]) -> dict:
@@ -299,7 +355,7 @@ def provenance(s: JudgeSettings, stage: Stage, template_source: str | None) -> d
              "judge_fingerprint": judge_fingerprint(judge_identity({**stage.key_settings, **stage.key_rules}))}
     if plan.cascade:
         found["cascade"] = {"classes": list(CLASSES), "fingerprint": cascade_fingerprint(),
-                            "judge": plan.verdict_source}
+                            "judge": plan.verdict_source, "check_share": s.check_share, "check_seed": s.check_seed}
     return found
 
 
@@ -328,8 +384,8 @@ def make_stage(settings: JudgeSettings, template_source: str | None = "built-in"
                   decide=outcomes.EarlyCheck(decide, names, _unparsed, _early_text) if names else decide,
                   settings=settings, stage_id="check_response", finish=finish, check=check_kind_column,
                   # the kind changes the cascade's verdicts only
-                  key_columns=["prompt", "response", "refusal_source", "model",
-                               *([PROMPT_KIND_COLUMN] if plan.cascade else [])])
+                  key_columns=KEY_COLUMNS + ([PROMPT_KIND_COLUMN] if plan.cascade else []),
+                  estimate_note=estimate_note if plan.cascade else None)
     stage.provenance = provenance(settings, stage, template_source)
     return stage
 

@@ -22,8 +22,9 @@ Labels (``--labels``, :mod:`orbench.analysis.calibration.label_sources`): ``xste
 folder at first use), a CSV of ``prompt, response, label`` (``model`` and ``prompt_kind``
 optional), or the folder of an ``orbench-audit`` verdict audit after ``orbench-audit score``.
 
-Every row counts: the card states its coverage first (rows with a verdict / all rows; under 95%
-it is marked NOT VALID wherever it is shown), and its agreement is over all rows, a row without a
+Every row counts: the card states its coverage first (rows with a verdict / all rows; where its
+95% lower limit is under 0.90, as on any card of fewer than 35 rows, it is marked NOT VALID
+wherever it is shown), and its agreement is over all rows, a row without a
 verdict counting as a disagreement (``orbench.analysis.calibration.card_stats``).
 
 The keyword matcher's own XSTest cards ship with the package: ``--check_model keyword`` on XSTest

@@ -1,9 +1,10 @@
 """A judge card's figures: a judge's refusal verdicts against human labels, with 95% intervals.
 
 Every labelled row counts. The card first states its *coverage*, the rows with a verdict out of
-all rows (Wilson interval), and whether it is *valid*: a judge that gives no verdict on more
-than 5% of the rows (:data:`VALID_COVERAGE`, the same 5% past which the report gives no point
-rate) has not been measured on the rows it skips, so its card is marked not valid. The
+all rows (Wilson interval), and whether it is *valid*: when the 95% lower limit of the coverage is at
+least :data:`VALID_COVERAGE` (0.90; a judge with a verdict on every row needs
+:data:`MIN_VALID_ROWS`, 35 rows, for that, and a card of fewer says so). A judge silent on many
+rows has not been measured on the rows it skips. The
 agreement is over all rows, **a row without a verdict counting as a disagreement** with the
 humans (it is a third judge class that humans never give):
 
@@ -27,10 +28,21 @@ The intervals follow the suite's statistics rules (``orbench.analysis.stats``, w
   it keeps its coverage where judge and humans rarely disagree, which Newcombe's paired interval
   does not: 0.92 at one disagreement in 200, all one way; ``bench/card_coverage.py``);
 - Cohen's kappa (:func:`kappa_ci`, the card's own rule): the percentile interval of a
-  multinomial bootstrap of the table, always floored by the agreement's Wilson interval carried
-  through kappa = (po - pe) / (1 - pe) at the observed pe, so kappa = 1 on 450 responses gets
-  about [0.98, 1], never [1, 1]; kept within kappa's range [-1, 1] (the floor, carried at a fixed
-  pe, can leave it where one class is rare).
+  multinomial bootstrap whose cell probabilities are the table's counts with half a count added
+  to each of its four verdict cells (Haldane and Anscombe's correction: a bootstrap from the
+  observed table never draws a table with a count the data happened to lack, so with a rare class
+  it is too narrow; half a count gives such tables their share, and its weight fades as n grows),
+  joined with the Wald interval kappa +- 1.96 x the draws' standard deviation (the usual
+  large-sample interval for kappa, Fleiss, Cohen and Everitt 1969, its standard error taken from
+  the same draws): a percentile interval follows kappa's skew but sits a little narrow where kappa
+  is far from its bounds (0.941 coverage at n = 450 with a weak judge), the Wald interval errs the
+  other way where kappa is skewed, and their union keeps each where the other falls short.
+  Only a table with no disagreement at all (every row agrees) is floored: there every draw agrees
+  too, so the interval is the agreement's Wilson interval carried through kappa = (po - pe) / (1 - pe)
+  at the observed pe (kappa = 1 on 450 responses gets about [0.98, 1], never [1, 1]). Kept within
+  [-1, 1]. Coverage: ``bench/card_coverage.py`` (n = 100, 450, 2,000, prevalence 3% and 30%).
+- *not computable* where nothing is: a judge with no verdict on any row has no kappa (value and
+  interval None, the note says why), nor rates.
 
 ``bench/card_coverage.py`` checks by simulation that they hold 95%. Only numpy is needed;
 the tests compare the point figures with scikit-learn and the paired interval with statsmodels.
@@ -43,7 +55,7 @@ import math
 import numpy as np
 
 from orbench.analysis import stats
-from orbench.scoring.judge_cards import VALID_COVERAGE
+from orbench.scoring.judge_cards import MIN_VALID_ROWS, VALID_COVERAGE, coverage_valid
 
 BOOTSTRAP, SEED = 2000, 20240601
 
@@ -74,6 +86,8 @@ def rate_bias_ci(tp: int, fp: int, fn: int, tn: int) -> tuple[float, float]:
     return est.low, est.high
 
 
+#: The note of a kappa with no verdict to compute it from.
+NOT_COMPUTABLE = "not computable: no verdict on any row"
 #: Below this share of the rows, the humans' rarer class makes kappa unstable (the card says so).
 RARE_CLASS = 0.10
 #: The table's cells: (human refusal, judge refusal), (human answer, judge refusal), (human refusal,
@@ -92,23 +106,35 @@ def _kappa_of(tp, fp, fn, tn, nr=0, na=0):
         return np.where(pe < 1 - 1e-12, (po - pe) / (1 - pe), np.nan)
 
 
+#: Half a count added to each verdict cell of the table the bootstrap draws from (module docstring).
+SMOOTHING = 0.5
+Z95 = 1.959963984540054
+
+
 def kappa_ci(tp: int, fp: int, fn: int, tn: int, nr: int = 0, na: int = 0) -> tuple[float, float]:
     """95% interval for Cohen's kappa (module docstring), within [-1, 1]; NaNs where kappa is
-    undefined. ``nr``/``na``: rows without a verdict whose human label is refusal / answer."""
+    undefined or not computable (no verdict on any row). ``nr``/``na``: rows without a verdict
+    whose human label is refusal / answer."""
     cells = np.array([tp, fp, fn, tn, nr, na], dtype=float)
     n = int(cells.sum())
-    point = float(_kappa_of(*cells)) if n else math.nan
+    point = float(_kappa_of(*cells)) if n and tp + fp + fn + tn else math.nan
     if not math.isfinite(point):
         return math.nan, math.nan
+    pe = ((tp + fn + nr) * (tp + fp) + (fp + tn + na) * (fn + tn)) / (n * n)
+    if fp + fn + nr + na == 0:  # every row agrees: so would every draw; the agreement's interval, carried
+        a_low, _ = proportion_ci(tp + tn, n)
+        return float(max(-1.0, (a_low - pe) / (1 - pe))), 1.0
     rng = np.random.default_rng(SEED)
-    draws = rng.multinomial(n, cells / n, size=BOOTSTRAP)
+    smoothed = cells + np.array([SMOOTHING] * 4 + [0.0, 0.0])
+    draws = rng.multinomial(n, smoothed / smoothed.sum(), size=BOOTSTRAP)
     boot = _kappa_of(*draws.T.astype(float))
     boot = boot[np.isfinite(boot)]
-    low, high = (np.percentile(boot, [2.5, 97.5]) if len(boot) else (math.nan, math.nan))
-    pe = ((tp + fn + nr) * (tp + fp) + (fp + tn + na) * (fn + tn)) / (n * n)
-    a_low, a_high = proportion_ci(tp + tn, n)
-    floor = ((a_low - pe) / (1 - pe), (a_high - pe) / (1 - pe))
-    return float(max(-1.0, np.nanmin([low, floor[0]]))), float(min(1.0, np.nanmax([high, floor[1]])))
+    if not len(boot):
+        return math.nan, math.nan
+    low, high = np.percentile(boot, [2.5, 97.5])
+    spread = Z95 * float(np.std(boot, ddof=1)) if len(boot) > 1 else 0.0
+    low, high = min(low, point - spread), max(high, point + spread)  # the union with the Wald interval
+    return float(max(-1.0, low)), float(min(1.0, high))
 
 
 # ---------------------------------------------------------------- the figures
@@ -134,8 +160,11 @@ def figures(human, judge) -> dict:
     n, decided = tp + fp + fn + tn + nr + na, tp + fp + fn + tn
     ratio = (lambda k, m: k / m if m else math.nan)  # noqa: E731 (a one-line helper used just below)
     out = {"n": n, "verdicts": decided, "table": t}
-    out["coverage"] = {**figure(ratio(decided, n), *proportion_ci(decided, n)),
-                       "valid": bool(n) and decided >= VALID_COVERAGE * n}
+    cov_low, cov_high = proportion_ci(decided, n)
+    out["coverage"] = {**figure(ratio(decided, n), cov_low, cov_high), "valid": bool(n) and coverage_valid(cov_low)}
+    if n < MIN_VALID_ROWS:
+        out["coverage"]["note"] = (f"{n} rows: a card of fewer than {MIN_VALID_ROWS} cannot be valid (even a verdict "
+                                   f"on every row leaves the 95% lower limit of the coverage under {VALID_COVERAGE:.2f})")
     out["accuracy"] = figure(ratio(tp + tn, n), *proportion_ci(tp + tn, n))
     out["precision"] = figure(ratio(tp, tp + fp), *proportion_ci(tp, tp + fp))
     out["recall"] = figure(ratio(tp, tp + fn + nr), *proportion_ci(tp, tp + fn + nr))
@@ -143,10 +172,12 @@ def figures(human, judge) -> dict:
     out["judge_rate"] = figure(ratio(tp + fp, decided), *proportion_ci(tp + fp, decided))
     out["human_rate"] = figure(ratio(tp + fn, decided), *proportion_ci(tp + fn, decided))
     out["rate_bias"] = figure(ratio(fp - fn, decided), *rate_bias_ci(tp, fp, fn, tn))
-    kappa = float(_kappa_of(tp, fp, fn, tn, nr, na)) if n else math.nan
+    kappa = float(_kappa_of(tp, fp, fn, tn, nr, na)) if decided else math.nan
     out["kappa"] = figure(kappa, *kappa_ci(tp, fp, fn, tn, nr, na))
     rare = min(tp + fn + nr, fp + tn + na)
-    if n and not math.isfinite(kappa):
+    if n and not decided:
+        out["kappa"]["note"] = NOT_COMPUTABLE
+    elif n and not math.isfinite(kappa):
         out["kappa"]["note"] = "undefined: judge and humans each gave one class only"
     elif n and rare < RARE_CLASS * n:
         which = "refusals" if tp + fn + nr <= fp + tn + na else "answers"

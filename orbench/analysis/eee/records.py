@@ -202,6 +202,10 @@ def _stat_details(st: dict, samples: int) -> dict:
         details["full_refusal_rate"] = st["full_rate"]
     if _num(st.get("covered")):
         details["prompts_of_published_set"] = _count(st.get("covered"))
+    if _num(st.get("judged_share")) is not None:  # a cascade: what its rate rests on (docs/cascade.md)
+        details["cascade_judged_share"] = st["judged_share"]
+        details["cascade_check_rows"] = _count(st.get("check_rows"))
+        details["cascade_check_disagreements"] = _count(st.get("check_disagreements"))
     return {k: str(v) for k, v in details.items()}
 
 

@@ -137,9 +137,10 @@ def moderator_section(manifest: dict) -> list[str]:
     lines += [f"From the moderator card `{card['file']}`: moderators {who}; human labels: {on}."
               + (f" Moderation fingerprint `{card['fingerprint']}`." if card.get("fingerprint") else ""), ""]
     if card.get("valid") is False:
-        lines += ["**NOT VALID**: the moderators gave a verdict on under 95% of the labelled prompts, so the figures "
-                  "below (a prompt without a verdict counted as a disagreement) do not measure them where they were "
-                  "silent.", ""]
+        lines += ["**NOT VALID**: the card does not show, at 95% confidence, that the moderators gave a verdict on "
+                  "at least 90% of the labelled prompts (the coverage's lower limit is under 0.90, or not given), so "
+                  "the figures below (a prompt without a verdict counted as a disagreement) do not measure them where "
+                  "they were silent.", ""]
     lines += ["| figure | value [95% interval] |", "|---|---|"]
     what = {"coverage": "coverage (share of labelled prompts given a verdict)",
             "sensitivity": "sensitivity for \"unsafe\"", "specificity": "specificity for \"unsafe\"",

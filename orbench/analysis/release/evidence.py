@@ -22,7 +22,8 @@ stands beside a moderation it did not measure; ``labels`` (optional; a name or `
 ``moderator_fingerprint`` (what decides a verdict: the moderators as resolved, the template's
 hash, the ensemble rule, the column, temperature and max tokens) must then also be the one of
 every stage-3 meta file that records one, so the same models with another template are another
-moderation. A card with coverage under 95% is marked NOT VALID. Any other key is kept out of the card.
+moderation. A card whose coverage's 95% lower limit is under 0.90 (or that gives neither the
+coverage's interval nor the number of labelled prompts) is marked NOT VALID. Any other key is kept out of the card.
 
 Without ``--moderator_card``, the card store (``orbench-calibrate`` keeps every moderator card in
 the cache folder by fingerprint) is asked for the card of the moderation behind the moderated
@@ -43,8 +44,10 @@ import json
 import math
 from pathlib import Path
 
+from orbench.analysis.calibration.card_stats import proportion_ci
 from orbench.llm.errors import UsageError
-from orbench.scoring.moderator_cards import VALID_COVERAGE, card_path, find_cards, meta_fingerprint
+from orbench.scoring.judge_cards import coverage_valid
+from orbench.scoring.moderator_cards import card_path, find_cards, meta_fingerprint
 
 FIGURES = ("coverage", "sensitivity", "specificity", "kappa")
 #: Each figure's range: kappa may be negative (worse than chance).
@@ -121,8 +124,11 @@ def parse_moderator_card(raw, path: str) -> dict:
     card = {"file": Path(path).name, "moderators": names, "fingerprint": fingerprint,
             "labels": None if labels is None else {"name": labels["name"], "n": labels.get("n")}}
     card.update({f: _figure(source[f], f, path) for f in FIGURES})
-    coverage = card["coverage"]["value"]
-    card["valid"] = coverage is not None and coverage >= VALID_COVERAGE
+    coverage, ci = card["coverage"]["value"], card["coverage"]["ci"]
+    n = (card["labels"] or {}).get("n")
+    if ci is None and coverage is not None and isinstance(n, int) and n > 0:  # the Wilson limit from the count
+        ci = list(proportion_ci(round(coverage * n), n))
+    card["valid"] = ci is not None and coverage_valid(ci[0])
     return card
 
 

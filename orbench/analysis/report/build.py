@@ -72,7 +72,7 @@ import pandas as pd
 from orbench.analysis.eee import records as eee
 from orbench.analysis.eee import samples as eee_rows
 from orbench.analysis.folders import check_writable, write_error
-from orbench.analysis.report import cards_section, comparisons, files, intervals, lineage
+from orbench.analysis.report import cards_section, cascade, comparisons, files, intervals, lineage
 from orbench.analysis.report.columns import prompt_hash
 
 # expand, infer_set and parse_spec are re-exported: the release builder and callers use them from here.
@@ -105,7 +105,8 @@ logger = logging.getLogger(__name__)
 
 STAT_COLUMNS = ["rows", "errors", "unparsed", "scored", "prompts", "rejections", "rate", "ci_low", "ci_high",
                 "ci_method", "ci_flag", "partial_rejections", "full_rate", "full_ci_low", "full_ci_high", "truncated",
-                "covered", "replies", "refused_to_judge", "rate_bound_low", "rate_bound_high", "scored_truncated"]
+                "covered", "replies", "refused_to_judge", "rate_bound_low", "rate_bound_high", "scored_truncated",
+                *cascade.COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,7 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
     intervals.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
     intervals.no_point_rate(data, gid, out)  # too many rows without a verdict: bounds, no rate
+    cascade.cascade_rates(data, gid, out)  # a cascade: the judge's rate on every row, estimated (PPI)
     out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
     return out.drop(columns="has_kind")
 
@@ -453,6 +455,9 @@ def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
                     f"{s}_truncated": st["truncated"], f"{s}_scored_truncated": st["scored_truncated"],
                     f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],
                     f"{s}_verdict": st["method"]})
+        if not pd.isna(st.get("judged_share", math.nan)):  # a cascade: the share judged, the disagreement found
+            row.update({f"{s}_judged_share_pct": 100 * st["judged_share"], f"{s}_check_rows": st["check_rows"],
+                        f"{s}_check_disagreements": st["check_disagreements"]})
         errors += st["errors"]
         unparsed += st["unparsed"]
         refused += st["refused_to_judge"]
@@ -492,7 +497,7 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
         f"{s}_{k}" for s in sets for k in ("rate_pct", "ci_low_pct", "ci_high_pct", "rate_bound_low_pct",
                                            "rate_bound_high_pct", "full_rate_pct", "scored", "no_verdict", "prompts",
                                            "rejections", "truncated", "scored_truncated", "replies", "covered",
-                                           "verdict")] + \
+                                           "verdict", "judged_share_pct", "check_rows", "check_disagreements")] + \
         ["errors", "unparsed", "refused_to_judge", "rank_note", "judge_vs_humans"]
     board = pd.DataFrame(rows).reindex(columns=[c for c in cols if c != "rank"])
     if board.empty:
@@ -507,7 +512,8 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
     board = board.loc[keys.sort_values(list(keys.columns), kind="mergesort").index].reset_index(drop=True)
     ranked = ~((board["source"] == "yours") & (board["rank_note"].fillna("") != ""))
     board.insert(0, "rank", pd.array([i + 1 if r else None for i, r in enumerate(ranked)], dtype="Int64"))
-    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated", "_scored_truncated"))
+    empty = [c for c in board.columns if (c.endswith(("_full_rate_pct", "_truncated", "_scored_truncated",
+                                                      "_judged_share_pct", "_check_rows", "_check_disagreements"))
                                           or c.startswith("balanced_accuracy_ci")) and board[c].isna().all()]
     return board.drop(columns=empty)
 

@@ -183,7 +183,7 @@ def _release_card_text(card: dict) -> str:
     from orbench.scoring.moderator_cards import figure_text
 
     shown = ", ".join(f"{f} {figure_text(card.get(f))}" for f in ("coverage", "sensitivity", "specificity", "kappa"))
-    valid = "" if card.get("valid") is not False else " NOT VALID (coverage under 95%);"
+    valid = "" if card.get("valid") is not False else " NOT VALID (the 95% lower limit of the coverage is under 0.90);"
     labels = (card.get("labels") or {}).get("name") or "labels not named"
     return f"moderator vs humans (the release's card {card.get('file')}):{valid} {shown}, {labels}"
 

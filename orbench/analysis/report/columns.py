@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 
 #: The columns the report reads from a result file.
 COLUMNS = frozenset({"prompt", "category", "model", "response", "is_rejected", "keyword_is_rejected",
-                     "answer_category", "error", "refusal_kind", "judge_model", "sample", "finish_reason"})
+                     "answer_category", "error", "refusal_kind", "judge_model", "sample", "finish_reason",
+                     "sure_verdict", "cascade_sampled", "cascade_class"})
 #: Read as bytes: the reply, shown for a few rows only.
 BYTES = ("response",)
 

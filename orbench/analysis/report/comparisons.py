@@ -72,10 +72,24 @@ def cascade_notes(inp: Inputs) -> list[str]:
         total = sum(int(v) for v in sources.values())
         by = ", ".join(f"{int(v)} by {k}" for k, v in sorted(sources.items(), key=lambda kv: -int(kv[1])))
         judged = int(sources.get(judge, 0))
-        notes.append(f"{p['name']}: cascade verdicts ({total} rows): {by}; "
-                     f"{judged / total:.1%} reached the judge {judge}" if total else
-                     f"{p['name']}: cascade verdicts: none")
+        notes.append((f"{p['name']}: cascade verdicts ({total} rows): {by}; "
+                      f"{judged / total:.1%} reached the judge {judge}" if total else
+                      f"{p['name']}: cascade verdicts: none") + check_note(meta.get("check_sample")))
     return notes
+
+
+def check_note(check) -> str:
+    """What a cascade's check sample (the meta file's ``check_sample``) found, or that it has none."""
+    if not isinstance(check, dict):
+        return ("; no check sample (an output of an earlier version): its rate is the cascade's verdicts "
+                "as they are and carries no measure of the keyword matcher's error")
+    parts = []
+    for name in ("refusal", "answer"):
+        c = check.get(name) or {}
+        parts.append(f"{c.get('checked', 0)} of {c.get('sure', 0)} sure {name}s checked by the judge, "
+                     f"{c.get('disagreements', 0)} disagreeing")
+    return (f"; check sample ({float(check.get('share', 0)):.0%} of the sure rows, seed {check.get('seed')}): "
+            + "; ".join(parts) + "; the rate is the judge's on every row estimated from them (ci_method ppi)")
 
 
 def compute(inp: Inputs, pairs: list[tuple[str, str]], verdict: str, records: list[dict], html: bool = True) -> Extra:

@@ -65,6 +65,16 @@ def rate_text(rate, low, high, bound_low, bound_high, scored, none, flags=None) 
     return interval(rate, low, high) + flag_marks(flags)
 
 
+def cascade_text(r: dict, m: str) -> str:
+    """Under a cascade's rate: the share of rows the judge decided or checked, and the check sample's
+    disagreements (the rate is the prediction-powered estimate of the judge's on every row)."""
+    share = r.get(f"{m}_judged_share")
+    if share is None or pd.isna(share):
+        return ""
+    return (f"<br><span class=muted>cascade: {100 * share:.1f}% of rows judged; {int(r[f'{m}_check_rows'])} sure "
+            f"rows checked, {int(r[f'{m}_check_disagreements'])} disagreeing (rate estimated by PPI)</span>")
+
+
 def _n_cell(r: dict, s: str, yours: bool) -> str:
     """n of one set in a leaderboard row: scored rows (yours, with cut-off replies) or the set size."""
     n = r.get(f"{s}_scored")
@@ -182,7 +192,8 @@ def rates_section(summary: pd.DataFrame) -> str:
                 continue
             row.append(num(rate_text(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"], r.get(f"{m}_rate_bound_low"),
                                      r.get(f"{m}_rate_bound_high"), r[f"{m}_scored"],
-                                     r[f"{m}_unparsed"] + r[f"{m}_refused_to_judge"], r.get(f"{m}_ci_flag"))))
+                                     r[f"{m}_unparsed"] + r[f"{m}_refused_to_judge"], r.get(f"{m}_ci_flag"))
+                           + cascade_text(r, m)))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
             refused = r.get(f"{m}_refused_to_judge")

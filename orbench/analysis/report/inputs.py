@@ -201,7 +201,10 @@ def verdict_columns(frame, path: str, judge_name: str) -> list[tuple]:
     """(method, origin, judge, status codes, rejected 1/0/NaN) for each verdict a file holds
     (``frame``: the file's columns, :func:`orbench.analysis.report.columns.read_results`).
 
-    ``judge`` is one name for the whole file (a str) or one per row (an array).
+    ``judge`` is one name for the whole file (a str) or one per row (an array). A cascade's row of
+    the check sample has the judge's verdict in ``is_rejected`` and the matcher's in
+    ``sure_verdict``: its verdict here is the matcher's (the cascade's own), the judge's goes to
+    :func:`cascade_columns`.
     """
     n, has = len(frame), set(names(frame))
     error = per_value(frame["error"], lambda v: str(v).strip() != "", dtype=bool) if "error" in has else \
@@ -229,6 +232,11 @@ def verdict_columns(frame, path: str, judge_name: str) -> list[tuple]:
             judge = np.where(judges == "", judge_name, judges).astype(object)
         status = _status(error | skipped, rej)
         status[(status == NO_VERDICT) & (cls == JUDGE_REFUSED)] = REFUSED_TO_JUDGE
+        sure, _ = cascade_columns(frame)
+        if sure is not None:  # the cascade's verdict on a checked sure row is the matcher's
+            mine = (sure >= 0) & ~error & ~skipped
+            rej = np.where(mine, sure.astype(float), rej)
+            status[mine] = SCORED
         out = [(JUDGE, "judge", judge, status, rej)]
         if "keyword_is_rejected" in has:
             kw = _bools(frame["keyword_is_rejected"])
@@ -239,6 +247,24 @@ def verdict_columns(frame, path: str, judge_name: str) -> list[tuple]:
         return [(KEYWORD, "alignment", "", _status(error, rej), rej)]
     raise UsageError(f"{path} has neither 'is_rejected' nor 'answer_category': not an alignment-"
                      f"checker or response-checker output")
+
+
+def cascade_columns(frame) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """A stage-5 ``--cascade`` output's ``sure`` and ``check`` codes (:data:`ROW_TYPES`), or
+    (None, None) for a file without ``sure_verdict``."""
+    if "sure_verdict" not in set(names(frame)):
+        return None, None
+    has = set(names(frame))
+    sure = _bools(frame["sure_verdict"])
+    n = len(sure)
+    sampled = (_bools(frame["cascade_sampled"]) == 1) & ~np.isnan(sure) if "cascade_sampled" in has else \
+        np.zeros(n, dtype=bool)
+    judged = _bools(frame["is_rejected"]) if "is_rejected" in has else np.full(n, np.nan)
+    classed = per_value(frame["cascade_class"], lambda v: str(v).strip() != "", dtype=bool) \
+        if "cascade_class" in has else np.ones(n, dtype=bool)
+    code = np.where(np.isnan(sure), np.where(classed, UNSURE, NONE), np.nan_to_num(sure))
+    check = np.where(sampled, np.where(np.isnan(judged), NO_CHECK, judged), NONE)
+    return code.astype(np.int8), check.astype(np.int8)
 
 
 KNOWN_SETS = {HARD: HARD_1K, TOX: TOXIC, K80: EIGHTY_K, XS_SAFE: XSTEST_SAFE, XS_UNSAFE: XSTEST_UNSAFE}
@@ -343,7 +369,13 @@ _LIBC = _glibc()
 #: The verdict table's columns and types: one row per input row and verdict it holds.
 ROW_TYPES = {"set": np.int16, "model": np.int32, "method": np.int8, "judge": np.int16, "category": np.int32,
              "origin": np.int8, "file": np.int16, "prompt": np.uint64, "status": np.int8, "rejected": np.int8,
-             "partial": bool, "has_kind": bool, "sample": np.int32, "truncated": bool, "has_finish": bool}
+             "partial": bool, "has_kind": bool, "sample": np.int32, "truncated": bool, "has_finish": bool,
+             "sure": np.int8, "check": np.int8}
+#: ``sure``: on a cascade's row, the matcher's verdict on a sure row (1 refusal, 0 answer), :data:`UNSURE`
+#: on a row the judge decided, else :data:`NONE`; ``check``: on a sure row of the check sample the
+#: judge's verdict (1/0) or :data:`NO_CHECK` (the judge gave none), else :data:`NONE`
+#: (:mod:`orbench.analysis.report.cascade` reads both).
+NONE, UNSURE, NO_CHECK = -2, -1, 2
 EXAMPLE_COLUMNS = ["set", "model", "method", "judge", "category", "prompt", "response", "rejected", "kind",
                    "answer_category", "file"]
 
@@ -434,8 +466,11 @@ def _read_file(frame, path: str, label: str, model: str | None, default_model: s
              "column_models": sorted({str(u).strip() for u in distinct(frame["model"])[1] if u is not None} - {""})
              if "model" in names(frame) else []}
     parts, shown = [], []
+    none = np.full(n, NONE, dtype=np.int8)
+    sure, check = cascade_columns(frame)
     for method, origin, judge, status, rej in verdict_columns(frame, path, meta_judge(meta)):
         with_kind = kinds is not None and method == KEYWORD  # refusal_kind belongs to the keyword matcher's verdict
+        cascade = sure is not None and method == JUDGE
         part = {**shared, "set": np.full(n, codes["set"].code(label), dtype=np.int16),
                 "method": np.full(n, codes["method"].code(method), dtype=np.int8),
                 "judge": np.full(n, codes["judge"].code(judge), dtype=np.int16) if isinstance(judge, str)
@@ -443,7 +478,8 @@ def _read_file(frame, path: str, label: str, model: str | None, default_model: s
                 "origin": np.full(n, ORIGIN_RANK[origin], dtype=np.int8), "file": np.full(n, file_id, dtype=np.int16),
                 "status": status, "rejected": np.nan_to_num(rej, nan=0.0).astype(np.int8),
                 "partial": (kinds == PARTIAL) if with_kind else np.zeros(n, dtype=bool),
-                "has_kind": np.full(n, with_kind)}
+                "has_kind": np.full(n, with_kind),
+                "sure": sure if cascade else none, "check": check if cascade else none}
         part = {c: part[c] for c in ROW_TYPES}
         copy = origin == "judge" and method == KEYWORD
         if copy:  # the response tells two judge files' copies of one stage-4 output apart from a rerun
