@@ -28,6 +28,7 @@ from typing import Any
 from orbench.llm.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_PATIENCE, DEFAULT_TIMEOUT
 from orbench.llm.errors import UsageError
 from orbench.llm.models import keys_not_needed, redact
+from orbench.run import serving
 from orbench.run.lifecycle import Delivery, Job, RunOptions, execute, report_bug, run_job
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,7 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     cost.add_argument("--prices", default=None, metavar="FILE",
                       help="a CSV of prices (provider, model, input_per_million, output_per_million, "
                            "batch_discount) that overrides the built-in table for --estimate")
+    serving.add_flags(parser)
 
 
 def _separator(text: str | None) -> str | None:
@@ -207,7 +209,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                       overwrite=args.overwrite, quiet=args.quiet, base_url=args.base_url, rpm=args.rpm,
                       patience=args.patience, timeout=args.timeout, max_retries=args.max_retries,
                       no_cache=args.no_cache, batch=args.batch, poll_interval=args.poll_interval,
-                      estimate=args.estimate, prices=args.prices)
+                      estimate=args.estimate, prices=args.prices, shard=args.shard, serve=serving.options_from(args))
 
 
 @entry_point

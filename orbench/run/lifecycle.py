@@ -79,6 +79,10 @@ class RunOptions:
     poll_interval: float
     estimate: bool
     prices: str | None
+    #: ``--shard i/N`` as ``(i, N)`` (``orbench.run.shards``), and the engine flags (``orbench.run.serving``);
+    #: neither changes a row's result, so neither is in a row's key.
+    shard: tuple[int, int] | None = None
+    serve: object = None
 
 
 def make_client(options: RunOptions) -> Client:
@@ -88,9 +92,13 @@ def make_client(options: RunOptions) -> Client:
     use_cache = not options.no_cache
     if options.estimate and not default_cache_path().exists():
         use_cache = False  # --estimate writes nothing, not even an empty cache
-    return Client(cache=Cache() if use_cache else None, base_url=options.base_url,
-                  concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
-                  max_retries=options.max_retries, patience=options.patience)
+    client = Client(cache=Cache() if use_cache else None, base_url=options.base_url,
+                    concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
+                    max_retries=options.max_retries, patience=options.patience)
+    from orbench.run.serving import served_addresses
+
+    client.served = {name: (urls[0], identity) for name, (urls, identity) in served_addresses(options).items()}
+    return client
 
 
 @dataclass
@@ -139,6 +147,8 @@ class Job:
     in_memory: bool = False
     #: Whether ``--limit`` limits the runner's rows (stage 1 counts it in calls, in its rounds).
     limits_rows = True
+    #: Whether ``--shard`` can split its input rows (``orbench.run.shards``; not stage 1's).
+    shardable = True
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
@@ -267,9 +277,26 @@ async def run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery
     """Steps 1 to 4 of the lifecycle (module docstring) for ``job``: its output and what the run
     came to. ``UsageError`` for bad input or configuration; any other exception is raised as it
     is. ``command`` is what the meta file records as the command that reruns it."""
+    from orbench.run import serving, shards
+
+    if options.shard is not None:
+        if not job.shardable:
+            raise UsageError(f"--shard: {shards.NOT_SHARDED}")
+        if not options.output_file and not job.in_memory:
+            job.output = shards.shard_output(job.output, options.shard)
+    async with serving.engines(job, options) as options:
+        return await _run_job(job, options, command)
+
+
+async def _run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery:
+    from orbench.run import serving, shards
+
     client = make_client(options)
     try:
         table, name, input_path = load_input(job, options)
+        whole = len(table)
+        if options.shard is not None:
+            table = shards.take(job.stage, table, options.shard)
         logger.debug("%s: %d input rows from %s -> %s", job.stage.stage_id, len(table), name,
                      "(in memory)" if job.in_memory else job.output)
         if job.stage.check is not None:
@@ -289,6 +316,9 @@ async def run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery
             job.ran(result)
         delivery = job.deliver(table, result, client, options)
         delivery.meta = meta_of(job, delivery, client, input_path, command)
+        if options.shard is not None:
+            delivery.meta["shard"] = shards.meta_record(options.shard, len(table), whole)
+        serving.record(delivery.meta, options)
         if not job.in_memory:
             write_meta(delivery)
         return delivery

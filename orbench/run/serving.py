@@ -1,0 +1,228 @@
+"""The engine flags of every model-calling stage, the servers a run starts, and ``orbench-serve``.
+
+``--serve`` starts the server of the run's self-hosted model (``vllm/``, ``sglang/``, ``llamacpp/``:
+``orbench.llm.serve``) before the first request and stops it when the run ends, however it ends
+(done, exit 1, Ctrl-C, SIGTERM from a job scheduler, a bug); ``--replicas N`` starts N of them, the
+visible devices split evenly between them. ``--shard i/N`` (``orbench.run.shards``) is read here
+too. None of these flags changes a row's result: they are run options (``RunOptions``), like
+``--concurrency``, not stage settings, so no row key, progress header or settings check sees them,
+and a served model's requests are cached under the model's identity (engine, version, model,
+output-changing arguments), never its port: a second ``--serve`` run answers from the cache.
+
+``orbench-serve MODEL`` runs one such server in the foreground, prints its address and writes it
+to a file, for a chain of stages that share one server through ``--base_url``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from orbench.llm import serve as engine_lifecycle
+from orbench.llm.errors import UsageError
+from orbench.llm.models import slug
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeOptions:
+    """The engine flags, read once; ``servers`` are the ones this run started (set while it runs)."""
+
+    serve: bool = False
+    args: tuple[str, ...] = ()
+    timeout: float = engine_lifecycle.DEFAULT_SERVE_TIMEOUT
+    replicas: int = 1
+    servers: tuple = ()
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """``--serve``, ``--serve_args``, ``--serve_timeout``, ``--replicas`` and ``--shard``."""
+    from orbench.run.cli import positive_float, positive_int
+    from orbench.run.shards import parse_shard
+
+    group = parser.add_argument_group("self-hosted models and clusters (docs/scale_out.md)")
+    group.add_argument("--serve", action="store_true",
+                       help="start the model's own server for this run and stop it at the end: vllm/<hf-id> "
+                            "(vllm serve), sglang/<hf-id> (SGLang), llamacpp/<path>.gguf (llama.cpp's server); "
+                            "a free port, devices from CUDA_VISIBLE_DEVICES, its log in <output>.server.log")
+    group.add_argument("--serve_args", default=None, metavar="'ARGS'",
+                       help="the server's own arguments, as one shell-quoted string (e.g. \"--dtype bfloat16 "
+                            "--max-model-len 8192\"); a tensor-parallel size here overrides the one from the devices")
+    group.add_argument("--serve_timeout", type=positive_float, default=engine_lifecycle.DEFAULT_SERVE_TIMEOUT,
+                       help="seconds to wait for a started server to answer before stopping with exit 2 "
+                            f"(default: {engine_lifecycle.DEFAULT_SERVE_TIMEOUT:g})")
+    group.add_argument("--replicas", type=positive_int, default=1,
+                       help="with --serve: start N servers, CUDA_VISIBLE_DEVICES split evenly between them "
+                            "(default: 1)")
+    group.add_argument("--shard", type=parse_shard, default=None, metavar="i/N",
+                       help="run shard i of N: a fixed 1/N of the input rows, chosen by a hash of each row's key "
+                            "(default output <name>.shard-i-of-N.csv); orbench-merge joins the N outputs")
+
+
+def options_from(args: argparse.Namespace) -> ServeOptions:
+    """The engine flags of ``args``; ``UsageError`` for flags that need ``--serve`` without it."""
+    extra = shlex.split(args.serve_args) if getattr(args, "serve_args", None) else []
+    options = ServeOptions(serve=bool(getattr(args, "serve", False)), args=tuple(extra),
+                           timeout=getattr(args, "serve_timeout", engine_lifecycle.DEFAULT_SERVE_TIMEOUT),
+                           replicas=getattr(args, "replicas", 1))
+    if not options.serve and (extra or options.replicas > 1):
+        given = "--serve_args" if extra else f"--replicas {options.replicas}"
+        raise UsageError(f"{given} needs --serve (it configures the server --serve starts)")
+    return options
+
+
+def _served_spec(job):
+    from orbench.llm.models import ModelSpec
+
+    specs: list[ModelSpec] = list(dict.fromkeys(s for s in job.models if s.provider.name in engine_lifecycle.ENGINES))
+    if not specs:
+        found = ", ".join(str(s) for s in job.models) or "no model"
+        raise UsageError(f"--serve starts a self-hosted model's server (vllm/<hf-id>, sglang/<hf-id> or "
+                         f"llamacpp/<path>.gguf); this run has {found}")
+    if len(specs) > 1:
+        raise UsageError(f"--serve starts one model's server; this run has {len(specs)} ({', '.join(map(str, specs))}): "
+                         f"start the others with orbench-serve and pass their addresses with --base_url")
+    return specs[0]
+
+
+def log_path(output: Path, index: int, count: int) -> Path:
+    """Where a started server's log goes: ``<output>.server.log`` (``.server-2.log``... for replicas)."""
+    return output.with_name(f"{output.name}.server{'' if count == 1 else f'-{index + 1}'}.log")
+
+
+@contextlib.asynccontextmanager
+async def engines(job, options):
+    """The run's options with its servers started (``options.engine_lifecycle.servers``); the servers are
+    stopped when the block ends, however it ends. Without ``--serve``: the options as they are."""
+    config: ServeOptions | None = options.serve
+    if config is None or not config.serve:
+        yield options
+        return
+    spec = _served_spec(job)
+    if options.base_url:
+        raise UsageError("--serve starts the model's server at an address of its own: drop --base_url")
+    if options.batch:
+        raise UsageError(f"--batch: {spec.provider.name} has no batch API; drop --batch or --serve")
+    groups = engine_lifecycle.device_groups(config.replicas, engine_lifecycle.visible_devices())
+    servers = [engine_lifecycle.Server(spec, log_path(job.output, i, config.replicas), list(config.args), config.timeout,
+                            devices=group if config.replicas > 1 else None) for i, group in enumerate(groups)]
+    if options.estimate:  # nothing is sent: the cache identity is all that is needed, nothing is started
+        for server in servers:
+            server.command = server.engine.command(spec.model, server.host, 0, None, list(config.args))
+            server.engine_version = server.engine.version(server.command)
+        yield dataclasses.replace(options, serve=dataclasses.replace(config, servers=tuple(servers)))
+        return
+    with _sigterm_as_interrupt():
+        try:
+            started = await asyncio.gather(*(asyncio.to_thread(s.start) for s in servers), return_exceptions=True)
+            failed = [e for e in started if isinstance(e, BaseException)]
+            if failed:
+                raise failed[0]
+            yield dataclasses.replace(options, serve=dataclasses.replace(config, servers=tuple(servers)))
+        finally:
+            for server in servers:
+                server.stop()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """While servers run, SIGTERM (a job scheduler's stop) ends the run as Ctrl-C does, so the
+    servers are stopped too; only in the main thread, where signal handlers can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def served_addresses(options) -> dict[str, tuple[list[str], str]]:
+    """Per provider name, the started servers' addresses and the served model's cache identity."""
+    config: ServeOptions | None = options.serve
+    if config is None or not config.servers:
+        return {}
+    first = config.servers[0]
+    return {first.spec.provider.name: ([s.base_url for s in config.servers], first.identity)}
+
+
+def record(meta: dict, options) -> None:
+    """The servers this run started, in its meta file: command, engine and version, devices, log."""
+    config: ServeOptions | None = options.serve
+    if config is not None and config.servers:
+        meta["served"] = [s.describe() for s in config.servers]
+
+
+# ------------------------------------------------------------------------------- orbench-serve
+
+def build_parser():
+    from orbench.run.cli import ArgumentParser, positive_float
+
+    parser = ArgumentParser(
+        prog="orbench-serve",
+        description="Start a self-hosted model's server in the foreground and print its address, for stages "
+                    "that share one server through --base_url; Ctrl-C (or SIGTERM) stops it and every process "
+                    "it started.",
+        epilog="exit status: 0 stopped by Ctrl-C or SIGTERM, 2 the server did not start (the command and the "
+               "last lines of its log are shown).")
+    parser.add_argument("model", help="vllm/<hf-id>, sglang/<hf-id> or llamacpp/<path>.gguf")
+    parser.add_argument("--serve_args", default=None, metavar="'ARGS'", help="the server's own arguments, shell-quoted")
+    parser.add_argument("--serve_timeout", type=positive_float, default=engine_lifecycle.DEFAULT_SERVE_TIMEOUT,
+                        help=f"seconds to wait for the server to answer (default: {engine_lifecycle.DEFAULT_SERVE_TIMEOUT:g})")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on (default: 127.0.0.1; 0.0.0.0 for other machines)")
+    parser.add_argument("--address_file", default=None, metavar="FILE",
+                        help="where to write the address (default: ./<model>.address); removed when it stops")
+    return parser
+
+
+def main(argv=None) -> int:
+    """``orbench-serve MODEL``: see :func:`build_parser`."""
+    from orbench.llm.models import parse_model
+    from orbench.run.cli import entry_point
+
+    @entry_point
+    def run(argv) -> int:
+        args = build_parser().parse_args(argv)
+        spec = parse_model(args.model)
+        name = slug(spec.model)
+        address_file = Path(args.address_file or f"{name}.address")
+        server = engine_lifecycle.Server(spec, Path(f"{name}.server.log").resolve(),
+                              shlex.split(args.serve_args) if args.serve_args else [], args.serve_timeout,
+                              host=args.host)
+        stopped = threading.Event()
+        with _sigterm_as_interrupt():
+            try:
+                server.start()
+                address_file.write_text(server.base_url + "\n", encoding="utf-8")
+                print(server.base_url, flush=True)
+                print(f"serving {spec} (log {server.log_path}); pass --base_url {server.base_url}; "
+                      f"Ctrl-C stops it", file=sys.stderr, flush=True)
+                while not stopped.wait(1.0):
+                    if server.process is None or server.process.poll() is not None:
+                        raise UsageError(f"the server stopped by itself; the last lines of {server.log_path}:\n"
+                                         f"{engine_lifecycle.last_lines(server.log_path)}")
+            except KeyboardInterrupt:
+                print("stopping the server", file=sys.stderr)
+            finally:
+                server.stop()
+                with contextlib.suppress(OSError):
+                    address_file.unlink()
+        return 0
+
+    return run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
