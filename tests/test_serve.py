@@ -228,3 +228,25 @@ def test_the_cache_identity_leaves_out_port_and_host(tmp_path):
     assert one.identity == two.identity
     assert json.loads(one.identity) == {"served": "vllm", "version": "0.6.3", "model": "org/model-a",
                                         "args": ["--dtype=bfloat16"]}
+
+
+def test_serve_replicas_split_the_devices(standin, tmp_path):
+    standin["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"
+    write(tmp_path / "in.csv", [{"prompt": f"question {i}"} for i in range(8)])
+    res = stage(standin, "--serve", "--replicas", "2", "--concurrency", "1")
+    assert res.returncode == 0, res.stderr
+    started = sorted(starts(tmp_path), key=lambda s: s["devices"])
+    assert [s["devices"] for s in started] == ["0,1", "2,3"]
+    assert all(s["argv"][-2:] == ["--tensor-parallel-size", "2"] for s in started)
+    assert len({s["argv"][5] for s in started}) == 2  # two ports
+    meta = json.loads((tmp_path / f"{OUT}.meta.json").read_text())
+    assert [s["devices"] for s in meta["served"]] == [["0", "1"], ["2", "3"]]
+    assert [s["log"] for s in meta["served"]] == [str(tmp_path / f"{OUT}.server-1.log"), str(tmp_path / f"{OUT}.server-2.log")]
+    assert sum(r["answered"] for r in meta["replicas"]) == 8 and all(r["answered"] for r in meta["replicas"])
+    assert read(tmp_path / OUT)["error"].tolist() == [""] * 8
+    assert left_behind(tmp_path) == []
+
+    res = stage(standin, "--serve", "--replicas", "3", "--output_file", "b.csv")
+    assert res.returncode == 2
+    assert "error: --replicas 3: CUDA_VISIBLE_DEVICES lists 4 devices (0,1,2,3), which do not split into 3 equal groups" \
+        in res.stderr

@@ -92,13 +92,11 @@ def make_client(options: RunOptions) -> Client:
     use_cache = not options.no_cache
     if options.estimate and not default_cache_path().exists():
         use_cache = False  # --estimate writes nothing, not even an empty cache
-    client = Client(cache=Cache() if use_cache else None, base_url=options.base_url,
-                    concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
-                    max_retries=options.max_retries, patience=options.patience)
-    from orbench.run.serving import served_addresses
+    from orbench.run.serving import client_for
 
-    client.served = {name: (urls[0], identity) for name, (urls, identity) in served_addresses(options).items()}
-    return client
+    return client_for(options, dict(cache=Cache() if use_cache else None, base_url=options.base_url,
+                                    concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
+                                    max_retries=options.max_retries, patience=options.patience))
 
 
 @dataclass
@@ -289,6 +287,7 @@ async def run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery
 
 
 async def _run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery:
+    from orbench.llm.replicas import row_concurrency
     from orbench.run import serving, shards
 
     client = make_client(options)
@@ -309,7 +308,7 @@ async def _run_job(job: Job, options: RunOptions, command: list[str]) -> Deliver
         result = None
         for rows in job.rounds(table, options):
             source = await send_batches(job, rows, options, client) if options.batch else client
-            result = await arun_stage(job.stage, rows, job.work, concurrency=options.concurrency,
+            result = await arun_stage(job.stage, rows, job.work, concurrency=row_concurrency(options.concurrency, client),
                                       limit=job.row_limit(options), input_name=name, client=source,
                                       retry_upstream=options.retry_upstream, quiet=options.quiet,
                                       overwrite=options.overwrite, meta_path=meta_path_for(job.output))
@@ -318,7 +317,7 @@ async def _run_job(job: Job, options: RunOptions, command: list[str]) -> Deliver
         delivery.meta = meta_of(job, delivery, client, input_path, command)
         if options.shard is not None:
             delivery.meta["shard"] = shards.meta_record(options.shard, len(table), whole)
-        serving.record(delivery.meta, options)
+        serving.record(delivery.meta, options, client)
         if not job.in_memory:
             write_meta(delivery)
         return delivery

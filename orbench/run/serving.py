@@ -157,11 +157,35 @@ def served_addresses(options) -> dict[str, tuple[list[str], str]]:
     return {first.spec.provider.name: ([s.base_url for s in config.servers], first.identity)}
 
 
-def record(meta: dict, options) -> None:
-    """The servers this run started, in its meta file: command, engine and version, devices, log."""
+def client_for(options, settings: dict):
+    """The run's client (``orbench.llm.clients.Client``, made with ``settings``): requests to a
+    server this run started go to its address, keyed in the cache by the served model's identity;
+    several addresses (``--replicas``, a ``--base_url`` list) are shared by ``orbench.llm.replicas``."""
+    from orbench.llm.clients import Client
+    from orbench.llm.replicas import ReplicaClient, list_identity, split_addresses
+
+    served = served_addresses(options)
+    if served:
+        [(name, (urls, identity))] = served.items()
+        client = ReplicaClient(urls, identity, {name}, **settings) if len(urls) > 1 else Client(**settings)
+        client.served = {name: (urls[0], identity)}
+        return client
+    listed = split_addresses(options.base_url)
+    if len(listed) > 1:
+        if options.batch:
+            raise UsageError("--batch sends to the provider's own batch API: give one --base_url, not a list")
+        return ReplicaClient(listed, list_identity(listed), None, **settings)
+    return Client(**settings)
+
+
+def record(meta: dict, options, client=None) -> None:
+    """The servers this run started, in its meta file (command, engine and version, devices, log),
+    and the replicas it shared the work between (each address, its answers, whether it was taken out)."""
     config: ServeOptions | None = options.serve
     if config is not None and config.servers:
         meta["served"] = [s.describe() for s in config.servers]
+    if hasattr(client, "describe_replicas"):
+        meta["replicas"] = client.describe_replicas()
 
 
 # ------------------------------------------------------------------------------- orbench-serve
