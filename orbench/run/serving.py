@@ -93,7 +93,7 @@ def _served_spec(job):
 
 def log_path(output: Path, index: int, count: int) -> Path:
     """Where a started server's log goes: ``<output>.server.log`` (``.server-2.log``... for replicas)."""
-    return output.with_name(f"{output.name}.server{'' if count == 1 else f'-{index + 1}'}.log")
+    return output.with_name(f"{output.name}.server{'' if count == 1 else f'-{index + 1}'}.log").resolve()
 
 
 @contextlib.asynccontextmanager
