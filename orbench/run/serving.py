@@ -87,7 +87,8 @@ def _served_spec(job):
                          f"llamacpp/<path>.gguf); this run has {found}")
     if len(specs) > 1:
         raise UsageError(f"--serve starts one model's server; this run has {len(specs)} ({', '.join(map(str, specs))}): "
-                         f"start the others with orbench-serve and pass their addresses with --base_url")
+                         f"start each with orbench-serve and give each provider its address in VLLM_BASE_URL, "
+                         f"SGLANG_BASE_URL or LLAMACPP_BASE_URL")
     return specs[0]
 
 
