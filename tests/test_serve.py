@@ -293,3 +293,17 @@ def test_llamacpp_serve_runs_llama_cpp_s_server_as_its_own_process(env, tmp_path
                               "in.csv", "--serve"], env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2
     assert "error: llamacpp/nowhere/model.gguf: no such file (llamacpp/ takes the path of a .gguf file)" in missing.stderr
+
+
+def test_serve_from_python_writes_nothing_beside_and_stops(standin, tmp_path, monkeypatch):
+    import orbench
+
+    monkeypatch.setenv("PATH", standin["PATH"])
+    monkeypatch.setenv("STANDIN_RECORD", standin["STANDIN_RECORD"])
+    before = sorted(p.name for p in tmp_path.iterdir())
+    frame = orbench.evaluate(["hi there", "bye now"], MODEL, serve=True, serve_args="--dtype half", quiet=True)
+    assert frame["response"].tolist() == ["Fake answer to: hi there", "Fake answer to: bye now"]
+    [start] = starts(tmp_path)
+    assert start["argv"][-2:] == ["--dtype", "half"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({*before, "starts.jsonl", "cache"})  # no log, no output
+    assert left_behind(tmp_path) == []

@@ -22,6 +22,7 @@ import dataclasses
 import shlex
 import signal
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -111,7 +112,9 @@ async def engines(job, options):
     if options.batch:
         raise UsageError(f"--batch: {spec.provider.name} has no batch API; drop --batch or --serve")
     groups = engine_lifecycle.device_groups(config.replicas, engine_lifecycle.visible_devices())
-    servers = [engine_lifecycle.Server(spec, log_path(job.output, i, config.replicas), list(config.args), config.timeout,
+    # in memory (the API without output_file) nothing goes beside the output: the log goes to the temp folder
+    where = Path(tempfile.mkdtemp(prefix="orbench-serve-")) / job.output.name if job.in_memory else job.output
+    servers = [engine_lifecycle.Server(spec, log_path(where, i, config.replicas), list(config.args), config.timeout,
                             devices=group if config.replicas > 1 else None) for i, group in enumerate(groups)]
     if options.estimate:  # nothing is sent: the cache identity is all that is needed, nothing is started
         for server in servers:
