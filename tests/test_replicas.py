@@ -67,17 +67,22 @@ def test_a_replica_killed_mid_run_every_row_done(env, tmp_path, three):
     assert "replica" in err and "taken out" in err
 
 
-def test_requests_go_to_the_least_loaded(env, tmp_path, three):
-    """With every replica as fast, each holds about --concurrency of the rows in flight: all three get rows."""
+def test_concurrency_per_replica_and_least_loaded_first(env, tmp_path, three):
+    """Every replica holds its requests: the run keeps --concurrency rows in flight per replica (6 for
+    2 x 3), and least loaded first puts 2 at each; once they answer, every row is done."""
     write(tmp_path / "in.csv", [{"prompt": f"question {i}"} for i in range(12)])
     for fake in three:
-        fake.add_rule(delay=0.2)
-    proc = _start(env, [f.openai_url for f in three], "--concurrency", "1")
+        fake.add_rule(hold=True)
+    proc = _start(env, [f.openai_url for f in three], "--concurrency", "2")
+    _wait_for(lambda: sum(f.count() for f in three) >= 6, "6 requests in flight")
+    assert [f.count() for f in three] == [2, 2, 2]
+    for fake in three:
+        fake.release()  # the held requests are answered 503 (asked again), the rules dropped
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert [f.count() for f in three] != [12, 0, 0] and all(f.count() >= 1 for f in three)
-    assert all(f.max_in_flight == 1 for f in three)  # --concurrency is per replica
-    assert sum(f.count() for f in three) == 12
+    assert read(tmp_path / OUT)["error"].tolist() == [""] * 12
+    answered = [r["answered"] for r in json.loads((tmp_path / f"{OUT}.meta.json").read_text())["replicas"]]
+    assert sum(answered) == 12 and all(answered)
 
 
 def _closed_port() -> int:

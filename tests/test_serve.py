@@ -87,6 +87,11 @@ def test_serve_starts_answers_records_and_stops(standin, tmp_path, fake):
     assert meta["models"][0]["base_url"] == f"http://127.0.0.1:{port}/v1"
     assert left_behind(tmp_path) == []
 
+    # --serve changes no row's result: the output resumes without it (against VLLM_BASE_URL's server)
+    resumed = stage(standin)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "0 new, 2 resumed" in resumed.stderr and fake.count() == 0
+
     # the same run again: another port, the same model identity, every answer from the cache
     again = stage(standin, "--serve", "--serve_args", "--max-model-len=4096 --dtype bfloat16", "--output_file", "b.csv")
     assert again.returncode == 0, again.stderr

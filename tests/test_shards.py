@@ -156,6 +156,12 @@ def test_merge_refuses_shards_that_are_not_one_run(fake, env, script, tmp_path, 
     code, out = _merge(outputs[0], "in_openai_gpt-4o_alignment.shard-1-of-2.csv", outputs[2], capsys=capsys)
     assert code == 2 and "is one of 3 shards" in out.err and "one of 2" in out.err
 
+    progress = tmp_path / f"{outputs[2]}.progress.jsonl"
+    progress.rename(tmp_path / "elsewhere.jsonl")  # copied without it
+    code, out = _merge(*outputs, capsys=capsys)
+    assert code == 2 and f"shard output {outputs[2]} has no progress file {progress.name} beside it" in out.err
+    (tmp_path / "elsewhere.jsonl").rename(progress)
+
     (tmp_path / f"{outputs[1]}.meta.json").unlink()  # as after a run that was stopped
     code, out = _merge(*outputs, capsys=capsys)
     assert code == 2 and f"shard output {outputs[1]} has no meta file" in out.err and "has not finished" in out.err

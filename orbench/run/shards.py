@@ -126,6 +126,9 @@ def _read_meta(output: Path) -> dict:
         raise UsageError(f"cannot read {path}: {exc}") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("shard"), dict):
         raise UsageError(f"{output} is not a shard's output (its meta file records no --shard)")
+    if not progress_path_for(output).exists():
+        raise UsageError(f"shard output {output} has no progress file {progress_path_for(output).name} beside it "
+                         f"(the merge reads the shard's answers from it: copy it along with the output)")
     return meta
 
 
