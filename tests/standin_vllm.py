@@ -51,6 +51,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--api-key", default=None)
     args, _ = parser.parse_known_args(argv[1:])  # vLLM's other flags: taken, not used
     mode = os.environ.get("STANDIN_MODE", "ok")
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])  # vLLM's engine core
@@ -71,7 +72,9 @@ def main(argv: list[str]) -> int:
 
     class Handler(_Handler):
         def do_GET(self) -> None:
-            if self.path.rstrip("/") == "/v1/models":
+            if args.api_key and self.headers.get("Authorization") != f"Bearer {args.api_key}":
+                self.json(401, {"error": {"message": "Unauthorized", "type": "invalid_request_error"}})
+            elif self.path.rstrip("/") == "/v1/models":
                 self.json(200, {"object": "list", "data": [{"id": served, "object": "model"}]})
             else:
                 super().do_GET()

@@ -312,3 +312,28 @@ def test_serve_from_python_writes_nothing_beside_and_stops(standin, tmp_path, mo
     assert start["argv"][-2:] == ["--dtype", "half"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted({*before, "starts.jsonl", "cache"})  # no log, no output
     assert left_behind(tmp_path) == []
+
+
+def test_ctrl_c_while_the_server_loads_leaves_no_process(standin, tmp_path):
+    standin["STANDIN_MODE"] = "never"
+    proc = subprocess.Popen([sys.executable, str(CHECK), "--model", MODEL, "--input_file", "in.csv", "--serve"],
+                            env=standin, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: starts(tmp_path), "the server to start")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert left_behind(tmp_path) == []
+
+
+def test_a_server_with_an_api_key(standin, tmp_path):
+    res = stage(standin, "--serve", "--serve_args", "--api-key sekrit-123456")
+    assert res.returncode == 2
+    assert "answers 401: it was started with an API key (--api-key); set VLLM_API_KEY to the same value" in res.stderr
+    assert "--api-key '[redacted]'" in res.stderr and "sekrit" not in res.stderr
+    standin["VLLM_API_KEY"] = "sekrit-123456"
+    res = stage(standin, "--serve", "--serve_args", "--api-key sekrit-123456", "--output_file", "k.csv")
+    assert res.returncode == 0, res.stderr
+    for path in tmp_path.glob("k.csv*"):
+        assert "sekrit" not in path.read_text(), path.name
+    assert "sekrit" not in "".join(p.read_text() for p in tmp_path.glob("*.server.log"))
+    assert left_behind(tmp_path) == []

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orbench.llm.errors import UsageError
-from orbench.llm.models import ModelSpec
+from orbench.llm.models import ModelSpec, api_key_for
 
 #: Seconds between health checks: one local GET; the wait is spent loading weights (seconds to minutes).
 POLL = 0.5
@@ -68,6 +68,12 @@ LOG_LINES = 20
 
 class ServeError(UsageError):
     """The server did not start, or did not serve the model: a configuration problem (exit 2)."""
+
+
+class _NeedsKey(Exception):
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,24 @@ def engine_of(spec: ModelSpec) -> Engine:
         raise UsageError(f"--serve starts a self-hosted model's server: vllm/<hf-id>, sglang/<hf-id> or "
                          f"llamacpp/<path>.gguf, not {spec}")
     return engine
+
+
+#: Server flags whose value is a secret: never written to a log, a message or a meta file.
+SECRET_FLAGS = ("--api-key", "--api_key", "--hf-token")
+
+
+def shown(command: list[str]) -> list[str]:
+    """``command`` as it may be shown: the values of :data:`SECRET_FLAGS` replaced by ``[redacted]``."""
+    out: list[str] = []
+    for i, arg in enumerate(command):
+        name = arg.split("=", 1)[0]
+        if name in SECRET_FLAGS and "=" in arg:
+            out.append(f"{name}=[redacted]")
+        elif i and command[i - 1] in SECRET_FLAGS:
+            out.append("[redacted]")
+        else:
+            out.append(arg)
+    return out
 
 
 def _given(args: list[str], flags: tuple[str, ...]) -> bool:
@@ -234,7 +258,7 @@ class Server:
 
     def describe(self) -> dict:
         """What the meta file records: the command, the engine and its version, the devices, the log."""
-        return {"command": list(self.command), "engine": self.engine.name, "engine_version": self.engine_version,
+        return {"command": shown(self.command), "engine": self.engine.name, "engine_version": self.engine_version,
                 "devices": self.devices if self.devices is not None else visible_devices(),
                 "log": str(self.log_path), "base_url": self.base_url}
 
@@ -253,13 +277,13 @@ class Server:
             self.engine_version = self.engine.version(self.command)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as log:
-                log.write(f"$ {shlex.join(self.command)}\n".encode())
+                log.write(f"$ {shlex.join(shown(self.command))}\n".encode())
                 log.flush()
                 try:
                     self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
                                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
                 except OSError as exc:
-                    raise ServeError(f"cannot start the server: {shlex.join(self.command)}: "
+                    raise ServeError(f"cannot start the server: {shlex.join(shown(self.command))}: "
                                      f"{exc.strerror or exc}") from None
             _RUNNING.add(self)
             try:
@@ -274,12 +298,13 @@ class Server:
         return self
 
     def _failure(self, what: str) -> ServeError:
-        return ServeError(f"{what}; the command: {shlex.join(self.command)}; the last lines of its log "
+        return ServeError(f"{what}; the command: {shlex.join(shown(self.command))}; the last lines of its log "
                           f"{self.log_path}:\n{last_lines(self.log_path)}")
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.timeout
         models_url = self.base_url + "/models"
+        key = api_key_for(self.spec.provider)  # a server started with --api-key asks for it (VLLM_API_KEY ...)
         served: list[str] | None = None
         while True:
             process = self.process
@@ -289,7 +314,12 @@ class Server:
             if code is not None:
                 raise self._failure(f"the {self.engine.name} server for {self.spec} exited with code {code} "
                                     f"before it served")
-            served = _served_models(models_url)
+            try:
+                served = _served_models(models_url, key)
+            except _NeedsKey as exc:
+                raise self._failure(f"the server at {self.base_url} answers {exc.code}: it was started with an API "
+                                    f"key (--api-key); set {' or '.join(self.spec.provider.key_vars)} to the same "
+                                    f"value") from None
             if served is not None:
                 if not self.engine.checks_name or self.spec.model in served:
                     return
@@ -309,12 +339,18 @@ class Server:
             stop_tree(process)
 
 
-def _served_models(url: str) -> list[str] | None:
-    """The model ids ``GET url`` lists, or None while the server does not answer 200."""
+def _served_models(url: str, key: str | None = None) -> list[str] | None:
+    """The model ids ``GET url`` lists, or None while the server does not answer 200; ``ServeError``
+    when it asks for a key it was not given."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
+        with urllib.request.urlopen(request, timeout=5) as reply:
             body = json.loads(reply.read() or b"{}")
-    except (OSError, ValueError, urllib.error.URLError):
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise _NeedsKey(exc.code) from None
+        return None
+    except (OSError, ValueError):
         return None
     items = body.get("data") if isinstance(body, dict) else None
     return [str(m.get("id")) for m in items or [] if isinstance(m, dict)]
