@@ -4,7 +4,9 @@
 ``setup(args)`` for a :class:`Job` (its stage, input, output and models); :func:`execute` then
 runs it, in this order:
 
-1. **set-up**: the client (and its response cache), the input read and checked (``Stage.check``),
+1. **set-up**: with ``--serve``, the model's server started (``orbench.run.serving``; stopped when the
+   run ends, however it ends); the client (and its response cache; one per address with replicas:
+   ``orbench.llm.replicas``), the input read (with ``--shard``, its shard's rows: ``orbench.run.shards``) and checked (``Stage.check``),
    each model's provider set up (a missing key fails here, before any request), and the
    existing output checked against this run's settings (``Job.guard``);
 2. **estimate** (``--estimate``): the pending rows' declared requests the cache cannot answer,
