@@ -337,3 +337,15 @@ def test_a_server_with_an_api_key(standin, tmp_path):
         assert "sekrit" not in path.read_text(), path.name
     assert "sekrit" not in "".join(p.read_text() for p in tmp_path.glob("*.server.log"))
     assert left_behind(tmp_path) == []
+
+
+def test_a_bug_of_ours_stops_the_server_too(standin, tmp_path, mock, script):
+    """Exit 3: an exception no provider sorts (the mock moderator's ``bug``) ends the run; the served
+    moderator's server is stopped all the same."""
+    mock.add(error="bug")
+    res = script("moderator/moderate.py", "--moderator_model", f"{MODEL},mock/m", "--input_file", "in.csv",
+                 "--column", "prompt", "--serve", env=standin)
+    assert res.returncode == 3, res.stderr
+    assert "a bug in orbench" in res.stderr
+    assert len(starts(tmp_path)) == 1
+    assert left_behind(tmp_path) == []
