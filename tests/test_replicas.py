@@ -81,8 +81,10 @@ def test_concurrency_per_replica_and_least_loaded_first(env, tmp_path, three):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert read(tmp_path / OUT)["error"].tolist() == [""] * 12
-    answered = [r["answered"] for r in json.loads((tmp_path / f"{OUT}.meta.json").read_text())["replicas"]]
+    meta = json.loads((tmp_path / f"{OUT}.meta.json").read_text())
+    answered = [r["answered"] for r in meta["replicas"]]
     assert sum(answered) == 12 and all(answered)
+    assert len(meta["rate_limits"]) == 3  # a pacer per address
 
 
 def _closed_port() -> int:
