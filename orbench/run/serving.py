@@ -100,7 +100,7 @@ def log_path(output: Path, index: int, count: int) -> Path:
 
 @contextlib.asynccontextmanager
 async def engines(job, options):
-    """The run's options with its servers started (``options.engine_lifecycle.servers``); the servers are
+    """The run's options with its servers started (``options.serve.servers``); the servers are
     stopped when the block ends, however it ends. Without ``--serve``: the options as they are."""
     config: ServeOptions | None = options.serve
     if config is None or not config.serve:
@@ -113,7 +113,9 @@ async def engines(job, options):
         raise UsageError(f"--batch: {spec.provider.name} has no batch API; drop --batch or --serve")
     groups = engine_lifecycle.device_groups(config.replicas, engine_lifecycle.visible_devices())
     # in memory (the API without output_file) nothing goes beside the output: the log goes to the temp folder
-    where = Path(tempfile.mkdtemp(prefix="orbench-serve-")) / job.output.name if job.in_memory else job.output
+    where = job.output
+    if job.in_memory and not options.estimate:
+        where = Path(tempfile.mkdtemp(prefix="orbench-serve-")) / job.output.name
     servers = [engine_lifecycle.Server(spec, log_path(where, i, config.replicas), list(config.args), config.timeout,
                             devices=group if config.replicas > 1 else None) for i, group in enumerate(groups)]
     if options.estimate:  # nothing is sent: the cache identity is all that is needed, nothing is started
@@ -129,9 +131,12 @@ async def engines(job, options):
             if failed:
                 raise failed[0]
             yield dataclasses.replace(options, serve=dataclasses.replace(config, servers=tuple(servers)))
-        finally:
-            for server in servers:
-                server.stop()
+        finally:  # all at once: each may take its grace period to shut down
+            stopping = [threading.Thread(target=server.stop) for server in servers]
+            for thread in stopping:
+                thread.start()
+            for thread in stopping:
+                thread.join()
 
 
 @contextlib.contextmanager

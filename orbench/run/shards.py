@@ -114,6 +114,8 @@ class _NothingSent:
 
 
 def _read_meta(output: Path) -> dict:
+    if output.name.endswith((".meta.json", ".progress.jsonl", ".server.log")):
+        raise UsageError(f"{output} is a file beside a shard's output: give the output CSVs (e.g. NAME.shard-*-of-N.csv)")
     path = meta_path_for(output)
     if not output.exists():
         raise UsageError(f"shard output {output} does not exist")
