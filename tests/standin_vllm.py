@@ -16,6 +16,9 @@ It misbehaves as the environment says (``STANDIN_MODE``):
 - ``wrong``: serves, but ``/v1/models`` lists ``other/model`` only;
 - ``die_later``: serves, then exits after ``STANDIN_LIFE`` seconds (a replica lost mid-run).
 
+In every mode a request whose body holds ``CRASH NOW`` makes it exit at once (code 1), as a
+crashed engine does mid-run.
+
 ``STANDIN_RECORD`` names a file that gets one JSON line per start: the arguments, the process ids
 (its own and its child's) and ``CUDA_VISIBLE_DEVICES``. ``STANDIN_RULES`` is a JSON list of fake-provider
 rules (``tests/fake_provider.Rule`` fields), e.g. a slow reply or a 400 for one prompt.
@@ -78,6 +81,13 @@ def main(argv: list[str]) -> int:
                 self.json(200, {"object": "list", "data": [{"id": served, "object": "model"}]})
             else:
                 super().do_GET()
+
+        def body_bytes(self) -> bytes:
+            raw = super().body_bytes()
+            if b"CRASH NOW" in raw:
+                print("ERROR EngineCore died unexpectedly", flush=True)
+                os._exit(1)  # its engine child is left to the process group, as a crashed vLLM leaves it
+            return raw
 
     fake = FakeProvider()
     fake.handler = Handler

@@ -349,3 +349,28 @@ def test_a_bug_of_ours_stops_the_server_too(standin, tmp_path, mock, script):
     assert "a bug in orbench" in res.stderr
     assert len(starts(tmp_path)) == 1
     assert left_behind(tmp_path) == []
+
+
+def test_a_server_that_crashes_mid_run(standin, tmp_path):
+    """The rows after the crash fail (exit 1), the run says the server exited and quotes its log, and its
+    orphaned engine process is stopped too (through the server's process group)."""
+    write(tmp_path / "in.csv", [{"prompt": "first"}, {"prompt": "CRASH NOW"}, {"prompt": "third"}])
+    res = stage(standin, "--serve", "--concurrency", "1", "--max_retries", "1")
+    assert res.returncode == 1, res.stderr
+    out = read(tmp_path / OUT)
+    assert out["response"][0] == "Fake answer to: first" and out["error"][0] == ""
+    assert all(out["error"][1:] != "")
+    [start] = starts(tmp_path)
+    port = start["argv"][start["argv"].index("--port") + 1]
+    assert (f"warning: the vllm server at http://127.0.0.1:{port}/v1 exited by itself with code 1 during the run; "
+            f"the last lines of its log {tmp_path / (OUT + '.server.log')}:") in res.stderr
+    assert "ERROR EngineCore died unexpectedly" in res.stderr
+    assert left_behind(tmp_path) == []
+
+
+def test_a_server_slow_to_start_is_waited_for(standin, tmp_path):
+    standin["STANDIN_DELAY"] = "3"
+    res = stage(standin, "--serve", "--serve_timeout", "120")
+    assert res.returncode == 0, res.stderr
+    assert read(tmp_path / OUT)["error"].tolist() == ["", ""]
+    assert left_behind(tmp_path) == []

@@ -231,6 +231,8 @@ class Server:
     port: int = 0
     process: subprocess.Popen | None = None
     engine_version: str = ""
+    #: Set when the server had exited by itself before it was stopped (its exit code).
+    exit_code: int | None = None
     _stopped: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def __post_init__(self) -> None:
@@ -336,7 +338,9 @@ class Server:
         _RUNNING.discard(self)
         process, self.process = self.process, None
         if process is not None:
-            stop_tree(process)
+            if process.poll() is not None and self.exit_code is None:
+                self.exit_code = process.returncode  # it ended by itself (a crash mid-run)
+            stop_tree(process, group=process.pid)  # its own session: the group id is its process id
 
 
 def _served_models(url: str, key: str | None = None) -> list[str] | None:
@@ -408,12 +412,15 @@ def _signal(pids: list[int], group: int | None, sig: int) -> None:
             os.kill(pid, sig)
 
 
-def stop_tree(process: subprocess.Popen, grace: float = GRACE) -> None:
-    """SIGTERM to ``process``, its process group and every descendant; SIGKILL after ``grace`` s."""
-    try:
-        group = os.getpgid(process.pid)
-    except OSError:
-        group = None
+def stop_tree(process: subprocess.Popen, grace: float = GRACE, group: int | None = None) -> None:
+    """SIGTERM to ``process``, its process group (``group``, else the one it is in) and every
+    descendant; SIGKILL after ``grace`` s. The group reaches the children of a server that has
+    died already (they are no longer its descendants then)."""
+    if group is None:
+        try:
+            group = os.getpgid(process.pid)
+        except OSError:
+            group = None
     if group is not None and group == os.getpgid(0):
         group = None  # never our own group
     pids = [process.pid, *descendants(process.pid)]

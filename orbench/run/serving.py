@@ -137,6 +137,11 @@ async def engines(job, options):
                 thread.start()
             for thread in stopping:
                 thread.join()
+            for server in servers:
+                if server.exit_code is not None:
+                    print(f"warning: the {server.engine.name} server at {server.base_url} exited by itself with code "
+                          f"{server.exit_code} during the run; the last lines of its log {server.log_path}:\n"
+                          f"{engine_lifecycle.last_lines(server.log_path)}", file=sys.stderr)
 
 
 @contextlib.contextmanager
