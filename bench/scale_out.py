@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from orbench.run.shards import shard_of  # noqa: E402
+from orbench.run.shards import shard_of  # noqa: E402 (after the sys.path line above)
 
 DATA = Path(__file__).resolve().parents[1] / "orbench" / "data"
 

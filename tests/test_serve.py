@@ -179,7 +179,7 @@ def test_serve_flags_are_checked(standin, tmp_path):
 
 
 def test_orbench_serve_runs_one_server_for_a_chain(standin, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "orbench.run.serving", MODEL, "--address_file", "addr.txt"],
+    proc = subprocess.Popen([sys.executable, "-m", "orbench.run.serve_command", MODEL, "--address_file", "addr.txt"],
                             env=standin, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     address = proc.stdout.readline().strip()
     [start] = starts(tmp_path)
@@ -197,7 +197,7 @@ def test_orbench_serve_runs_one_server_for_a_chain(standin, tmp_path):
 
 def test_orbench_serve_says_why_a_server_did_not_start(standin, tmp_path):
     standin["STANDIN_MODE"] = "die"
-    res = subprocess.run([sys.executable, "-m", "orbench.run.serving", MODEL], env=standin, cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "orbench.run.serve_command", MODEL], env=standin, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     assert "exited with code 1 before it served" in res.stderr and "CUDA out of memory" in res.stderr

@@ -1,7 +1,7 @@
 """``--shard i/N`` and ``orbench-merge``: N shard runs merged are the output of one run, row for row.
 
 Stage scripts run in process against the fake provider (real SDK clients, real files); the merge
-is ``orbench.run.shards.main``, the console script's function.
+is ``orbench.run.merge.main``, the console script's function.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from conftest import read
 
-from orbench.run import shards
+from orbench.run import merge, shards
 
 CHECK = "alignment_checker/check_alignment.py"
 REW = "rewritter/rewrite.py"
@@ -29,7 +29,7 @@ def _input(path, prompts=PROMPTS, errors=None):
 
 
 def _merge(*args, capsys=None):
-    code = shards.main([str(a) for a in args])
+    code = merge.main([str(a) for a in args])
     out = capsys.readouterr() if capsys is not None else None
     return code, out
 

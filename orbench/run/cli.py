@@ -188,7 +188,7 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     cost.add_argument("--prices", default=None, metavar="FILE",
                       help="a CSV of prices (provider, model, input_per_million, output_per_million, "
                            "batch_discount) that overrides the built-in table for --estimate")
-    serving.add_flags(parser)
+    serving.add_flags(parser, positive_int, positive_float)
 
 
 def _separator(text: str | None) -> str | None:

@@ -9,8 +9,8 @@ too. None of these flags changes a row's result: they are run options (``RunOpti
 and a served model's requests are cached under the model's identity (engine, version, model,
 output-changing arguments), never its port: a second ``--serve`` run answers from the cache.
 
-``orbench-serve MODEL`` runs one such server in the foreground, prints its address and writes it
-to a file, for a chain of stages that share one server through ``--base_url``.
+``orbench-serve MODEL`` (``orbench.run.serve_command``) runs one such server in the foreground, prints
+its address and writes it to a file, for a chain of stages that share one server through ``--base_url``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from pathlib import Path
 
 from orbench.llm import serve as engine_lifecycle
 from orbench.llm.errors import UsageError
-from orbench.llm.models import slug
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +41,9 @@ class ServeOptions:
     servers: tuple = ()
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """``--serve``, ``--serve_args``, ``--serve_timeout``, ``--replicas`` and ``--shard``."""
-    from orbench.run.cli import positive_float, positive_int
+def add_flags(parser: argparse.ArgumentParser, positive_int, positive_float) -> None:
+    """``--serve``, ``--serve_args``, ``--serve_timeout``, ``--replicas`` and ``--shard``; the number
+    types are the command line's own (``orbench.run.cli``)."""
     from orbench.run.shards import parse_shard
 
     group = parser.add_argument_group("self-hosted models and clusters (docs/scale_out.md)")
@@ -124,7 +123,7 @@ async def engines(job, options):
             server.engine_version = server.engine.version(server.command)
         yield dataclasses.replace(options, serve=dataclasses.replace(config, servers=tuple(servers)))
         return
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             started = await asyncio.gather(*(asyncio.to_thread(s.start) for s in servers), return_exceptions=True)
             failed = [e for e in started if isinstance(e, BaseException)]
@@ -145,7 +144,7 @@ async def engines(job, options):
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
+def sigterm_as_interrupt():
     """While servers run, SIGTERM (a job scheduler's stop) ends the run as Ctrl-C does, so the
     servers are stopped too; only in the main thread, where signal handlers can be set."""
     if threading.current_thread() is not threading.main_thread():
@@ -200,67 +199,3 @@ def record(meta: dict, options, client=None) -> None:
         meta["served"] = [s.describe() for s in config.servers]
     if hasattr(client, "describe_replicas"):
         meta["replicas"] = client.describe_replicas()
-
-
-# ------------------------------------------------------------------------------- orbench-serve
-
-def build_parser():
-    from orbench.run.cli import ArgumentParser, positive_float
-
-    parser = ArgumentParser(
-        prog="orbench-serve",
-        description="Start a self-hosted model's server in the foreground and print its address, for stages "
-                    "that share one server through --base_url; Ctrl-C (or SIGTERM) stops it and every process "
-                    "it started.",
-        epilog="exit status: 0 stopped by Ctrl-C or SIGTERM, 2 the server did not start (the command and the "
-               "last lines of its log are shown).")
-    parser.add_argument("model", help="vllm/<hf-id>, sglang/<hf-id> or llamacpp/<path>.gguf")
-    parser.add_argument("--serve_args", default=None, metavar="'ARGS'", help="the server's own arguments, shell-quoted")
-    parser.add_argument("--serve_timeout", type=positive_float, default=engine_lifecycle.DEFAULT_SERVE_TIMEOUT,
-                        help=f"seconds to wait for the server to answer (default: {engine_lifecycle.DEFAULT_SERVE_TIMEOUT:g})")
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="the address to listen on (default: 127.0.0.1; 0.0.0.0 for other machines)")
-    parser.add_argument("--address_file", default=None, metavar="FILE",
-                        help="where to write the address (default: ./<model>.address); removed when it stops")
-    return parser
-
-
-def main(argv=None) -> int:
-    """``orbench-serve MODEL``: see :func:`build_parser`."""
-    from orbench.llm.models import parse_model
-    from orbench.run.cli import entry_point
-
-    @entry_point
-    def run(argv) -> int:
-        args = build_parser().parse_args(argv)
-        spec = parse_model(args.model)
-        name = slug(spec.model)
-        address_file = Path(args.address_file or f"{name}.address")
-        server = engine_lifecycle.Server(spec, Path(f"{name}.server.log").resolve(),
-                              shlex.split(args.serve_args) if args.serve_args else [], args.serve_timeout,
-                              host=args.host)
-        stopped = threading.Event()
-        with _sigterm_as_interrupt():
-            try:
-                server.start()
-                address_file.write_text(server.base_url + "\n", encoding="utf-8")
-                print(server.base_url, flush=True)
-                print(f"serving {spec} (log {server.log_path}); pass --base_url {server.base_url}; "
-                      f"Ctrl-C stops it", file=sys.stderr, flush=True)
-                while not stopped.wait(1.0):
-                    if server.process is None or server.process.poll() is not None:
-                        raise UsageError(f"the server stopped by itself; the last lines of {server.log_path}:\n"
-                                         f"{engine_lifecycle.last_lines(server.log_path)}")
-            except KeyboardInterrupt:
-                print("stopping the server", file=sys.stderr)
-            finally:
-                server.stop()
-                with contextlib.suppress(OSError):
-                    address_file.unlink()
-        return 0
-
-    return run(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
