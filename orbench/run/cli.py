@@ -156,7 +156,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
                        help="send requests to this address instead of the provider's (a server that "
                             "speaks the provider's protocol: OpenAI-compatible, Anthropic, Gemini); also "
                             "settable per provider as <PROVIDER>_BASE_URL, the name upper-cased with - as _ "
-                            "(OPENAI_COMPATIBLE_BASE_URL)")
+                            "(OPENAI_COMPATIBLE_BASE_URL); several, comma-separated, are replicas of one model "
+                            "that share the rows (docs/scale_out.md)")
     group.add_argument("--rpm", type=positive_float, default=None,
                        help="hard cap on requests per minute per model and address, evenly spaced "
                             "(default: no cap; requests are paced to the provider's 429s and "
