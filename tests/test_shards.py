@@ -38,7 +38,7 @@ def _shard_outputs(stem: str, count: int) -> list[str]:
     return [f"{stem}.shard-{i}-of-{count}.csv" for i in range(1, count + 1)]
 
 
-def test_three_shards_merged_equal_one_run(fake, env, script, tmp_path, capsys):
+def test_three_shards_merged_equal_one_run(fake, env, script, tmp_path, capsys, monkeypatch):
     fake.add_rule(match="problem 1?", text="I'm sorry, but I can't help with that.")
     fake.add_rule(text="Sure: here is how.")
     prompts = PROMPTS + [PROMPTS[3]]  # a prompt met twice is asked once, in one shard
@@ -70,6 +70,15 @@ def test_three_shards_merged_equal_one_run(fake, env, script, tmp_path, capsys):
     assert (tmp_path / "in_openai_gpt-4o_alignment.csv").read_text() == (tmp_path / "one.csv").read_text()
     merged = read(tmp_path / "in_openai_gpt-4o_alignment.csv")
     assert merged["prompt"].tolist() == prompts and merged["error"][5] == "rewrite: HTTP 500 upstream"
+
+    # from another folder: the shards' relative input path is read from their folder
+    other = tmp_path / "other"
+    other.mkdir()
+    monkeypatch.chdir(other)
+    code, out = _merge(*[f"../{o}" for o in outputs], "--output_file", "again.csv", capsys=capsys)
+    assert code == 0, out.err
+    assert (other / "again.csv").read_text() == (tmp_path / "one.csv").read_text()
+    monkeypatch.chdir(tmp_path)
 
     meta = json.loads((tmp_path / "in_openai_gpt-4o_alignment.csv.meta.json").read_text())
     assert [(s["output"], s["index"], s["count"]) for s in meta["shards"]] == [(o, i, 3) for i, o in
@@ -138,6 +147,11 @@ def test_merge_refuses_shards_that_are_not_one_run(fake, env, script, tmp_path, 
     fake.add_rule(text="Sure.")
     _input(tmp_path / "in.csv")
     outputs = _three_shards(script, env)
+
+    _input(tmp_path / "in.csv", PROMPTS + ["one more"])  # the input changed after the shards ran
+    code, out = _merge(*outputs, capsys=capsys)
+    assert code == 2 and f"the input {tmp_path / 'in.csv'} has changed since the shards read it" in out.err
+    _input(tmp_path / "in.csv")
 
     code, out = _merge(outputs[0], outputs[2], capsys=capsys)
     assert code == 2 and out.err.strip() == "error: shard 2 of 3 missing: give every shard's output (have 1/3, 3/3)"

@@ -3,8 +3,10 @@ the output one run would have written, sending nothing (how, and what it checks:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from orbench.run import existing_output
 from orbench.run.cli import ArgumentParser, entry_point, options_from
 from orbench.run.lifecycle import Delivery, load_input, report
 from orbench.run.loops import run_sync
-from orbench.run.provenance import build_meta, dumps, meta_path_for
+from orbench.run.provenance import build_meta, dumps, meta_path_for, sha256_file
 from orbench.run.shards import NOT_SHARDED, merged_output
 from orbench.run.stage import ProgressLog, arun_stage, progress_path_for
 from orbench.run.tables import write_text_atomic
@@ -132,16 +134,23 @@ async def amerge(outputs: list[Path], output: Path | None = None, *, quiet: bool
         raise UsageError(f"--output_file {output} is one of the shards; choose another")
     module = importlib.import_module(STAGE_MODULES[first["stage"]])
     parser = module.build_parser()
-    try:
-        args = parser.parse_args([*_stage_args(first), "--output_file", str(output)])
-    except UsageError as exc:
-        raise UsageError(f"cannot rebuild the stage from {meta_path_for(Path(first['_output']))}'s command: {exc}") from None
-    job = module.setup(args)
-    options = options_from(args)
-    if job.stage.config != _config_of(first):
-        raise UsageError(f"the stage rebuilt from {first['_output']}'s command has other settings than the shard "
-                         f"recorded (a changed template or orbench version?); rerun the shards with this version")
-    table, name, input_path = load_input(job, options)
+    # the command's relative paths (input, --template) are the shard's folder's: rebuild the stage there
+    with _in_folder(first.get("cwd")):
+        try:
+            args = parser.parse_args([*_stage_args(first), "--output_file", str(output.resolve())])
+        except UsageError as exc:
+            raise UsageError(f"cannot rebuild the stage from {meta_path_for(Path(first['_output']))}'s command: "
+                             f"{exc}") from None
+        job = module.setup(args)
+        options = options_from(args)
+        if job.stage.config != _config_of(first):
+            raise UsageError(f"the stage rebuilt from {first['_output']}'s command has other settings than the shard "
+                             f"recorded (a changed template or orbench version?); rerun the shards with this version")
+        table, name, input_path = load_input(job, options)
+    recorded = (first.get("input") or {}).get("sha256")
+    if recorded and input_path and sha256_file(input_path) not in (None, recorded):
+        raise UsageError(f"the input {input_path} has changed since the shards read it (its SHA-256 differs from the "
+                         f"one their meta files record); merge needs the file they ran on")
 
     progress = progress_path_for(output)
     entries: dict[str, dict] = {}
@@ -171,6 +180,18 @@ async def amerge(outputs: list[Path], output: Path | None = None, *, quiet: bool
     summary = [f"merge: {len(metas)} shards -> {output}: {result.rows} rows, {result.rows - result.errors - result.upstream_errors} "
                f"done, {result.errors} errors" + (f" | {result.outcomes.text}" if result.outcomes else "")]
     return Delivery(result, len(table), summary, closing, result.exit_code, meta)
+
+
+@contextlib.contextmanager
+def _in_folder(folder: str | None):
+    """The current folder set to ``folder`` (when it exists) for the block."""
+    here = os.getcwd()
+    if folder and Path(folder).is_dir():
+        os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(here)
 
 
 def _config_of(meta: dict) -> dict:
