@@ -374,3 +374,13 @@ def test_a_server_slow_to_start_is_waited_for(standin, tmp_path):
     assert res.returncode == 0, res.stderr
     assert read(tmp_path / OUT)["error"].tolist() == ["", ""]
     assert left_behind(tmp_path) == []
+
+
+def test_no_vllm_on_path(env, tmp_path):
+    env["PATH"] = str(tmp_path / "empty")  # no vllm anywhere
+    write(tmp_path / "in.csv", [{"prompt": "hello"}])
+    res = stage(env, "--serve")
+    assert res.returncode == 2
+    assert "error: cannot start the server: vllm serve org/model-a --host 127.0.0.1 --port " in res.stderr
+    assert "No such file or directory (vllm is not on PATH: install vllm where this runs, e.g. pip install vllm)" \
+        in res.stderr

@@ -285,8 +285,10 @@ class Server:
                     self.process = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log,
                                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
                 except OSError as exc:
+                    hint = (f" ({self.command[0]} is not on PATH: install {self.engine.name} where this runs, "
+                            f"e.g. pip install {self.engine.name})" if isinstance(exc, FileNotFoundError) else "")
                     raise ServeError(f"cannot start the server: {shlex.join(shown(self.command))}: "
-                                     f"{exc.strerror or exc}") from None
+                                     f"{exc.strerror or exc}{hint}") from None
             _RUNNING.add(self)
             try:
                 if self._stopped.is_set():  # stopped (the run interrupted) while it was being started
