@@ -44,7 +44,7 @@ def test_parse_model_errors_list_valid_providers(spec, fragment):
         parse_model(spec)
     message = str(info.value)
     assert fragment in message
-    assert ("openai, anthropic, together, mistral, gemini, gemini-openai, vllm, ollama, "
+    assert ("openai, anthropic, together, mistral, gemini, gemini-openai, vllm, sglang, llamacpp, ollama, "
             "openai-compatible, local") in message
     assert "\n" not in message
 

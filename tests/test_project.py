@@ -43,7 +43,7 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
 def test_every_script_entry_point_imports_and_has_main():
     scripts = _pyproject()["project"]["scripts"]
     # the seven stage/report/release commands, orbench-audit, orbench-inspect-to-csv, orbench-calibrate, orbench-leaderboard
-    assert len(scripts) == 11
+    assert len(scripts) == 13
     for target in scripts.values():
         module, func = target.split(":")
         assert module.split(".")[0] == "orbench", target  # console scripts point into the package

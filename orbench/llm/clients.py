@@ -150,6 +150,9 @@ class Client:
         # The pacers (``--rpm`` is a token bucket inside each), kept for the meta file.
         self.rate_limits = ratelimit.RateLimits(patience, rpm, concurrency)
         self._slots: dict[str, _Slot] = {}
+        #: Per provider, the address of a server this run started and the served model's cache identity
+        #: (``orbench.run.serving``): its port is no part of the cache key.
+        self.served: dict[str, tuple[str, str]] = {}
         self._seen: dict[str, dict] = {}  # per slot: base URL and engine, for the meta file
 
     def prepare(self, spec: ModelSpec) -> None:
@@ -188,10 +191,11 @@ class Client:
         slot_key = self._slot_key(spec)
         slot = self._slots.get(slot_key)
         if slot is None:
+            served_url, identity = self.served.get(provider.name, (None, None))
             api = providers.provider_class(provider.api).connect(
-                spec, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries)
+                spec, base_url=served_url or self.base_url, timeout=self.timeout, max_retries=self.max_retries)
             base_url = api.base_url
-            slot = _Slot(api, base_url, api.endpoint)
+            slot = _Slot(api, base_url, identity or api.endpoint)
             self._slots[slot_key] = slot
             self._seen[slot_key] = {"base_url": base_url, "engine": api.describe()}
             logger.debug("%s: provider %s at %s", spec, provider.name, redact(str(base_url)) if base_url else "its default address")

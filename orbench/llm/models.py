@@ -65,6 +65,9 @@ PROVIDERS: dict[str, Provider] = {
                               "cached_content), so Gemini's default filters apply; their blocks are "
                               "counted as provider blocks (refusal_source=provider_block)"),
         Provider("vllm", "openai", "http://localhost:8000/v1", ("VLLM_API_KEY",), key_required=False),
+        # started by --serve (orbench.llm.serve) at a port of its own; these are the engines' default addresses
+        Provider("sglang", "openai", "http://localhost:30000/v1", ("SGLANG_API_KEY",), key_required=False),
+        Provider("llamacpp", "openai", "http://localhost:8080/v1", ("LLAMACPP_API_KEY",), key_required=False),
         Provider("ollama", "openai", "http://localhost:11434/v1", ("OLLAMA_API_KEY",),
                  key_required=False),
         Provider("openai-compatible", "openai", None, ("OPENAI_COMPATIBLE_API_KEY",),

@@ -28,6 +28,7 @@ from typing import Any
 from orbench.llm.clients import DEFAULT_CONCURRENCY, DEFAULT_MAX_RETRIES, DEFAULT_PATIENCE, DEFAULT_TIMEOUT
 from orbench.llm.errors import UsageError
 from orbench.llm.models import keys_not_needed, redact
+from orbench.run import serving
 from orbench.run.lifecycle import Delivery, Job, RunOptions, execute, report_bug, run_job
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,8 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
                        help="send requests to this address instead of the provider's (a server that "
                             "speaks the provider's protocol: OpenAI-compatible, Anthropic, Gemini); also "
                             "settable per provider as <PROVIDER>_BASE_URL, the name upper-cased with - as _ "
-                            "(OPENAI_COMPATIBLE_BASE_URL)")
+                            "(OPENAI_COMPATIBLE_BASE_URL); several, comma-separated, are replicas of one model "
+                            "that share the rows (docs/scale_out.md)")
     group.add_argument("--rpm", type=positive_float, default=None,
                        help="hard cap on requests per minute per model and address, evenly spaced "
                             "(default: no cap; requests are paced to the provider's 429s and "
@@ -225,6 +227,7 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     cost.add_argument("--prices", default=None, metavar="FILE",
                       help="a CSV of prices (provider, model, input_per_million, output_per_million, "
                            "batch_discount) that overrides the built-in table for --estimate")
+    serving.add_flags(parser, positive_int, positive_float)
 
 
 def _separator(text: str | None) -> str | None:
@@ -245,7 +248,7 @@ def options_from(args: argparse.Namespace) -> RunOptions:
                       overwrite=args.overwrite, quiet=args.quiet, base_url=args.base_url, rpm=args.rpm,
                       patience=args.patience, timeout=args.timeout, max_retries=args.max_retries,
                       no_cache=args.no_cache, batch=args.batch, poll_interval=args.poll_interval,
-                      estimate=args.estimate, prices=args.prices)
+                      estimate=args.estimate, prices=args.prices, shard=args.shard, serve=serving.options_from(args))
 
 
 @entry_point

@@ -4,7 +4,9 @@
 ``setup(args)`` for a :class:`Job` (its stage, input, output and models); :func:`execute` then
 runs it, in this order:
 
-1. **set-up**: the client (and its response cache), the input read and checked (``Stage.check``),
+1. **set-up**: with ``--serve``, the model's server started (``orbench.run.serving``; stopped when the
+   run ends, however it ends); the client (and its response cache; one per address with replicas:
+   ``orbench.llm.replicas``), the input read (with ``--shard``, its shard's rows: ``orbench.run.shards``) and checked (``Stage.check``),
    each model's provider set up (a missing key fails here, before any request), and the
    existing output checked against this run's settings (``Job.guard``);
 2. **estimate** (``--estimate``): the pending rows' declared requests the cache cannot answer,
@@ -79,6 +81,10 @@ class RunOptions:
     poll_interval: float
     estimate: bool
     prices: str | None
+    #: ``--shard i/N`` as ``(i, N)`` (``orbench.run.shards``), and the engine flags (``orbench.run.serving``);
+    #: neither changes a row's result, so neither is in a row's key.
+    shard: tuple[int, int] | None = None
+    serve: object = None
 
 
 def make_client(options: RunOptions) -> Client:
@@ -88,9 +94,11 @@ def make_client(options: RunOptions) -> Client:
     use_cache = not options.no_cache
     if options.estimate and not default_cache_path().exists():
         use_cache = False  # --estimate writes nothing, not even an empty cache
-    return Client(cache=Cache() if use_cache else None, base_url=options.base_url,
-                  concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
-                  max_retries=options.max_retries, patience=options.patience)
+    from orbench.run.serving import client_for
+
+    return client_for(options, dict(cache=Cache() if use_cache else None, base_url=options.base_url,
+                                    concurrency=options.concurrency, rpm=options.rpm, timeout=options.timeout,
+                                    max_retries=options.max_retries, patience=options.patience))
 
 
 @dataclass
@@ -142,6 +150,8 @@ class Job:
     in_memory: bool = False
     #: Whether ``--limit`` limits the runner's rows (stage 1 counts it in calls, in its rounds).
     limits_rows = True
+    #: Whether ``--shard`` can split its input rows (``orbench.run.shards``; not stage 1's).
+    shardable = True
 
     def __post_init__(self) -> None:
         self.output = Path(self.output)
@@ -276,9 +286,27 @@ async def run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery
     """Steps 1 to 4 of the lifecycle (module docstring) for ``job``: its output and what the run
     came to. ``UsageError`` for bad input or configuration; any other exception is raised as it
     is. ``command`` is what the meta file records as the command that reruns it."""
+    from orbench.run import serving, shards
+
+    if options.shard is not None:
+        if not job.shardable:
+            raise UsageError(f"--shard: {shards.NOT_SHARDED}")
+        if not options.output_file and not job.in_memory:
+            job.output = shards.shard_output(job.output, options.shard)
+    async with serving.engines(job, options) as options:
+        return await _run_job(job, options, command)
+
+
+async def _run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery:
+    from orbench.llm.replicas import row_concurrency
+    from orbench.run import serving, shards
+
     client = make_client(options)
     try:
         table, name, input_path = load_input(job, options)
+        whole = len(table)
+        if options.shard is not None:
+            table = shards.take(job.stage, table, options.shard)
         logger.debug("%s: %d input rows from %s -> %s", job.stage.stage_id, len(table), name,
                      "(in memory)" if job.in_memory else job.output)
         if job.stage.check is not None:
@@ -291,13 +319,16 @@ async def run_job(job: Job, options: RunOptions, command: list[str]) -> Delivery
         result = None
         for rows in job.rounds(table, options):
             source = await send_batches(job, rows, options, client) if options.batch else client
-            result = await arun_stage(job.stage, rows, job.work, concurrency=options.concurrency,
+            result = await arun_stage(job.stage, rows, job.work, concurrency=row_concurrency(options.concurrency, client),
                                       limit=job.row_limit(options), input_name=name, client=source,
                                       retry_upstream=options.retry_upstream, quiet=options.quiet,
                                       overwrite=options.overwrite, meta_path=meta_path_for(job.output))
             job.ran(result)
         delivery = job.deliver(table, result, client, options)
         delivery.meta = meta_of(job, delivery, client, input_path, command)
+        if options.shard is not None:
+            delivery.meta["shard"] = shards.meta_record(options.shard, len(table), whole)
+        serving.record(delivery.meta, options, client)
         if not job.in_memory:
             write_meta(delivery)
         return delivery

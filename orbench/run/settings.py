@@ -17,6 +17,9 @@ declaration (:func:`setting`, :func:`rule`) says otherwise:
   result depends on, or that another field records.
 
 So a new setting is in the key the moment it is a field, and leaving one out is written down.
+How a run is carried out is not a setting at all and has no field here: the run options
+(``orbench.run.lifecycle.RunOptions``: ``--concurrency``, ``--timeout``, ``--serve``, ``--serve_timeout``,
+``--replicas``, ``--shard``, ...) change no row's result, so no key, progress header or settings check sees them.
 """
 
 from __future__ import annotations

@@ -301,6 +301,7 @@ class SeedJob(Job):
     started: float = 0.0
     calls_frame: pd.DataFrame | None = None  # the calls of the last round, as the runner delivered them
     limits_rows = False
+    shardable = False  # no input rows: one job per --category instead (orbench.run.shards)
 
     @property
     def work(self) -> Path | None:
