@@ -149,6 +149,24 @@ def test_a_429_cuts_the_window_once_a_round_trip(clock):
     assert pacer.describe()["cuts"] == 2
 
 
+def test_a_cut_goes_to_the_share_admitted_since_the_last_cut_at_least_to_0_7(clock):
+    pacer = Pacer(clock=clock)
+    for _ in range(6):
+        answered(pacer, clock, rtt=0.1)  # a window of 10
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: 0.7, to 7
+    clock.now += 0.2
+    for _ in range(39):
+        answered(pacer, clock, rtt=0.0, full=False)  # 39 answers, the window untested
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # 1 refused in 40 since the cut: to 0.975
+    assert pacer.window == pytest.approx(7 * 0.975)
+    clock.now += 0.2
+    tickets = [pacer.take(COSTS) for _ in range(4)]
+    pacer.admitted(tickets[0])
+    for ticket in tickets[1:]:
+        pacer.refused(ticket, wait=0.1)  # 3 in 4: no deeper than 0.7
+    assert pacer.window == pytest.approx(7 * 0.975 * 0.7)
+
+
 def test_429s_at_a_share_that_does_not_fall_keep_cutting_every_round_trip(clock):
     """No state in which 429s stop cutting: a 429 in every round trip cuts every other one (one
     cut a round trip, at most), however long it goes on (the pacer before stopped)."""

@@ -11,16 +11,19 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    request sent less than a smoothed round trip (``srtt``) after the last cut is that cut's
    congestion; any later one cuts again. There is no state in which 429s stop cutting: a client
    that stops takes a shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914).
-   A cut is CUBIC's (RFC 9438 4.6-4.7): the window before it is remembered as ``w_max`` (lowered
-   to ``(1 + BETA) / 2`` of it when it is below the last ``w_max``: fast convergence, which
-   lets a newcomer on a shared limit catch up), and the window becomes ``BETA`` of itself.
+   The cut takes the window to the share of the answers since the last cut that were admitted,
+   and at least to ``BETA`` of itself (and to ``BETA`` at the end of the slow start, RFC 9438
+   4.6): what the server admitted is what it admits. One 429 in 40 answers cuts 2.5 %; a limit
+   exceeded by half, in the round trip after a cut, 30 %. The window before the cut is
+   remembered as ``w_max``, lowered to ``(1 + b) / 2`` of it (``b`` the cut's factor) when it is
+   below the last ``w_max`` (RFC 9438 4.7, fast convergence: a newcomer on a shared limit
+   catches up).
 3. **Recovery is CUBIC's** (RFC 9438 4.2), as in the AWS SDKs' "adaptive" retry mode: after a
-   cut at time ``epoch``, the window follows ``W(t) = C (t - K)^3 + w_max``, ``t`` the seconds
-   since the cut and ``K = cbrt(w_max (1 - BETA) / C)``: back quickly to where the last cut
+   cut, the window follows ``W(t) = C (t - K)^3 + w_max``, ``t`` the seconds since the cut and
+   ``K = cbrt((w_max - window after the cut) / C)``: back quickly to where the last cut
    happened, flat near it, probing carefully past it. Each answer of a full window, sent at
    least a round trip after the cut, moves the window ``(W(t + srtt) - window) / window``
-   toward it, the target no more than 1.5 times the window (RFC 9438 4.4). Its growth is in
-   seconds, not round trips: a window below one request regrows as fast as a large one.
+   toward it, the target no more than 1.5 times the window (RFC 9438 4.4).
 4. **Requests go out spread over the round trip** once a 429 came: ``srtt / (PACING x window)``
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
    a window of one, one request goes at a time, spaced further apart.
@@ -130,6 +133,9 @@ class Pacer:
     srtt: float | None = None  # the smoothed round trip, seconds (None: nothing answered yet)
     w_max: float = 0.0  # the window at the last cut (rule 2)
     epoch: float = -math.inf  # when the last cut happened
+    k: float = 0.0  # seconds from the last cut until the window is back at w_max (rule 3)
+    answers_since_cut: int = 0  # answers and 429s that came since the last cut (rule 2)
+    refused_since_cut: int = 0
     in_flight: int = 0
     next_send: float = 0.0  # rule 4
     next_rpm: float = 0.0  # rule 6
@@ -196,13 +202,14 @@ class Pacer:
         rtt = max(0.0, now - ticket.sent_at)
         self.srtt = rtt if self.srtt is None else self.srtt + RTT_GAIN * (rtt - self.srtt)
         self.counts.admitted += 1
+        self.answers_since_cut += 1
         if not ticket.full or ticket.sent_at < self.epoch + self.srtt:
             return  # the window was not tested, or this was sent before the cut told
         if self.slow_start:
             target = self.window + 1
         else:
-            k = math.cbrt(self.w_max * (1 - BETA) / C)
-            cubic = C * (now - self.epoch + self.srtt - k) ** 3 + self.w_max
+            t = now - self.epoch + self.srtt
+            cubic = C * (t - self.k) ** 3 + self.w_max
             target = self.window + (min(cubic, 1.5 * self.window) - self.window) / self.window
         self.window = min(self.ceiling, max(self.window, target))
 
@@ -211,14 +218,20 @@ class Pacer:
         self.released(ticket, budgets_seen)
         now = self.clock()
         self.counts.refused += 1
+        self.answers_since_cut += 1
+        self.refused_since_cut += 1
         span = self.srtt or 0.0
         if self.window <= 1 and wait and now - self.last_admitted >= span:
             self._hold(wait)  # a fixed window shut: nothing got in for a round trip
         if ticket.sent_at < self.epoch + span:
             return  # the congestion the last cut answered, or met before it told
+        admitted = 1 - self.refused_since_cut / self.answers_since_cut
+        beta = BETA if self.slow_start else max(BETA, admitted)
         fast = self.window < self.w_max and not self.slow_start  # RFC 9438 4.7
-        self.w_max = self.window * (1 + BETA) / 2 if fast else self.window
-        self.window, self.epoch, self.slow_start = self.window * BETA, now, False
+        self.w_max = self.window * (1 + beta) / 2 if fast else self.window
+        self.window, self.epoch, self.slow_start = self.window * beta, now, False
+        self.k = math.cbrt((self.w_max - self.window) / C)  # RFC 9438 (2)
+        self.answers_since_cut = self.refused_since_cut = 0
         self.counts.cuts += 1
 
     def _hold(self, seconds: float) -> None:
