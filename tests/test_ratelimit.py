@@ -243,6 +243,16 @@ def test_two_clients_on_one_limit_end_near_equal_shares(clock):
     assert max(mean) / min(mean) < 1.3 and 14 < sum(mean) < 26, mean
 
 
+def test_429s_that_never_stop_space_the_sends_no_more_than_patience(clock):
+    pacer = Pacer(clock=clock, longest_hold=30.0)
+    answered(pacer, clock, rtt=1.0)
+    for _ in range(3000):  # every one refused, each sent when the pacer lets it: the window
+        clock.now += pacer.wait_time() + 2.0  # ends near the smallest float
+        pacer.refused(pacer.take(COSTS), wait=None)
+    assert pacer.window < 1e-300
+    assert pacer.wait_time() == pytest.approx(30.0)  # the next no later than --patience after
+
+
 def test_a_zero_round_trip_is_safe(clock):
     """An answer on the same clock tick as its send: a round trip of 0, and the 429 after it cuts
     (the pacer before divided by it); sends are not spread, the window still works."""

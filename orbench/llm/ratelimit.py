@@ -26,7 +26,8 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    toward it, the target no more than 1.5 times the window (RFC 9438 4.4).
 4. **Requests go out spread over the round trip** once a 429 came: ``srtt / (PACING x window)``
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
-   a window of one, one request goes at a time, spaced further apart.
+   a window of one, one request goes at a time, spaced further apart, but never more than
+   ``--patience`` apart (429s that never stop would otherwise space the sends out for ever).
 5. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
    ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``,
    read by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went
@@ -158,8 +159,9 @@ class Pacer:
     def take(self, costs: dict, full: bool = False) -> Ticket:
         """Book a request costing ``costs`` as sent now (``full``: it found the window full)."""
         now = self.clock()
-        if self.srtt is not None and self.counts.refused:  # rule 4
-            self.next_send = max(now, self.next_send) + self.srtt / (PACING * self.window)
+        if self.srtt is not None and self.counts.refused:  # rule 4, spaced --patience at most
+            gap = self.srtt / (PACING * self.window) if self.window > 0 else math.inf
+            self.next_send = max(now, self.next_send) + min(gap, self.longest_hold)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
         ticket = Ticket(now, costs, dict(self.units_sent), full)
