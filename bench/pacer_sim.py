@@ -110,28 +110,49 @@ class Request:
     retried: bool = False
 
 
+class RealTime:
+    """The real time a simulated moment stands for: ``TIME_SCALE`` x the simulation's (the shapes
+    run ``bench/rate_limits.py``'s ``SCALE`` times faster than the real ones they model). The
+    controllers' constants in seconds (CUBIC's ``C``, inspect's 15 s cooldown) are real seconds."""
+
+    def __init__(self, clock: Clock):
+        self.clock = clock
+
+    def monotonic(self) -> float:
+        return self.clock.now * TIME_SCALE
+
+    def time(self) -> float:
+        return Clock.EPOCH + self.clock.now * TIME_SCALE
+
+
+def _real(budgets) -> list:
+    return [(unit, left, None if reset is None else reset * TIME_SCALE) for unit, left, reset in budgets]
+
+
 class OrbenchGate:
-    """This project's pacer (``orbench.llm.ratelimit.Pacer``), driven as ``Client._send`` drives it."""
+    """This project's pacer (``orbench.llm.ratelimit.Pacer``), driven as ``Client._send`` drives it,
+    on the real time the simulation stands for (:class:`RealTime`)."""
 
     holds = False  # a refused request leaves the flight
 
     def __init__(self, run: Run):
-        self.pacer = ratelimit.Pacer("sim", run.rpm, clock=run.sim.clock.monotonic, ceiling=run.concurrency)
+        self.pacer = ratelimit.Pacer("sim", run.rpm, clock=RealTime(run.sim.clock).monotonic,
+                                     ceiling=run.concurrency, longest_hold=PATIENCE)
 
     def wait_time(self) -> float:
-        return self.pacer.wait_time()
+        return self.pacer.wait_time() / TIME_SCALE
 
     def take(self, costs: dict, full: bool):
         return self.pacer.take(costs, full)
 
     def admitted(self, ticket, budgets, clean: bool) -> None:
-        self.pacer.admitted(ticket, budgets)
+        self.pacer.admitted(ticket, _real(budgets))
 
     def refused(self, ticket, asked, budgets) -> None:
-        self.pacer.refused(ticket, asked, budgets)
+        self.pacer.refused(ticket, None if asked is None else asked * TIME_SCALE, _real(budgets))
 
     def released(self, ticket, budgets=()) -> None:
-        self.pacer.released(ticket, budgets)
+        self.pacer.released(ticket, _real(budgets))
 
     def describe(self) -> str:
         d = self.pacer.describe()
@@ -172,7 +193,7 @@ class InspectGate:
     holds = True
 
     def __init__(self, run: Run):
-        inspect_concurrency.time = run.sim.clock  # the module reads time.monotonic() and time.time()
+        inspect_concurrency.time = RealTime(run.sim.clock)  # it reads time.monotonic() and time.time()
         self.controller = inspect_concurrency.AdaptiveConcurrencyController(
             "sim", inspect_concurrency.AdaptiveConcurrency(), visible=False)
         self.controller._limiter = _Slots(self.controller.concurrency)
@@ -240,6 +261,7 @@ class NoGate(FixedGate):
 
 
 FIXED = 10
+TIME_SCALE = SCALE
 GATES = {"orbench": OrbenchGate, "inspect": InspectGate, "fixed": FixedGate, "none": NoGate}
 PATIENCE, MAX_RETRIES = 600.0, 5  # the flags' defaults
 
@@ -380,6 +402,9 @@ class Run:
             self.errors += 1
             self._row_ended()
             return
+        if self.gate.holds:  # inspect: the sample keeps its place and its connection slot
+            self.sim.at(self.sim.now + wait, lambda: self._enqueue(request))
+            return
         self._place_freed()  # its place goes to the next row while it waits
         self.sim.at(self.sim.now + wait, lambda: self._want_place(request))
         self._pump()
@@ -458,14 +483,15 @@ def measure(case: Case, rows: int, seed: int, controller: str) -> dict:
     rows = s.rows or rows
     runs, server = simulate(s.shape, rows, s.concurrency, s.max_tokens, runs=case.runs, seed=seed,
                             controller=controller)
-    walls = [r.finished_at or r.sim.now for r in runs]
+    walls = [r.finished_at or math.inf for r in runs]  # unfinished: its rows left count as errors
     done = sum(r.done for r in runs)
     stats = server.stats()
     allowed = allowed_seconds(Scenario(s.name, s.shape, s.sdk, s.concurrency * case.runs, s.max_tokens),
                               rows * case.runs)
     return {"ratio": done / max(walls) / (rows * case.runs / allowed),
             "per_success": (stats["rejected"] + stats["capped"]) / max(1, stats["ok"]),
-            "spread": max(walls) / min(walls), "errors": sum(r.errors for r in runs),
+            "spread": max(walls) / min(walls) if max(walls) < math.inf else math.inf,
+            "errors": rows * case.runs - done,
             "state": runs[0].gate.describe()}
 
 
@@ -539,11 +565,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per case (medians shown)")
     parser.add_argument("--only", default=None, help="comma-separated case name prefixes")
     parser.add_argument("--cpu", type=float, default=CPU, help="the client's seconds of work per attempt")
+    parser.add_argument("--time_scale", type=float, default=SCALE,
+                        help="real seconds a simulated second stands for, as the controllers' clocks "
+                             f"read it (default: {SCALE:g}, the shapes' own scale; 1: the bench's seconds)")
     parser.add_argument("--controllers", default=",".join(GATES),
                         help=f"which of {', '.join(GATES)} (orbench's goals need orbench; "
                              "'inspect ahead' needs inspect)")
     args = parser.parse_args(argv)
     globals()["CPU"] = args.cpu
+    globals()["TIME_SCALE"] = args.time_scale
     controllers = args.controllers.split(",")
     started = real_time.perf_counter()
     if args.random:
@@ -554,7 +584,7 @@ def main(argv=None) -> int:
         found = [c for c in found if any(c.name.startswith(p) for p in args.only.split(","))]
     met, total = table(found, args.rows, args.seeds, controllers)
     print(f"\n{met} of {total} cases meet every goal that applies to this pacer "
-          f"({args.seeds} seeds each, --cpu {args.cpu})")
+          f"({args.seeds} seeds each, --cpu {args.cpu}, --time_scale {args.time_scale:g})")
     print(f"({real_time.perf_counter() - started:.1f} s of this machine's time)")
     return 0
 
