@@ -18,19 +18,17 @@ the pacer, then the provider's ``classify`` sorts what went wrong (:class:`orben
 
 - a block is data (``provider_refusal=True``); a stop ends the run (``FatalProviderError``); a row
   error fails just that row (``RowError``);
-- a 429 (``RATE_LIMIT``) and an "overloaded" answer (``OVERLOAD``) wait as the provider asked
-  (``ErrorClass.wait``), else back off, and go again, until ``--patience`` seconds have passed
-  since the request's first such answer; past it they spend ``--max_retries`` like the rest;
-- anything worth asking again (``RETRY``: 5xx, 408/409, a timeout, a dropped connection, a reply
-  with no answer) waits as asked or backs off, and spends one of ``--max_retries``; when they are
-  spent the row fails;
+- anything worth asking again (a 429, an "overloaded" answer, 5xx, 408/409, a timeout, a dropped
+  connection, a reply with no answer) waits as ``orbench.llm.retry.next_wait`` says, the one
+  retry rule: the wait the server asked if it fits in ``--patience``, else a backoff, and gives
+  up (the row fails) when the rule says so; three requests in a row that give up on a wait asked
+  past ``--patience`` stop the run (``WaitPastPatience``, exit 1, naming the wait);
 - an address that has never answered stops the run (exit 2, naming the address) at its first
   connection failure, or when a request has spent its ``--max_retries`` on "overloaded" answers.
 
-A waiting request is out of the flight: it gives its pacer's window place back at once, and its
-row's place among the ``--concurrency`` rows (:data:`ROW_PLACE`) until it goes again. Backing off
-is exponential with full jitter, from ``BACKOFF_FIRST`` to at most ``BACKOFF_LONGEST`` seconds
-(the openai and anthropic SDKs' own defaults).
+A waiting request is out of the flight: it gives its pacer's window place back at once, and lends
+its row's place among the ``--concurrency`` rows (:class:`RowPlace`) until it goes again. A
+cancelled attempt (a row's other request failed: :func:`together`) gives its place back too.
 """
 
 from __future__ import annotations
