@@ -544,6 +544,7 @@ def table(found: list[Case], rows: int, seeds: int, controllers: list[str]) -> t
     rows, and the goals this pacer misses. Returns (cases meeting every goal, cases)."""
     head = " | ".join(f"{c}: share 429/ok last/first err" for c in controllers)
     print(f"| case | {head} | goals |")
+    print("|---" * (len(controllers) + 2) + "|")
     met = 0
     for case in found:
         figures = {c: summarise(case, rows, seeds, c) for c in controllers}
