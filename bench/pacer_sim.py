@@ -1,27 +1,34 @@
-"""The pacer in simulated time: every shape of ``bench/rate_limits.py`` in seconds, whatever the machine's load.
+"""Pacers side by side in simulated time: every shape of ``bench/rate_limits.py`` and issue 52's,
+whatever the machine's load.
 
 ``bench/rate_limits.py`` runs the real SDKs against a loopback server in real time: the truth, but
-on a busy machine its figures move by a third from run to run. This bench runs the same pacer
-(``orbench.llm.ratelimit.Pacer``, through its public methods only), the same header and backoff
-rules (``orbench.llm.providers.transport``, ``orbench.llm.clients.backoff``) and the same server
-(``tests/fake_ratelimit.FakeRateLimited``'s ``decide``, its clock replaced by the simulation's)
+on a busy machine its figures move by a third from run to run. This bench runs four controllers
+through their public methods, each under the same retry rule (``orbench.llm.retry``) and header
+reading (``orbench.llm.providers.transport``), against the same server
+(``tests/fake_ratelimit.FakeRateLimited``'s ``decide``, its clock replaced by the simulation's),
 as a discrete-event simulation: the rows of a run take their places among ``--concurrency``, a
-refused request gives its place back while it waits (as ``Client._send`` does), and time jumps
-from one event to the next. The same seed gives the same figures on any machine.
+refused request lends its place while it waits (as ``Client._send`` does), and time jumps from
+one event to the next. The same seed gives the same figures on any machine. The controllers:
+
+- ``orbench``: ``orbench.llm.ratelimit.Pacer``, as ``Client._send`` drives it;
+- ``inspect``: inspect_ai's ``AdaptiveConcurrencyController`` as installed (imported, not copied;
+  its default ``AdaptiveConcurrency``), as inspect's ``Model.generate`` drives it (a slot held
+  across a request's retries; ``notify_retry`` on a 429, ``notify_success`` on a clean answer);
+- ``fixed``: 10 requests in flight; ``none``: no pacer, ``--concurrency`` the only bound.
+
+One table: each controller's share of the allowed rate, 429s per success, the last run's finish
+over the first's (runs sharing a key) and error rows, and the issue's goals this pacer misses.
 
 The client's own work is modelled as ``--cpu`` seconds per attempt on one event loop (attempts
-queue for it, so a busy client's round trips stretch as a real one's do). What it leaves out: the
-network, and ``--patience`` (nothing here waits that long). So it compares pacers, and the real
-bench confirms on a quiet machine.
+queue for it, so a busy client's round trips stretch as a real one's do). ``--time_scale`` is the
+real seconds a simulated one stands for, as the controllers' clocks read them (their constants
+are in real seconds). What it leaves out: the network.
 
-    python bench/pacer_sim.py                 # the named scenarios, the random 429s, two runs on one key
-    python bench/pacer_sim.py --random 5      # ... and 5 seeds of every randomised shape
-    python bench/pacer_sim.py --only cap-8
-    python bench/pacer_sim.py --null          # 429s never cut: the ceiling for random 429s
+    python bench/pacer_sim.py                  # the issue's cases, four controllers, 3 seeds
+    python bench/pacer_sim.py --random 4 --seeds 1 --controllers orbench,inspect
+    python bench/pacer_sim.py --only shared- --time_scale 1
 
-The default ``--cpu 0.003`` is about the real client's work per attempt (3-5 ms); ``--cpu 0.01``
-makes the client's CPU, not the window, the bottleneck at concurrency 32, which hides what cuts
-cost (the figures of earlier versions of rate_limits.md were taken so).
+The default ``--cpu 0.003`` is about the real client's work per attempt (3-5 ms).
 """
 
 from __future__ import annotations
