@@ -114,7 +114,7 @@ def test_what_is_not_worth_asking_again_is_never_waited_for():
 
 
 def test_max_retries_zero_gives_up_at_the_first_failure_but_not_on_a_429():
-    assert next_wait(Outcome.RETRY, None, 1, 0.0, PATIENCE, 0) == GiveUp("--max_retries 0")
+    assert next_wait(Outcome.RETRY, None, 1, 0.0, PATIENCE, 0) == GiveUp("")  # one attempt: no count
     assert next_wait(Outcome.RATE_LIMIT, 2.0, 1, 0.0, PATIENCE, 0) == 2.0
 
 

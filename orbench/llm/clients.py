@@ -367,7 +367,8 @@ class Client:
                     stop = retry.long_wait_stop(self._long_waits[pacer.name], wait.asked, where)
                     if stop:
                         raise WaitPastPatience(stop)
-                return apply_verdict(ErrorClass(Outcome.ROW, f"{verdict.message}, {wait.why}"))
+                why = f"{verdict.message}, {wait.why}" if wait.why else verdict.message
+                return apply_verdict(ErrorClass(Outcome.ROW, why))
             self.rate_limits.waited += wait if patient else 0.0
             logger.debug("%s: %s; asking again in %.1f s", spec, verdict.message, wait)
             place = ROW_PLACE.get()

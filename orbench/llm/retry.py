@@ -46,8 +46,8 @@ RETRIED = (*PATIENT, Outcome.RETRY, Outcome.CONNECTION)
 
 @dataclass(frozen=True)
 class GiveUp:
-    """The request is not asked again: ``why`` (for the row's error text) and the wait the server
-    asked, when it was one too long (``asked``)."""
+    """The request is not asked again: ``why`` (added to the row's error text; empty when its one
+    attempt says it all) and the wait the server asked, when it was one too long (``asked``)."""
 
     why: str
     asked: float | None = None
@@ -69,7 +69,7 @@ def next_wait(outcome: Outcome, asked: float | None, attempts: int, since_first:
         return GiveUp(f"not asked again ({outcome.value})")
     left = patience - max(0.0, since_first)
     if outcome not in PATIENT and attempts > max_retries:
-        return GiveUp(f"{attempts} attempts" if attempts > 1 else "--max_retries 0")
+        return GiveUp(f"{attempts} attempts" if attempts > 1 else "")  # one: nothing to add
     if asked is not None and not math.isnan(asked):
         asked = max(0.0, asked)
         if asked > left:
