@@ -400,6 +400,41 @@ def test_random_429s_do_not_stall_the_run(script, env, limited, tmp_path):
     assert f"{server.rejected} 429 answers waited out" in proc.stderr
 
 
+def test_a_limit_with_random_429s_on_top_finishes_every_row(script, env, limited, tmp_path):
+    """A 10-request limit a quarter second, and 10 % of all requests refused at random on top:
+    every row is done, no 429 becomes an error row, each is counted once."""
+    server = limited(rpm=10, window=0.25, style="openai", random_429=0.1, random_retry=0.05,
+                     latency=0.01, seed=5)
+    prompts = _input(tmp_path, 60)
+    proc = _run(script, env, "openai/gpt-test", "--concurrency", "16", "--max_retries", "0")
+    meta, paced = _finished(proc, tmp_path, prompts)
+    assert paced["responses_429"] == server.rejected > 0 and server.ok == 60
+    assert paced["following"] == "429s" and paced["cuts"] >= 1
+
+
+def test_two_clients_sharing_one_limit_both_finish_every_request(env, limited):
+    """Two clients (two runs' pacers) on one key of 10 requests a quarter second: each gets all
+    its answers; the server's 429s are the two pacers' together, none lost or made an error."""
+    server = limited(rpm=10, window=0.25, style="openai", latency=0.01)
+    clients = [Client(cache=None, concurrency=16, max_retries=0) for _ in range(2)]
+
+    async def one(client, name):
+        try:
+            return await asyncio.gather(*(client.complete(
+                Request.user(parse_model("openai/gpt-test"), f"{name} q{i}", max_tokens=5))
+                for i in range(40)))
+        finally:
+            await client.close()
+
+    async def both():
+        return await asyncio.gather(one(clients[0], "a"), one(clients[1], "b"))
+
+    answers = asyncio.run(both())
+    assert [len(a) for a in answers] == [40, 40] and server.ok == 80
+    assert all(x.text.startswith("Fake answer") for a in answers for x in a)
+    assert sum(c.rate_limits.responses_429 for c in clients) == server.rejected
+
+
 def test_a_request_waiting_out_a_429_gives_its_row_place_to_the_next(script, env, limited, tmp_path):
     """Two rows in flight (--concurrency 2); the first request to arrive is refused and asked to
     wait about a second: the other rows are answered meanwhile, not after it."""
