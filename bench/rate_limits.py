@@ -357,8 +357,8 @@ def random429(rows: int, shares=(0.01, 0.05, 0.10, 0.15, 0.20, 0.30), sdk: str =
         lines.append(f"{'random 429s: ' + f'{share:.0%}':30s} {sdk:9s} {rows:5d} "
                      f"{statistics.median(walls['random']):7.1f} s  throughput {ratio:.2f} of none's "
                      f"({statistics.median(walls['none']):.1f} s), {row['429']} 429s, {row['errors']} errors, "
-                     f"window {row['pacer']['window']}, cuts {row['pacer']['cuts']} ({row['pacer']['cuts_undone']} "
-                     f"undone): {goal} (>= 0.80 up to 15 %)")
+                     f"window {row['pacer']['window']}, cuts {row['pacer']['cuts']}: {goal} "
+                     f"(>= 0.80 up to 15 %)")
         print(lines[-1], flush=True)
     return lines
 

@@ -36,7 +36,8 @@ as Gemini's quota errors do) or ``none`` (bare 429s). What they say can be bent:
 that promises more than is given); ``remaining_only`` sends the remaining count alone (and
 ``retry-after`` on a 429). ``retry`` sets a 429's ``retry-after`` whatever the style: ``exact``
 (the whole seconds until a request's worth is free), ``flat`` (60, whatever the limit, as some
-gateways send it), ``auto`` (as the style sends it). Latency is ``latency`` seconds, varied by
+gateways send it), ``date`` (an HTTP date, the moment a request's worth is free, rounded up to
+the second), ``auto`` (as the style sends it). Latency is ``latency`` seconds, varied by
 +-``jitter`` of it; a 429 or an overload answer takes ``refuse_latency`` seconds (a gateway
 that asks the provider first).
 
@@ -305,6 +306,9 @@ class FakeRateLimited:
         shape, headers = self.shape, {}
         if wait > 0 and shape.retry in ("exact", "flat"):
             headers["retry-after"] = str(max(1, math.ceil(wait)) if shape.retry == "exact" else 60)
+        if wait > 0 and shape.retry == "date":  # an HTTP date (RFC 9110), whole seconds
+            moment = datetime.fromtimestamp(math.ceil(time.time() + wait), tz=timezone.utc)
+            headers["retry-after"] = moment.strftime("%a, %d %b %Y %H:%M:%S GMT")
         if shape.style in ("none", "gemini"):
             return headers
         for name, limit in self.limits.items():

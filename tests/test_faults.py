@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from conftest import read
 
-from orbench.llm import clients
+from orbench.llm import retry
 from orbench.stages import check_alignment, moderate
 
 FAULTS = [
@@ -37,7 +37,7 @@ MAX_RUNS = 6
 def quick_backoff(monkeypatch):
     """The retry loop's wait between retries (0.5 s, doubling) shortened: what is tested is which
     rows come out how, not the pauses (which only made this test sleep for seconds)."""
-    monkeypatch.setattr(clients, "BACKOFF_FIRST", 0.01)
+    monkeypatch.setattr(retry, "BACKOFF_FIRST", 0.01)
 
 
 def schedule(fake, rng: random.Random, marker: str, model: str | None = None) -> bool:

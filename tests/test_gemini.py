@@ -99,27 +99,27 @@ def test_a_bad_key_stops_the_run_with_one_line(gem, env, script, tmp_path, statu
 
 
 def test_429_and_500_are_retried_then_fail_the_row(gem, env, script, tmp_path, monkeypatch):
-    from orbench.llm import clients
+    from orbench.llm import retry
 
-    monkeypatch.setattr(clients, "BACKOFF_FIRST", 0.01)  # the backoffs short: a faster test
+    monkeypatch.setattr(retry, "BACKOFF_FIRST", 0.01)  # the backoffs short: a faster test
     gem.add_rule(match="flaky", status=500, times=1)
     gem.add_rule(match="limited", status=429)
-    # A 429 is waited out (and the request sent again) for --patience seconds; past that, each
-    # further 429 spends one of --max_retries, then the row fails.
+    # A 429 is waited out (and the request sent again) for --patience seconds; a backoff that no
+    # longer fits in it gives up (orbench.llm.retry), the row failing.
     result = one_run(script, env, tmp_path, "--max_retries=1", "--patience=0.2",
                      prompts=["flaky one", "limited two"])
     assert result.returncode == 1, result.stderr
     table = read(tmp_path / "out.csv")
     assert table.response[0].startswith("Fake Gemini answer") and table.error[0] == ""
     assert table.error[1].startswith("check_alignment: HTTP 429 from gemini: ")
-    assert table.error[1].endswith(", 2 attempts")
+    assert table.error[1].endswith(", --patience (0.2 s) spent")
     asked = [json.dumps(r["body"]) for r in gem.requests]
     assert sum("flaky" in b for b in asked) == 2  # the 500: asked once again
     limited = sum("limited" in b for b in asked)
     assert limited >= 2
     meta = json.loads((tmp_path / "out.csv.meta.json").read_text())
     assert meta["rate_limits"][0]["responses_429"] == limited == meta["requests"]["rate_limit_429s"]
-    assert meta["requests"]["waits_past_patience"] == 2
+    assert meta["requests"]["waits_past_patience"] == 1
 
 
 def test_no_server_stops_the_run_naming_the_address(gem, env, script, tmp_path):

@@ -211,21 +211,20 @@ def test_the_mock_provider_answers_by_rules_and_sorts_its_errors(mock, env, scri
 
 @pytest.mark.parametrize("error, outcome, asked", [
     ("retry", "RowError", 2), ("transient", "RowError", 2), ("stop", "FatalProviderError", 1),
-    ("rate_limit", "RowError", 2), ("overload", "FatalProviderError", 2),
+    ("rate_limit", "RowError", 1), ("overload", "FatalProviderError", 2),
     ("connection", "FatalProviderError", 1), ("bug", "MockError", 1)])
 def test_the_mock_provider_errors_reach_the_client_as_their_class(mock, monkeypatch, error, outcome, asked):
-    """--max_retries 1: what is worth asking again is asked twice; a 429 past --patience spends
-    the retries too. At an address that has never answered, a connection failure stops the run at
-    once and "overloaded" answers once the retries are spent."""
+    """--max_retries 1: what is worth asking again is asked twice; a 429 past --patience gives
+    up at once (the retry rule). At an address that has never answered, a connection failure
+    stops the run at once and "overloaded" answers once the retries are spent."""
     import asyncio
 
-    from orbench.llm import clients
+    from orbench.llm import retry
     from orbench.llm.clients import Client
 
-    monkeypatch.setattr(clients, "BACKOFF_FIRST", 0.01)
+    monkeypatch.setattr(retry, "BACKOFF_FIRST", 0.01)
     mock.add(error=error)
-    # patience 0: every wait a 429 asks for is past it (with a patience above 0, a backoff drawn
-    # with full jitter below it would be waited out without spending a retry, now and then)
+    # patience 0: every wait a 429 asks for, and every backoff, is past it
     client = Client(cache=None, max_retries=1, patience=0.0)
     with pytest.raises(Exception) as info:
         asyncio.run(client.complete(Request.user(parse_model("mock/m"), "hi")))

@@ -18,40 +18,44 @@ the pacer, then the provider's ``classify`` sorts what went wrong (:class:`orben
 
 - a block is data (``provider_refusal=True``); a stop ends the run (``FatalProviderError``); a row
   error fails just that row (``RowError``);
-- a 429 (``RATE_LIMIT``) and an "overloaded" answer (``OVERLOAD``) wait as the provider asked
-  (``ErrorClass.wait``), else back off, and go again, until ``--patience`` seconds have passed
-  since the request's first such answer; past it they spend ``--max_retries`` like the rest;
-- anything worth asking again (``RETRY``: 5xx, 408/409, a timeout, a dropped connection, a reply
-  with no answer) waits as asked or backs off, and spends one of ``--max_retries``; when they are
-  spent the row fails;
+- anything worth asking again (a 429, an "overloaded" answer, 5xx, 408/409, a timeout, a dropped
+  connection, a reply with no answer) waits as ``orbench.llm.retry.next_wait`` says, the one
+  retry rule: the wait the server asked if it fits in ``--patience``, else a backoff, and gives
+  up (the row fails) when the rule says so; three requests in a row that give up on a wait asked
+  past ``--patience`` stop the run (``WaitPastPatience``, exit 1, naming the wait);
 - an address that has never answered stops the run (exit 2, naming the address) at its first
   connection failure, or when a request has spent its ``--max_retries`` on "overloaded" answers.
 
-A waiting request is out of the flight: it gives its pacer's window place back at once, and its
-row's place among the ``--concurrency`` rows (:data:`ROW_PLACE`) until it goes again. Backing off
-is exponential with full jitter, from ``BACKOFF_FIRST`` to at most ``BACKOFF_LONGEST`` seconds
-(the openai and anthropic SDKs' own defaults).
+A waiting request is out of the flight: it gives its pacer's window place back at once, and lends
+its row's place among the ``--concurrency`` rows (:class:`RowPlace`) until it goes again. A
+cancelled attempt (a row's other request failed: :func:`together`) gives its place back too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import random
 import re
 import time
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 
-from orbench.llm import pricing, providers, ratelimit
+from orbench.llm import pricing, providers, ratelimit, retry
 from orbench.llm.cache import Cache, cache_key
-from orbench.llm.errors import FatalProviderError, RowError
+from orbench.llm.errors import (
+    FatalProviderError,
+    RowError,
+    UsageError,
+    WaitPastPatience,
+    fails_the_row,
+)
 from orbench.llm.models import ModelSpec, redact
 from orbench.llm.types import Completion, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Client", "CallStats", "apply_verdict", "valid_text",
+__all__ = ["Client", "CallStats", "apply_verdict", "valid_text", "together", "RowPlace",
            "Request", "Completion", "TransientReply", "ProviderAPI",
            "DEFAULT_TIMEOUT", "DEFAULT_MAX_RETRIES", "DEFAULT_CONCURRENCY", "DEFAULT_PATIENCE", "ROW_PLACE"]
 
@@ -61,16 +65,66 @@ DEFAULT_MAX_RETRIES = 5
 DEFAULT_PATIENCE = 600.0
 #: Rows in flight at once (the CLI, Client and run_stage).
 DEFAULT_CONCURRENCY = 16
-BACKOFF_FIRST, BACKOFF_LONGEST = 0.5, 8.0
 
-#: The place a row holds among the ``--concurrency`` rows in flight (the stage runner sets it): a
-#: request gives it back while it waits out a provider's wait, and takes one again to go on.
-ROW_PLACE: ContextVar[asyncio.Semaphore | None] = ContextVar("orbench_row_place", default=None)
+class RowPlace:
+    """A row's one place among the ``--concurrency`` rows in flight. The stage runner takes it
+    before the row starts and gives it back (:meth:`give_back`) when the row ends; a request of
+    the row lends it to the next row while it waits out a provider's wait (:meth:`lent`). However
+    many of the row's requests wait, it is given back once and taken again once."""
+
+    def __init__(self, places: asyncio.Semaphore):
+        self.places, self.held = places, True
+
+    def give_back(self) -> None:
+        """Give the place back, if the row holds it (twice is once)."""
+        if self.held:
+            self.held = False
+            self.places.release()
+
+    @contextlib.asynccontextmanager
+    async def lent(self):
+        """The place goes to the next row while the block runs, and is taken again (waiting for
+        one) when it ends, unless another of the row's requests took it already; a block that
+        raises (cancelled) takes none."""
+        self.give_back()
+        yield
+        if not self.held:
+            await self.places.acquire()
+            self.held = True
 
 
-def backoff(attempt: int) -> float:
-    """Seconds before the ``attempt``-th try again: exponential backoff with full jitter."""
-    return random.uniform(0, min(BACKOFF_LONGEST, BACKOFF_FIRST * 2 ** min(attempt - 1, 16)))
+#: The place of the row a request belongs to (the stage runner sets it in each row's task).
+ROW_PLACE: ContextVar[RowPlace | None] = ContextVar("orbench_row_place", default=None)
+
+
+def _rank(exc: BaseException) -> int:
+    """Which failure of a row's requests the row reports: Ctrl-C, then a bug, a stop, a run's
+    stop on a wait too long, and a row's failure last."""
+    if not isinstance(exc, Exception):
+        return 0
+    if fails_the_row(exc):
+        return 4
+    return 2 if isinstance(exc, UsageError) else 3 if isinstance(exc, WaitPastPatience) else 1
+
+
+async def together(*aws):
+    """The results of the awaitables ``aws``, run at once in one ``asyncio.TaskGroup`` (a row's
+    requests): the first failure cancels the rest, whose pacer slots go back; the failure is
+    raised as itself, not as an ``ExceptionGroup`` (a bug before a stop before a row's failure,
+    when several came at once)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(a) for a in aws]
+    except BaseExceptionGroup as failed:
+        leaves, found = [failed], []
+        while leaves:
+            leaf = leaves.pop()
+            if isinstance(leaf, BaseExceptionGroup):
+                leaves.extend(leaf.exceptions)
+            else:
+                found.append(leaf)
+        raise min(found, key=_rank) from None
+    return [task.result() for task in tasks]
 
 
 def apply_verdict(verdict: ErrorClass) -> Completion:
@@ -154,6 +208,7 @@ class Client:
         #: (``orbench.run.serving``): its port is no part of the cache key.
         self.served: dict[str, tuple[str, str]] = {}
         self._seen: dict[str, dict] = {}  # per slot: base URL and engine, for the meta file
+        self._long_waits: dict[str, int] = {}  # per pacer: give-ups on a wait past --patience in a row
 
     def prepare(self, spec: ModelSpec) -> None:
         """Set up the provider for ``spec`` now, so a missing key or base URL fails before any row."""
@@ -259,56 +314,73 @@ class Client:
         return completion
 
     async def _send(self, request: Request, slot: _Slot) -> Completion:
-        """The retry loop (see the module docstring): one provider answer to ``request``."""
+        """One provider answer to ``request``: each attempt waits for the pacer, the provider's
+        ``classify`` sorts what went wrong, and ``orbench.llm.retry.next_wait`` says how long to
+        wait before the next attempt, or to give up (the module docstring)."""
         spec, provider = request.model, request.model.provider
         pacer = self.rate_limits.pacer(provider.name, slot.base_url, spec.model)
         costs = ratelimit.request_costs(pricing.input_tokens(request), request.max_tokens)
-        retries, waits, first_wait = 0, 0, None
+        failures = {True: 0, False: 0}  # this request's failures: patient (429, overload) or not
+        first_failure = None
         while True:
             ticket = await pacer.acquire(costs)
             self.stats.sent += 1
-            with ratelimit.watching() as seen:
-                try:
-                    answer, verdict = await slot.api.generate(request), None
-                except TransientReply as exc:  # a reply, but no answer in it
-                    self.stats.transient += 1
-                    answer, verdict = None, ErrorClass(Outcome.RETRY, f"{exc} from {provider.name}")
-                except Exception as exc:
-                    answer, verdict = exc, slot.api.classify(exc, spec)
-                    if verdict is None:  # not the provider's to sort: a bug
-                        pacer.released(ticket)
-                        raise
-            outcome = verdict and verdict.outcome
+            try:
+                with ratelimit.watching() as seen:
+                    try:
+                        answer, verdict = await slot.api.generate(request), None
+                    except TransientReply as exc:  # a reply, but no answer in it
+                        self.stats.transient += 1
+                        answer, verdict = None, ErrorClass(Outcome.RETRY, f"{exc} from {provider.name}")
+                    except Exception as exc:
+                        answer, verdict = exc, slot.api.classify(exc, spec)
+                        if verdict is None:  # not the provider's to sort: a bug
+                            raise
+            except BaseException:  # a bug, or cancelled (a row's other request failed, Ctrl-C)
+                pacer.released(ticket)
+                raise
+            if verdict is None:
+                slot.answered = True
+                pacer.admitted(ticket, seen)
+                self._long_waits[pacer.name] = 0
+                return answer
+            outcome = verdict.outcome
             never = not slot.answered and outcome in (Outcome.CONNECTION, Outcome.OVERLOAD)
             slot.answered = not never
-            if not isinstance(answer, Exception):
-                pacer.admitted(ticket, seen)
-            elif outcome is not Outcome.RATE_LIMIT:
+            if outcome is not Outcome.RATE_LIMIT:
                 pacer.released(ticket, seen)
-            if verdict is None:
-                return answer
             if outcome in (Outcome.BLOCK, Outcome.STOP, Outcome.ROW) or never and outcome is Outcome.CONNECTION:
                 return apply_verdict(_unreachable(provider, slot, verdict) if never else verdict)
-            now, patient = time.monotonic(), outcome in (Outcome.RATE_LIMIT, Outcome.OVERLOAD) and not never
-            waits, first_wait = waits + patient, now if first_wait is None and patient else first_wait
-            wait = verdict.wait if verdict.wait is not None else backoff(waits if patient else retries + 1)
+            kind = Outcome.RETRY if never else outcome  # "overloaded" since the start: not waited out
+            patient = kind in retry.PATIENT
+            now = time.monotonic()
+            first_failure = now if first_failure is None else first_failure
+            failures[patient] += 1
+            wait = retry.next_wait(kind, verdict.wait, failures[patient], now - first_failure,
+                                   self.patience, self.max_retries)
             if outcome is Outcome.RATE_LIMIT:
-                pacer.refused(ticket, wait, seen)
+                pacer.refused(ticket, verdict.wait, seen)
             self.rate_limits.overloaded += outcome is Outcome.OVERLOAD
-            if not (patient and now + wait - first_wait <= self.patience):
-                retries, wait = retries + 1, backoff(retries + 1) if patient else wait  # past --patience
-                self.rate_limits.past_patience += patient
-                if retries > self.max_retries:
-                    return apply_verdict(_unreachable(provider, slot, verdict) if never else ErrorClass(
-                        Outcome.ROW, verdict.message + (f", {retries} attempts" if retries > 1 else "")))
+            if isinstance(wait, retry.GiveUp):
+                if never:
+                    return apply_verdict(_unreachable(provider, slot, verdict))
+                self.rate_limits.past_patience += patient or wait.asked is not None
+                if wait.asked is not None:
+                    self._long_waits[pacer.name] = self._long_waits.get(pacer.name, 0) + 1
+                    where = f"{provider.name} at {slot.base_url or 'its default address'}"
+                    stop = retry.long_wait_stop(self._long_waits[pacer.name], wait.asked, where)
+                    if stop:
+                        raise WaitPastPatience(stop)
+                why = f"{verdict.message}, {wait.why}" if wait.why else verdict.message
+                return apply_verdict(ErrorClass(Outcome.ROW, why))
             self.rate_limits.waited += wait if patient else 0.0
-            logger.debug("%s: %s; asking again in %.1f s (%s)", spec, verdict.message, wait, "patient" if patient else f"retry {retries}")
+            logger.debug("%s: %s; asking again in %.1f s", spec, verdict.message, wait)
             place = ROW_PLACE.get()
-            if place is not None:  # its row's place goes to the next row while it waits
-                place.release()
-            await asyncio.sleep(wait)
-            if place is not None:
-                await place.acquire()
+            if place is None:
+                await asyncio.sleep(wait)
+            else:
+                async with place.lent():
+                    await asyncio.sleep(wait)
 
     def store(self, key: str, completion: Completion) -> None:
         """Put an answer into the cache under ``key``: a synchronous one (``complete``) or one

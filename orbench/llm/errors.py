@@ -5,6 +5,8 @@
   it (a ``ValueError``).
 - ``FatalProviderError``: the provider refused the whole run (bad key, no access, unknown model).
   Every further row would fail the same way, so the run stops at once; exit 2.
+- ``WaitPastPatience``: the provider asks every request to wait past ``--patience``; the run
+  stops, one line naming the wait, exit 1 (the rows finished are kept, a rerun does the rest).
 - ``RowError``: one row failed: a request failed after the retries (what the provider's
   ``classify`` sorts as a row's failure), or a stage met an input row it cannot process. The row
   keeps its place with an ``error`` text and a rerun tries it again.
@@ -33,6 +35,11 @@ class FatalProviderError(UsageError):
 
 class RowError(Exception):
     """A single row failed: recorded in its ``error`` column, retried by a rerun."""
+
+
+class WaitPastPatience(Exception):
+    """The provider keeps asking requests to wait longer than ``--patience`` (a quota reset an hour
+    away): the run stops with one line naming the wait, exit 1; its rows stay to rerun."""
 
 
 #: Errors of the connection itself, below any provider's sorting: the row fails, the run goes on.

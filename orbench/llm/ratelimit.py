@@ -1,60 +1,54 @@
 """Pacing model requests to a provider's limits: one :class:`Pacer` per (provider, address, model).
 
-Its rules, in the order a request meets them (``Client._send``, the client's one retry loop, is
-the other half: how long a refused request waits, and how often a failed one goes again):
+``Client._send`` asks it when a request may go, and tells it how each one came back; how long a
+refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rules:
 
-1. **A window on requests in flight**, as TCP paces its segments. Slow start: ``INITIAL_WINDOW``
-   requests until the first answer, then one more per answer (twice as many each round trip).
-   Past it, ``GROWTH`` more per answer (one per cent a round trip). Only answers to requests that
-   found the window full grow it (RFC 7661), and never past ``--concurrency``. Once a 429 came,
-   requests go out spread over the smoothed round trip (``srtt / (PACING x window)`` apart,
-   RFC 9002 7.7): not in bursts that a limit enforced over a short period refuses, and 429s that
-   come back at once do not let the refused go again faster than that.
-2. **A 429 cuts the window** to ``BETA`` of itself, once a round trip: a 429 of a
-   request sent less than a round trip after the last cut is that cut's congestion. Past the
-   slow start, the cut goes no wider than the requests of the last round trip less the share
-   refused (its lower ``1 - ALPHA`` bound): what the server admitted is what it admits. Below a
-   window of one, one request at a time goes, the sends paced further apart.
-3. **Each series of cuts is a test of whether the rate is to blame.** A limit refuses only what
-   is sent past it: one that admitted ``1 - s`` of what went at some rate refuses, at ``c`` of that
-   rate, at most ``q = 1 - (1 - s) / c`` (``s`` at its upper ``1 - ALPHA`` Clopper-Pearson bound).
-   The answers before are all the series' before the test's first cut (the round trip before the
-   series included, the round trip each cut takes to tell left out): one round trip of a small
-   window bounds nothing (two 429s in three put ``s`` below 0.98 only), and a series started by a
-   round trip that happened to have many refused would never clear. ``c`` is the rate measured
-   since the test's first cut against theirs, and no less than ``BETA**m`` after ``m`` cuts: while
-   the client's own work, not the window, holds its requests back, a cut does not lower the rate.
-   When the 429s since are as many as would come with probability ``ALPHA`` at ``q``, and their
-   share neither fell nor rose from the one before (Fisher's exact test, each way at ``ALPHA``),
-   the rate is not their cause: the window goes back to where the series began, slow start
-   resumes, and 429s stop cutting. While too few answers since could show a share fallen to ``q``
-   (the same test's power), the test is not over: the next cut goes on with it, until its answers
-   since are as many as those before (then they join them, and the next cut opens a new one). 429s
-   cut again once the share in a round trip is clearly above the share the test saw (Fisher's,
-   one-sided, asked once a round trip, the ``k``-th time at ``ALPHA / k**2``: false alarms in all
-   below ``ALPHA * pi**2 / 6``). A series ends when the window grows back past the slow start. The
-   slow start ends at a series' second cut, and its growth before then only moves where the
-   series began: a limit it overshot must be cut to, not regrown past in the round trip a cut
-   takes to tell (RFC 5681's ``ssthresh``).
-4. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
-   ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``, read
-   by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went after
-   that request, sending waits for the reset they name; and at a window of one or less, a 429 after a
-   round trip in which nothing got in (a fixed window shut) holds sending as long as it asks. A
-   request costs what providers count before generation: one request, its prompt's estimated
-   tokens and ``max_tokens``. No hold outlasts ``--patience``.
-5. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
+1. **A window on requests in flight** (TCP's congestion window), never past ``--concurrency``.
+   Slow start: ``INITIAL_WINDOW`` requests until the first answer, then one more per answer
+   (twice as many each round trip) until the first 429. Only answers to requests that found the
+   window full grow it (RFC 7661: a window the client's own work holds back is not tested).
+2. **Every 429 is congestion and cuts the window**, at most once a round trip: a 429 of a
+   request sent less than a smoothed round trip (``srtt``) after the last cut is that cut's
+   congestion; any later one cuts again. There is no state in which 429s stop cutting: a client
+   that stops takes a shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914).
+   The cut takes the window to the share of the answers since the last cut that were admitted,
+   and at least to ``BETA`` of itself (and to ``BETA`` at the end of the slow start, RFC 9438
+   4.6): what the server admitted is what it admits. One 429 in 40 answers cuts 2.5 %; a limit
+   exceeded by half, in the round trip after a cut, 30 %. The window before the cut is
+   remembered as ``w_max``, lowered to ``(1 + b) / 2`` of it (``b`` the cut's factor) when it is
+   below the last ``w_max`` (RFC 9438 4.7, fast convergence: a newcomer on a shared limit
+   catches up).
+3. **Recovery is CUBIC's** (RFC 9438 4.2), as in the AWS SDKs' "adaptive" retry mode: after a
+   cut, the window follows ``W(t) = C (t - K)^3 + w_max``, ``t`` the seconds since the cut and
+   ``K = cbrt((w_max - window after the cut) / C)``: back quickly to where the last cut
+   happened, flat near it, probing carefully past it. Each answer of a full window, sent at
+   least a round trip after the cut, moves the window ``(W(t + srtt) - window) / window``
+   toward it, the target no more than 1.5 times the window (RFC 9438 4.4).
+4. **Requests go out spread over the round trip** once a 429 came: ``srtt / (PACING x window)``
+   apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
+   a window of one, one request goes at a time, spaced further apart, but never more than
+   ``--patience`` apart (429s that never stop would otherwise space the sends out for ever).
+5. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
+   ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``,
+   read by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went
+   after that request, sending waits for the reset they name; and at a window of one or less, a
+   429 after a round trip in which nothing got in (a fixed window shut) holds sending for the
+   wait it asks (``Retry-After``). A request costs what providers count before generation: one
+   request, its prompt's estimated tokens and ``max_tokens``. A hold longer than ``--patience``
+   is not held: the requests go, and give up on the wait their 429s ask (``orbench.llm.retry``).
+6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
-Requests that are refused or fail leave the flight at once, and wait outside it.
+A request that is refused or fails leaves the flight at once and waits outside it. What is not a
+rate limit (an exhausted quota, an overload sent as a 429) is sorted by the providers'
+``classify`` and never reaches :meth:`Pacer.refused`: one 503 or 529 ("overloaded") only
+frees its place in the window. One ``Retry-After`` on a 429 sets how long that request waits
+(``orbench.llm.retry``), and holds every send only under rule 5.
 
-Why multiplicative growth (Scalable TCP, Kelly 2003) and not TCP Reno's additive one: LLM limits
-make small windows (50 requests a second at 50 ms replies is a window of 2.5), where one request
-more per round trip is a third of the window and Reno's sawtooth has a third of a round trip's
-requests refused; a one per cent step has one in thirty. The tunables: ``INITIAL_WINDOW`` 4,
-RFC 5681's largest initial window (3.1); ``PACING`` 1.25, RFC 9002's ``N`` (7.7), so pacing
-never holds the window below itself; ``GROWTH`` 0.01 and ``BETA`` 0.875, Scalable TCP's ``a`` and
-``1 - b``; ``RTT_GAIN`` 1/8, the smoothed round trip's gain of RFC 6298 (2); ``ALPHA`` 0.05, the
-usual significance level.
+The tunables: ``INITIAL_WINDOW`` 4, RFC 5681's largest initial window (3.1); ``BETA`` 0.7 and
+``C`` 0.4, RFC 9438's (and the AWS SDKs'); ``PACING`` 1.25, RFC 9002's ``N`` (7.7), so pacing
+never holds the window below itself; ``RTT_GAIN`` 1/8, the smoothed round trip's gain of RFC
+6298 (2). CUBIC's Reno-friendly region (RFC 9438 4.3) is left out: the flows it is fair to are
+TCP's, not other clients of an API's limit.
 """
 
 from __future__ import annotations
@@ -63,16 +57,14 @@ import asyncio
 import contextlib
 import math
 import time
-from collections import deque
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 INITIAL_WINDOW = 4
+BETA = 0.7
+C = 0.4
 PACING = 1.25
-GROWTH = 0.01
-BETA = 0.875
 RTT_GAIN = 1 / 8
-ALPHA = 0.05
 
 _REPLIES: ContextVar[list | None] = ContextVar("orbench_rate_replies", default=None)
 
@@ -80,49 +72,8 @@ _REPLIES: ContextVar[list | None] = ContextVar("orbench_rate_replies", default=N
 def request_costs(prompt: int, max_tokens: int) -> dict[str, float]:
     """Units of each budget one request uses, as providers count them before generation: one
     request, its ``prompt`` tokens (``orbench.llm.pricing.input_tokens``) and ``max_tokens``."""
-    return {"requests": 1, "tokens": prompt + max_tokens, "input-tokens": prompt, "output-tokens": max_tokens}
-
-
-def _log_choose(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(K >= k) for K ~ Binomial(n, p) (in logarithms: no overflow however many answers)."""
-    if p <= 0 or p >= 1:
-        return float(max(k, 0) <= (n if p >= 1 else 0))
-    return sum(math.exp(_log_choose(n, i) + i * math.log(p) + (n - i) * math.log(1 - p))
-               for i in range(max(k, 0), n + 1))
-
-
-def share_bound(k: int, n: int, upper: bool) -> float:
-    """The exact (Clopper-Pearson) one-sided ``1 - ALPHA`` bound on a share seen as ``k`` of ``n``."""
-    low, high = 0.0, 1.0
-    for _ in range(40):  # bisection, to 1e-12
-        mid = (low + high) / 2
-        beyond = 1 - binomial_tail(k + 1, n, mid) if upper else binomial_tail(k, n, mid)
-        low, high = (mid, high) if (beyond > ALPHA) == upper else (low, mid)
-    return float(upper) if (k >= n if upper else k <= 0) else (low + high) / 2
-
-
-def fisher_tail(k: int, n: int, marked: int, total: int) -> float:
-    """P(X >= k) for X the marked among ``n`` drawn from ``total`` of which ``marked`` are."""
-    return sum(math.exp(_log_choose(marked, i) + _log_choose(total - marked, n - i) - _log_choose(total, n))
-               for i in range(max(k, 0, n - total + marked), min(n, marked) + 1))
-
-
-def not_the_rate(before: int, refused_before: int, after: int, refused_after: int, cut: float = BETA) -> bool | None:
-    """Rule 3: whether ``refused_after`` 429s of ``after`` answers, sent at ``cut`` of the rate of
-    ``before`` answers earlier in the series (``refused_before`` 429s), say that the rate is not
-    their cause: more 429s than a limit that admitted what went before would leave, at a share that
-    neither fell nor rose (Fisher's exact test, each way); ``None`` while too few answers would show
-    a share fallen to what such a limit leaves, or nothing before was refused."""
-    most = max(0.0, 1 - (1 - share_bound(refused_before, before, upper=True)) / cut) if before else 1.0
-    refused, total, least = refused_before + refused_after, before + after, math.floor(after * most)
-    if not refused_before or not after or 1 - fisher_tail(least + 1, after, refused_before + least, total) > ALPHA:
-        return None
-    moved = min(fisher_tail(refused_after, after, refused, total), 1 - fisher_tail(refused_after + 1, after, refused, total))
-    return binomial_tail(refused_after, after, most) <= ALPHA and moved > ALPHA
+    return {"requests": 1, "tokens": prompt + max_tokens, "input-tokens": prompt,
+            "output-tokens": max_tokens}
 
 
 @contextlib.contextmanager
@@ -156,67 +107,74 @@ class Ticket:
 
 
 @dataclass
-class _Series:
-    """A series of cuts on trial (rule 3): answers and 429s of the requests of the round trip
-    before its first cut, and of those sent since its last and since its first (but in the round
-    trip after them)."""
+class Counts:
+    """What the meta file records of one pacer."""
 
-    start: float
-    span: float  # the round trip then
-    window: float  # before the first cut
-    counts: list  # answers and 429s: the round trip before; since the last cut; since the first
-    at: float  # the last cut
-    sent: float  # requests sent by the last cut
-    cuts: int = 1
+    admitted: int = 0
+    refused: int = 0
+    cuts: int = 0
+    holds: int = 0
+    held: float = 0.0  # seconds a send waited for a hold
 
 
+@dataclass
 class Pacer:
     """Paces the requests to one (provider, address, model) by the rules of the module docstring.
 
-    ``take``, ``wait_time``, ``admitted``, ``refused``, ``released`` and ``describe`` are its whole
-    interface (``acquire`` waits as ``wait_time`` says, then takes); ``clock`` can be a test's."""
+    ``acquire`` (or ``wait_time`` then ``take``), ``admitted``, ``refused``, ``released`` and
+    ``describe`` are its whole interface; ``clock`` can be a test's."""
 
-    def __init__(self, name: str = "", rpm: float | None = None, clock=time.monotonic,
-                 longest_hold: float = math.inf, ceiling: float = math.inf):
-        self.name, self.rpm, self.clock, self.longest_hold, self.ceiling = name, rpm, clock, longest_hold, ceiling
-        self.window, self.slow_start, self.srtt = float(min(INITIAL_WINDOW, ceiling)), True, None
-        self.in_flight, self.next_send, self.next_rpm, self.hold_until = 0, 0.0, 0.0, 0.0
-        self.last_cut = self.last_test = -math.inf
-        self.tests = 0  # of whether the share rose, since the rate was cleared
-        self.last_admitted: float | None = None
-        self.rate_to_blame, self.reference, self.series = True, [0, 0], None
-        self.answers: deque = deque()  # (sent at, refused) of the last two round trips' answers
-        self.sends: deque = deque()  # ... and the times of their sends
-        self.units_sent: dict[str, float] = {}
-        self.loop = None
-        self.admissions = self.responses_429 = self.cuts = self.undone = self.holds = 0
-        self.held = 0.0
+    name: str = ""
+    rpm: float | None = None
+    clock: object = time.monotonic
+    longest_hold: float = math.inf  # --patience
+    ceiling: float = math.inf  # --concurrency
+    window: float = 0.0  # requests in flight allowed (rule 1)
+    slow_start: bool = True
+    srtt: float | None = None  # the smoothed round trip, seconds (None: nothing answered yet)
+    w_max: float = 0.0  # the window at the last cut (rule 2)
+    epoch: float = -math.inf  # when the last cut happened
+    k: float = 0.0  # seconds from the last cut until the window is back at w_max (rule 3)
+    answers_since_cut: int = 0  # answers and 429s that came since the last cut (rule 2)
+    refused_since_cut: int = 0
+    in_flight: int = 0
+    next_send: float = 0.0  # rule 4
+    next_rpm: float = 0.0  # rule 6
+    hold_until: float = 0.0  # rule 5
+    last_admitted: float = -math.inf
+    units_sent: dict = field(default_factory=dict)
+    counts: Counts = field(default_factory=Counts)
+    loop: object = None
+
+    def __post_init__(self):
+        self.window = float(min(INITIAL_WINDOW, self.ceiling))
 
     def wait_time(self) -> float:
         """Seconds until one more request may go (``math.inf``: until one leaves the flight)."""
         now = self.clock()
-        if self.in_flight >= max(1.0, self.window):  # below one: one at a time, paced further apart
+        if self.in_flight >= max(1.0, self.window):
             return math.inf
         return max(0.0, self.next_send - now, self.next_rpm - now, self.hold_until - now)
 
     def take(self, costs: dict, full: bool = False) -> Ticket:
         """Book a request costing ``costs`` as sent now (``full``: it found the window full)."""
         now = self.clock()
-        if self.srtt and self.responses_429:  # no bursts a limit would refuse, no storm of retries
-            self.next_send = max(now, self.next_send) + self.srtt / (PACING * self.window)
+        if self.srtt is not None and self.counts.refused:  # rule 4, spaced --patience at most
+            gap = self.srtt / (PACING * self.window) if self.window > 0 else math.inf
+            self.next_send = max(now, self.next_send) + min(gap, self.longest_hold)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
         ticket = Ticket(now, costs, dict(self.units_sent), full)
         for unit, cost in costs.items():
             self.units_sent[unit] = self.units_sent.get(unit, 0) + cost
-        self.sends.append(now)
         self.in_flight += 1
         return ticket
 
     async def acquire(self, costs: dict) -> Ticket:
         """Wait until a request may go (first come, first served), then take it."""
-        if asyncio.get_running_loop() is not self.loop:  # a Client may serve several, one after another
-            self.loop, self.turn, self.freed, self.in_flight = asyncio.get_running_loop(), asyncio.Lock(), asyncio.Event(), 0
+        if asyncio.get_running_loop() is not self.loop:  # a Client may serve several loops in turn
+            self.loop, self.in_flight = asyncio.get_running_loop(), 0
+            self.turn, self.freed = asyncio.Lock(), asyncio.Event()
         full = self.turn.locked()  # others wait before it: the window holds them
         async with self.turn:
             started = self.clock()
@@ -224,118 +182,80 @@ class Pacer:
                 full = full or wait == math.inf
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.freed.wait(), None if wait == math.inf else wait)
-            self.held += self.clock() - started if self.hold_until > started else 0.0
+            self.counts.held += self.clock() - started if self.hold_until > started else 0.0
             return self.take(costs, full)
 
     def released(self, ticket: Ticket, budgets_seen=()) -> None:
-        """The request left the flight with no word on the rate (an error, an overload); the
-        budgets its reply's headers showed (rule 4)."""
+        """The request left the flight with no word on the rate (an error, an overload, a
+        cancellation); the budgets its reply's headers showed (rule 5)."""
         self.in_flight = max(0, self.in_flight - 1)
         if self.loop is not None:
             self.freed.set()
             self.freed = asyncio.Event()
-        now = self.clock()
         for unit, remaining, reset in budgets_seen or ():
             sent_since = self.units_sent.get(unit, 0) - ticket.units_before.get(unit, 0)
-            if remaining - sent_since < ticket.costs[unit] and reset is not None:
-                self.holds += now + reset > self.hold_until
-                self.hold_until = max(self.hold_until, now + min(reset, self.longest_hold))
+            if remaining - sent_since < ticket.costs.get(unit, 0) and reset is not None:
+                self._hold(reset)
 
     def admitted(self, ticket: Ticket, budgets_seen=()) -> None:
-        """An answer: the round trip is timed and the window may grow (rule 1)."""
+        """An answer: the round trip is timed and the window may grow (rules 1 and 3)."""
         self.released(ticket, budgets_seen)
         now = self.last_admitted = self.clock()
-        self.srtt = now - ticket.sent_at if self.srtt is None else self.srtt + RTT_GAIN * (
-            now - ticket.sent_at - self.srtt)
-        self.admissions += 1
-        self._count(ticket.sent_at, False, now)
-        if ticket.full and now >= self.last_cut + self.srtt:  # not in the round trip a cut took to tell
-            self.window = min(self.ceiling, self.window + (1 if self.slow_start else GROWTH))
+        rtt = max(0.0, now - ticket.sent_at)
+        self.srtt = rtt if self.srtt is None else self.srtt + RTT_GAIN * (rtt - self.srtt)
+        self.counts.admitted += 1
+        self.answers_since_cut += 1
+        if not ticket.full or ticket.sent_at < self.epoch + self.srtt:
+            return  # the window was not tested, or this was sent before the cut told
+        if self.slow_start:
+            target = self.window + 1
+        else:
+            t = now - self.epoch + self.srtt
+            cubic = C * (t - self.k) ** 3 + self.w_max
+            target = self.window + (min(cubic, 1.5 * self.window) - self.window) / self.window
+        self.window = min(self.ceiling, max(self.window, target))
 
-    def refused(self, ticket: Ticket, wait: float, budgets_seen=()) -> None:
-        """A 429, whose request waits ``wait`` seconds before it goes again (rules 2 to 4)."""
+    def refused(self, ticket: Ticket, wait: float | None = None, budgets_seen=()) -> None:
+        """A 429, whose request asked to wait ``wait`` seconds (None: not said) (rules 2, 5)."""
         self.released(ticket, budgets_seen)
         now = self.clock()
-        self.responses_429 += 1
-        self._count(ticket.sent_at, True, now)
-        if self.window <= 1 and (self.last_admitted is None or now - self.last_admitted >= self.srtt):
-            self.holds += now + wait > self.hold_until
-            self.hold_until = max(self.hold_until, now + min(wait, self.longest_hold))
-        if self.srtt is None:  # nothing admitted yet: no round trip to count cuts by, or to test
-            self.window *= BETA
-            return
-        series = self.series
-        if ticket.sent_at < self.last_cut + self.srtt:
+        self.counts.refused += 1
+        self.answers_since_cut += 1
+        self.refused_since_cut += 1
+        span = self.srtt or 0.0
+        if self.window <= 1 and wait and now - self.last_admitted >= span:
+            self._hold(wait)  # a fixed window shut: nothing got in for a round trip
+        if ticket.sent_at < self.epoch + span:
             return  # the congestion the last cut answered, or met before it told
-        if series and self.window >= series.window and not self.slow_start:
-            series = self.series = None  # the window grew back: the series is over
-        if series:  # the series before the test's first cut (sent over ``span + at - start``), and since
-            answers, refused = (series.counts[i] + series.counts[i + 4] - series.counts[i + 2] for i in (0, 1))
-            rate = (self.units_sent.get("requests", 0) - series.sent) / (now - series.at) * (series.span + series.at - series.start)
-        verdict = series and not_the_rate(answers, refused, *series.counts[2:4], max(BETA ** series.cuts, rate / max(1, answers)))
-        if verdict:
-            self.series, self.rate_to_blame, self.undone, self.tests = None, False, self.undone + 1, 0
-            self.reference = [answers + series.counts[2], refused + series.counts[3]]
-            self.window, self.slow_start = max(self.window, series.window), True
-        elif series or self.rate_to_blame or self._share_rose(now):
-            self._cut(now, ticket.sent_at, verdict is not None or not series or series.counts[2] >= answers)
+        admitted = 1 - self.refused_since_cut / self.answers_since_cut
+        beta = BETA if self.slow_start else max(BETA, admitted)
+        fast = self.window < self.w_max and not self.slow_start  # RFC 9438 4.7
+        self.w_max = self.window * (1 + beta) / 2 if fast else self.window
+        self.window, self.epoch, self.slow_start = self.window * beta, now, False
+        self.k = math.cbrt((self.w_max - self.window) / C)  # RFC 9438 (2)
+        self.answers_since_cut = self.refused_since_cut = 0
+        self.counts.cuts += 1
 
-    def _count(self, sent_at: float, refused: bool, now: float) -> None:
-        span = self.srtt or math.inf
-        self.answers.append((sent_at, refused))
-        for times in (self.answers, self.sends):
-            while times and (times[0][0] if times is self.answers else times[0]) < now - 2 * span:
-                times.popleft()
-        series = self.series
-        if series and series.start - series.span <= sent_at < series.start:
-            series.counts[:2] = [series.counts[0] + 1, series.counts[1] + refused]
-        elif series and sent_at >= series.at + series.span:  # since the last cut, and the first
-            series.counts[2:] = [series.counts[2] + 1, series.counts[3] + refused, series.counts[4] + 1, series.counts[5] + refused]
-        elif series and sent_at >= series.start + series.span:  # since the first
-            series.counts[4:] = [series.counts[4] + 1, series.counts[5] + refused]
-
-    def _cut(self, now: float, trigger: float, told: bool = True) -> None:
-        """Rules 2 and 3: cut the window, and put the cut on trial (``trigger``: when the request
-        of the 429 that set it off went, no part of the round trip before)."""
-        span = self.srtt
-        before = [refused for at, refused in self.answers if at >= now - span and at != trigger]
-        window, sent = self.window * BETA, self.units_sent.get("requests", 0)
-        if not self.slow_start:  # what the server admitted in the last round trip, at most
-            last = sum(1 for at in self.sends if now - span <= at != trigger)
-            window = min(window, last * (1 - share_bound(sum(before), len(before), upper=False)))
-        if self.series is None or not self.series.counts[1]:  # a series starts (again)
-            self.series = _Series(now, span, self.window, [len(before), sum(before), 0, 0, 0, 0], now, sent)
-        else:  # 429s went on after a cut: the slow start is over
-            series, self.slow_start = self.series, False  # (it began where the slow start got to)
-            series.window, series.cuts = max(series.window, self.window), series.cuts + 1
-            if told:  # a test that could not tell goes on over the next cut
-                series.at, series.sent, series.counts[2:4] = now, sent, [0, 0]
-        self.last_cut, self.window, self.rate_to_blame = now, window or self.window * BETA, True
-        self.cuts += 1
-
-    def _share_rose(self, now: float) -> bool:
-        """Whether the share of 429s among the last round trip that is all back is clearly above
-        the share that cleared the rate: Fisher's exact test, asked once a round trip, the ``k``-th
-        time at ``ALPHA / k**2`` (so that all of them together raise a false alarm with a chance
-        under ``ALPHA * pi**2 / 6``, however long the run)."""
-        if now < self.last_test + self.srtt:
-            return False
-        self.last_test, self.tests = now, self.tests + 1
-        last = [refused for at, refused in self.answers if now - 2 * self.srtt <= at < now - self.srtt]
-        answers, refused = self.reference
-        return fisher_tail(sum(last), len(last), refused + sum(last), answers + len(last)) <= ALPHA / self.tests ** 2
+    def _hold(self, seconds: float) -> None:
+        if seconds > self.longest_hold:  # the requests go, and give up on the wait their 429 asks
+            return
+        until = self.clock() + seconds
+        self.counts.holds += until > self.hold_until
+        self.hold_until = max(self.hold_until, until)
 
     def describe(self) -> dict:
         """What the meta file records: what the pacer followed and why, and its counts."""
-        following, why = (("429s", "429s came at a share cutting the window did not lower: waited out, not cut")
-                          if not self.rate_to_blame else
-                          ("429s", "429s fell when the window on requests in flight was cut") if self.cuts else
-                          ("headers", "rate-limit headers or a 429 said when sending could go on") if self.holds else
-                          ("none", "no 429 came: paced by --concurrency alone"))
-        return {"model": self.name, "following": following, "why": why, "window": round(self.window, 2),
-                "rpm_cap": self.rpm, "admitted": self.admissions, "responses_429": self.responses_429,
-                "cuts": self.cuts, "cuts_undone": self.undone, "holds": self.holds,
-                "seconds_held": round(self.held, 3)}
+        counts = self.counts
+        if counts.cuts:
+            following, why = "429s", "the window on requests in flight was cut on 429s"
+        elif counts.holds:
+            following, why = "headers", "rate-limit headers or a 429 said when sending could go on"
+        else:
+            following, why = "none", "no 429 came: paced by --concurrency alone"
+        return {"model": self.name, "following": following, "why": why,
+                "window": round(self.window, 2), "rpm_cap": self.rpm, "admitted": counts.admitted,
+                "responses_429": counts.refused, "cuts": counts.cuts, "holds": counts.holds,
+                "seconds_held": round(counts.held, 3)}
 
 
 class RateLimits:
@@ -348,19 +268,22 @@ class RateLimits:
         self.waited = 0.0
 
     def pacer(self, provider: str, base_url: str | None, model: str) -> Pacer:
+        """The pacer of (``provider``, ``base_url``, ``model``), made on first use."""
         if (provider, base_url, model) not in self.pacers:
-            self.pacers[provider, base_url, model] = Pacer(f"{provider}/{model}", self.rpm, longest_hold=self.patience,
+            self.pacers[provider, base_url, model] = Pacer(f"{provider}/{model}", self.rpm,
+                                                           longest_hold=self.patience,
                                                            ceiling=self.concurrency)
         return self.pacers[provider, base_url, model]
 
     @property
     def responses_429(self) -> int:
-        return sum(p.responses_429 for p in self.pacers.values())
+        return sum(p.counts.refused for p in self.pacers.values())
 
     @property
     def paced(self) -> bool:
         """Whether any request waited for a provider's limit (a 429, an overload, a hold)."""
-        return bool(self.responses_429 or self.overloaded or any(p.held for p in self.pacers.values()))
+        held = any(p.counts.held for p in self.pacers.values())
+        return bool(self.responses_429 or self.overloaded or held)
 
     def describe(self) -> list[dict]:
         return [p.describe() for p in self.pacers.values()]
@@ -369,8 +292,9 @@ class RateLimits:
         """The summary line's part, when the run was paced by a provider's limit."""
         if not self.paced:
             return None
-        said = " and ".join(text for count, text in ((self.responses_429, f"{self.responses_429} 429 answers"),
-                                                     (self.overloaded, f"{self.overloaded} overload answers")) if count)
+        answers = [(self.responses_429, "429"), (self.overloaded, "overload")]
+        said = " and ".join(f"{count} {kind} answers" for count, kind in answers if count)
         past = f"{self.past_patience} past --patience, " if self.past_patience else ""
-        held = sum(p.held for p in self.pacers.values()) + self.waited
-        return f"paced by the provider's rate limit ({said + ' waited out, ' if said else ''}{past}{held:.1f}s waited)"
+        held = sum(p.counts.held for p in self.pacers.values()) + self.waited
+        said = f"{said} waited out, " if said else ""
+        return f"paced by the provider's rate limit ({said}{past}{held:.1f}s waited)"

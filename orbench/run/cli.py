@@ -160,9 +160,9 @@ def add_run_flags(parser: argparse.ArgumentParser, *,
                        help="the input CSV's separator (default: the one its header line uses: ',', ';', "
                             "tab or '|')")
     group.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY,
-                       help=f"rows in flight at once; a row whose request waits out a provider's "
-                            f"429 or overload gives its place to the next meanwhile (default: "
-                            f"{DEFAULT_CONCURRENCY})")
+                       help=f"rows in flight at once, one place each however many requests a row "
+                            f"has; while a row's request waits out a provider's 429 or overload, its "
+                            f"place goes to the next row (default: {DEFAULT_CONCURRENCY})")
     if upstream:
         group.add_argument("--retry_upstream_errors", action="store_true",
                            help="also process input rows whose 'error' is set by an earlier stage "
@@ -202,16 +202,16 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
                             "rate-limit headers, see docs/rate_limits.md)")
     group.add_argument("--patience", type=positive_float, default=DEFAULT_PATIENCE,
                        help="seconds one request may keep waiting out 429 and 503/529 'overloaded' "
-                            "answers (from its first such answer) before each further one spends one of "
-                            f"--max_retries (default: {DEFAULT_PATIENCE:g})")
+                            "answers, from its first failure; a wait the server asks that does not fit "
+                            f"in what is left fails the row at once, naming it (default: {DEFAULT_PATIENCE:g})")
     group.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT,
                        help=f"seconds one attempt may take, the whole reply included (default: "
                             f"{DEFAULT_TIMEOUT:g})")
     group.add_argument("--max_retries", type=non_negative_int, default=DEFAULT_MAX_RETRIES,
                        help="times one request is asked again after 408/409/5xx, a timeout, a dropped "
                             "connection or a reply with no answer in it (no choices, null content), "
-                            "waiting as Retry-After says or backing off; 429 and overload answers "
-                            f"spend --patience instead (default: {DEFAULT_MAX_RETRIES})")
+                            "waiting as Retry-After says (within --patience) or backing off; 429 and "
+                            f"overload answers spend --patience instead (default: {DEFAULT_MAX_RETRIES})")
     group.add_argument("--no_cache", action="store_true",
                        help="do not read or write the response cache (ORBENCH_CACHE_DIR sets its folder)")
     cost = parser.add_argument_group("scale and cost")

@@ -18,7 +18,8 @@ runs it, in this order:
 4. **delivery** (``Job.deliver``): the output and what the run came to; the meta file beside
    the output (``orbench.run.provenance``);
 5. **report**: the summary line (not with ``--quiet``), warnings, why the exit code is not 0, the
-   output path on stdout; the exit code: 0 all rows done, 1 some rows have errors, 2 bad input
+   output path on stdout; the exit code: 0 all rows done, 1 some rows have errors (or the
+   provider asked requests to wait past ``--patience``: ``WaitPastPatience``), 2 bad input
    or configuration (``UsageError``), 3 a bug in orbench (its traceback shown; the finished rows
    are in the progress file), 130 interrupted.
 
@@ -41,7 +42,7 @@ import pandas as pd
 
 from orbench.llm.cache import Cache, default_cache_path
 from orbench.llm.clients import Client
-from orbench.llm.errors import UsageError
+from orbench.llm.errors import UsageError, WaitPastPatience
 from orbench.llm.models import ModelSpec, redact
 from orbench.llm.types import AnswerSource, Request
 from orbench.run.loops import run_sync
@@ -344,6 +345,9 @@ def execute(job: Job, options: RunOptions, command: list[str]) -> int:
     except UsageError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return 2
+    except WaitPastPatience as exc:  # the rows stay to rerun after the wait
+        print(f"stopped: {redact(str(exc))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         where = "" if job.work is None else f" in {progress_path_for(job.work)}"
         if options.batch:

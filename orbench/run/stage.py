@@ -38,9 +38,11 @@ batch). The runner asks each row's requests together and keeps these promises:
   existing output or its progress file: rows done earlier stay in both.
 - **Order and atomicity.** The output keeps every input column, adds the stage's columns and an
   ``error`` column, lists rows in input order, and is written through a temporary file and a rename.
-- **Bounded concurrency**: ``concurrency`` rows in flight, the one bound (a row whose request
-  waits out a provider's 429 or overload gives its place to the next meanwhile:
-  ``orbench.llm.clients.ROW_PLACE``), with a tqdm progress bar on a
+- **Bounded concurrency**: ``concurrency`` rows in flight, the one bound. A row holds one place
+  however many requests it has (they run in one ``asyncio.TaskGroup``: the first failure cancels
+  the rest, ``orbench.llm.clients.together``); while one of them waits out a provider's 429 or
+  overload the place goes to the next row, and is taken back once
+  (``orbench.llm.clients.RowPlace``), with a tqdm progress bar on a
   terminal, and one plain progress line every ``PROGRESS_EVERY`` seconds when stderr is not one
   (CI, ``nohup``, a job scheduler); ``quiet`` silences both. Both count the rows of the whole
   output: a resumed run of 60 rows with 28 done before shows 33/60 after 5 more, not 5/32.
@@ -76,7 +78,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from orbench.llm.clients import DEFAULT_CONCURRENCY, ROW_PLACE
+from orbench.llm.clients import DEFAULT_CONCURRENCY, ROW_PLACE, RowPlace, together
 from orbench.llm.errors import UsageError, fails_the_row
 from orbench.llm.models import redact
 from orbench.llm.types import AnswerSource, Completion, Request
@@ -564,7 +566,7 @@ async def _process(stage: Stage, todo: dict[str, dict], log: ProgressLog, header
 async def _answer(stage: Stage, record: dict, client: AnswerSource | None) -> RowResult:
     """One row's result: its requests answered together by ``client``, then the stage's decision."""
     requests = stage.requests_of(record)
-    answers = list(await asyncio.gather(*(client.complete(r) for r in requests))) if requests else []
+    answers = await together(*(client.complete(r) for r in requests)) if requests else []
     return stage.decide(stage.settings, record, answers)
 
 
@@ -590,11 +592,12 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
         lines = asyncio.ensure_future(_progress_lines(stage.name, total, counts, client))
 
     places = asyncio.Semaphore(concurrency)
-    ROW_PLACE.set(places)  # the rows' tasks, made below, inherit it
     rows: set[asyncio.Task] = set()
     stop: list[BaseException] = []
 
     async def row(key: str, record: dict) -> None:
+        place = RowPlace(places)  # taken by the spawner; its requests (tasks of this one) share it
+        ROW_PLACE.set(place)
         try:
             try:
                 entry = {"key": key, "rows": _as_rows(await _answer(stage, record, client)), "error": None}
@@ -610,7 +613,7 @@ async def _run_rows(stage: Stage, todo: dict[str, dict], log: ProgressLog, concu
             spawner.cancel()
             return
         finally:
-            places.release()
+            place.give_back()
         weight = weights.get(key, 1)
         bar.update(weight)
         counts["done"] += weight

@@ -33,12 +33,12 @@ Outcomes (``answer_category``, ``is_rejected``):
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from orbench.llm.clients import together
 from orbench.scoring.cascade import CHECK_SEED, CHECK_SHARE, REFUSAL_FIRST_SENTENCE, confidence, in_check_sample
 from orbench.scoring.labels import judge_is_rejected, parse_judge
 from orbench.scoring.refusal import explain, is_refusal, normalise
@@ -283,5 +283,5 @@ async def decide(row: Row, plan: Plan, ask: Ask) -> dict:
     """Every stage-5 column of one row, asking the judges through ``ask`` (the inspect scorer's
     way; the CLI stage declares :func:`judge_prompt` as its requests and calls :func:`verdict`)."""
     text = judge_prompt(row, plan)
-    replies = [] if text is None else await asyncio.gather(*(ask(i, text) for i in range(len(plan.judges))))
+    replies = [] if text is None else await together(*(ask(i, text) for i in range(len(plan.judges))))
     return verdict(row, plan, list(replies))

@@ -55,7 +55,15 @@ import re
 from orbench.llm.errors import RowError, UsageError
 from orbench.llm.models import ModelSpec, Provider, api_key_for, base_url_for
 from orbench.llm.providers.transport import classify_http, sdk_http_client
-from orbench.llm.types import BatchAPI, Completion, ErrorClass, Outcome, ProviderAPI, Request, TransientReply
+from orbench.llm.types import (
+    BatchAPI,
+    Completion,
+    ErrorClass,
+    Outcome,
+    ProviderAPI,
+    Request,
+    TransientReply,
+)
 
 EXTRA_HINT = 'pip install "orbench[gemini]"'
 #: The four adjustable harm categories, as the paper set them.

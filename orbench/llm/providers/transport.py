@@ -67,7 +67,7 @@ class WholeRequestTimeout:
     async def handle_async_request(self, request):
         try:
             response = await asyncio.wait_for(self._fetch(request), self.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise self.http.ReadTimeout(f"no complete reply within {self.timeout:g} s",
                                         request=request) from None
         ratelimit.note_reply(budgets(response.headers))
