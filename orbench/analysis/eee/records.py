@@ -46,7 +46,8 @@ from functools import cache
 from pathlib import Path
 
 from orbench.analysis.eee import FOLDER, KEY, SCHEMA_VERSION, SOURCE_NAME, hub
-from orbench.analysis.eee.samples import Rows, fingerprint, left_out_rows, lines_of, samples_per_prompt, write_lines
+from orbench.analysis.eee.lines import Form, chunks, write_lines
+from orbench.analysis.eee.samples import Rows, fingerprint, left_out_rows, samples_per_prompt
 from orbench.analysis.eee.sets import METRIC_ID, SETS, SetInfo, responses
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
 from orbench.run.provenance import sha256_text
@@ -270,7 +271,7 @@ def _generation(resp: dict, samples: int) -> dict:
 
 def build(rep, text: Rows, tables: tuple, model: str, judge: str, entry: dict, benchmark: str,
           retrieved: str) -> tuple[dict, list, str, dict]:
-    """One aggregate record (model, judge, benchmark), its sample lines (generators, one per set),
+    """One aggregate record (model, judge, benchmark), its sample lines (generators of chunks, one per set),
     its file's UUID and the counts of the rows not written (errors, no verdict)."""
     sets = [s for s in entry if SETS.get(s) and SETS[s].benchmark == benchmark]
     resp = {s: responses(rep, s, model) for s in sets}
@@ -315,7 +316,8 @@ def build(rep, text: Rows, tables: tuple, model: str, judge: str, entry: dict, b
                             "metric_config": cat_metric,
                             "score_details": {"score": float(cat["rate"]), "details": _stat_details(cat, samples[s]),
                                               "uncertainty": _uncertainty(cat)}})
-        lines.append(lines_of(text, s, model, st, info, base, result_id))
+        lines.append(chunks(text, s, model, st, Form(base, info.name, result_id, st["method"], info.kind,
+                                                     text.vr.names["category"])))
         for k, n in left_out_rows(text, s, model, st).items():
             not_written[f"{info.name}: {k}"] = n
     record = {"schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,
