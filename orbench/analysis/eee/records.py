@@ -51,7 +51,7 @@ from orbench.analysis.eee.samples import Rows, fingerprint, left_out_rows, sampl
 from orbench.analysis.eee.sets import METRIC_ID, SETS, SetInfo, responses
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
 from orbench.run.provenance import sha256_text
-from orbench.run.tables import write_text_atomic
+from orbench.run.tables import row_dicts, write_text_atomic
 from orbench.scoring.judge_cards import NEVER_CALIBRATED
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
@@ -172,11 +172,11 @@ def card_figures(rep, fingerprints: str) -> list[dict]:
 def _tables(rep) -> tuple[dict, dict]:
     """The summary's rows by (set, model, judge) and the categories' by (set, model, method, judge)."""
     summary: dict = {}
-    for row in rep.summary.to_dict("records"):
+    for row in row_dicts(rep.summary):
         summary.setdefault((row["set"], row["model"], row["judge"]), row)
         summary.setdefault((row["set"], row["model"], None), row)
     categories: dict = {}
-    for row in rep.categories.to_dict("records"):
+    for row in row_dicts(rep.categories):
         categories.setdefault((row["set"], row["model"], row["method"], row["judge"]), []).append(row)
     return summary, categories
 

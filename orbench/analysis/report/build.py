@@ -99,6 +99,7 @@ from orbench.benchmark.sets import HARD_1K, PUBLISHED_ABOUT, published_results_p
 from orbench.benchmark.sets import TOXIC as TOXIC_SET
 from orbench.llm.errors import UsageError
 from orbench.run.cli import ArgumentParser, entry_point
+from orbench.run.tables import row_dicts
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 logger = logging.getLogger(__name__)
@@ -309,7 +310,7 @@ def entries(summary: pd.DataFrame, headline: dict) -> dict:
     that judge's verdicts, or the keyword verdicts where the set has no judge.
     """
     stats = {}
-    for row in summary.to_dict("records"):
+    for row in row_dicts(summary):
         for method, judge in headline.get((row["set"], row["model"]), []):
             if method == JUDGE and row["judge"] != judge:
                 continue
