@@ -91,7 +91,7 @@ class Texts:
             at[np.asarray(samples) != 0] = -1
         else:
             at = self.index.get_indexer(pd.MultiIndex.from_arrays([hashes, np.asarray(samples, dtype=np.int64)]))
-        return np.where(at >= 0, self.rows[at], -1)
+        return np.where(at >= 0, self.rows[at], -1) if len(self.rows) else np.full(len(at), -1)
 
 
 class Rows:
