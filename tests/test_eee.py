@@ -298,3 +298,14 @@ def test_without_pyarrow_the_sample_lines_are_the_same(tmp_path):
         a, b = json.loads(a), json.loads(b)
         assert a.pop("evaluation_id").split("/")[:2] == b.pop("evaluation_id").split("/")[:2]  # made at another time
         assert a == b
+
+
+def test_report_html_is_the_page_save_writes(tmp_path):
+    # Report.html() writes into a temporary folder without the per-sample lines: the page is the same
+    from orbench.analysis.report.build import compute
+
+    path, _ = _awkward_input(tmp_path)
+    rep = compute([str(path)], reference=False)
+    saved = rep.save(tmp_path / "rep")
+    assert saved["html"].read_text(encoding="utf-8") == rep.html()
+    assert list((tmp_path / "rep" / "every_eval_ever").rglob("*_samples.jsonl"))
