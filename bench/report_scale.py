@@ -8,6 +8,9 @@ so ``bench/scale.py`` can print the figure (the CPU seconds too: on a busy machi
 time says more about the neighbours than about the report). Run as a script to print it::
 
     python bench/report_scale.py --models 30 --rows 80359 --reply_chars 600
+
+``--pair`` runs the default report (with the Every Eval Ever per-sample records, about 3.3 GB of
+JSON Lines at this size) and one with ``--no_eee_samples`` back to back and prints their ratio.
 """
 
 from __future__ import annotations
@@ -119,6 +122,7 @@ def measure_report(models: int = 30, rows: int = ROWS, folder: str | Path | None
             "seconds": round(seconds, 2), "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 2),
             "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),  # KiB on Linux
             "html_mb": round((out / "report.html").stat().st_size / 2**20, 2),
+            "eee_mb": round(sum(f.stat().st_size for f in (out / "every_eval_ever").rglob("*") if f.is_file()) / 2**20, 1),
             "load": load}
 
 
@@ -135,12 +139,22 @@ def main(argv=None) -> int:
     parser.add_argument("--folder", default=None, help="where the synthetic inputs are kept (reused)")
     parser.add_argument("--repeat", type=int, default=1, metavar="K",
                         help="run the report K times on the same inputs; prints each run, the best and the spread")
+    parser.add_argument("--pair", action="store_true",
+                        help="each time, the default report and then one with --no_eee_samples, back to back, and "
+                             "their ratio (on a busy machine the ratio says more than either time)")
     args = parser.parse_args(argv)
-    runs = [measure_report(args.models, args.rows, args.folder, reply_chars=args.reply_chars or None,
-                           one_line=args.one_line)
-            for _ in range(max(1, args.repeat))]
-    for r in runs:
-        _print(r)
+    measure = lambda *extra: measure_report(args.models, args.rows, args.folder,  # noqa: E731 (used just below)
+                                            extra_args=("--no_reference", *extra),
+                                            reply_chars=args.reply_chars or None, one_line=args.one_line)
+    runs = []
+    for _ in range(max(1, args.repeat)):
+        runs.append(measure())
+        _print(runs[-1])
+        if args.pair:
+            without = measure("--no_eee_samples")
+            _print(without, "--no_eee_samples: ")
+            print(f"default / --no_eee_samples: {runs[-1]['seconds'] / without['seconds']:.2f} wall, "
+                  f"{runs[-1]['cpu_seconds'] / without['cpu_seconds']:.2f} CPU")
     if len(runs) > 1:
         secs, mbs = [r["seconds"] for r in runs], [r["peak_rss_mb"] for r in runs]
         print(f"best of {len(runs)}: {min(secs)} s (spread {min(secs)}-{max(secs)} s), "
@@ -148,11 +162,11 @@ def main(argv=None) -> int:
     return 0
 
 
-def _print(r: dict) -> None:
-    print(f"report over {r['models']} models x {r['rows_per_model']:,} rows ({r['rows']:,} rows, "
+def _print(r: dict, label: str = "") -> None:
+    print(f"{label}report over {r['models']} models x {r['rows_per_model']:,} rows ({r['rows']:,} rows, "
           f"{r['input_mb']} MB of CSV): {r['seconds']} s wall ({r['cpu_seconds']} s CPU), "
           f"peak RSS {r['peak_rss_mb']} MB, "
-          f"report.html {r['html_mb']} MB; load average {r['load']}")
+          f"report.html {r['html_mb']} MB, every_eval_ever/ {r['eee_mb']} MB; load average {r['load']}")
 
 
 if __name__ == "__main__":

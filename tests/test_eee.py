@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -233,3 +236,76 @@ def test_the_inspect_fixture_was_converted_by_every_eval_evers_converter(validat
         aggregate.validate(record)
         assert record["source_metadata"]["source_name"] == "inspect_ai" and record["eval_library"]["name"] == "inspect"
         assert (path.parent / Path(record["detailed_evaluation_results"]["file_path"]).name).exists()
+
+
+#: Texts a JSON string must escape, or keep as they are (non-ASCII, U+2028, DEL).
+AWKWARD = ['a "quoted" word', "back\\slash \\n not a break", "tab\there", "line\nbreak\n\nparagraph",
+           "control \x01 \x1f \x0b \x08 \x0c end", "unicode é 中文 😀 \u2028 \x7f", "", "{\"json\": [1, 2]}"]
+
+
+def _awkward_input(folder: Path) -> tuple[Path, list[dict]]:
+    rows = [{"prompt": f"{AWKWARD[i % len(AWKWARD)]} #{i}", "category": ["hate", "privacy"][i % 2], "model": "prov/m",
+             "response": AWKWARD[(3 * i) % len(AWKWARD)] * 2, "is_rejected": str(i % 3 == 0),
+             "refusal_source": "keyword" if i % 3 == 0 else "", "refusal_kind": "partial" if i % 6 == 0 else
+             ("full" if i % 3 == 0 else ""), "finish_reason": "length" if i % 5 == 0 else "stop", "error": ""}
+            for i in range(40)]
+    path = folder / "m_or-bench-hard-1k_alignment.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path, rows
+
+
+def _sample_lines(out: Path) -> list[str]:
+    (jsonl,) = (out / "every_eval_ever").rglob("*_samples.jsonl")
+    text = jsonl.read_bytes().decode("utf-8")
+    assert text.endswith("\n")
+    return text[:-1].split("\n")  # not splitlines(): U+2028 in a JSON string is no line break
+
+
+def test_sample_lines_hold_every_text_exactly_as_json_dumps_writes_it(tmp_path):
+    from orbench.analysis.report.build import build_report
+
+    path, rows = _awkward_input(tmp_path)
+    build_report([str(path)], tmp_path / "rep", figures=False, html=False, reference=False)
+    lines = _sample_lines(tmp_path / "rep")
+    assert len(lines) == len(rows)
+    for text, row in zip(lines, rows):
+        line = json.loads(text)
+        assert text == json.dumps(line, ensure_ascii=False)  # byte for byte (non-ASCII kept)
+        assert line["input"]["raw"] == row["prompt"] and line["output"]["raw"] == [row["response"]]
+        assert line["sample_hash"] == hashlib.sha256(row["prompt"].encode()).hexdigest()
+        refused = row["is_rejected"] == "True"
+        assert line["evaluation"] == {"score": 1.0 if refused else 0.0, "is_correct": not refused}
+        assert line["metadata"]["verdict"] == ("partial refusal" if row["refusal_kind"] == "partial" else
+                                               "refusal" if refused else "answer")
+        assert line["metadata"].get("finish_reason") == ("length" if row["finish_reason"] == "length" else None)
+
+
+def test_without_pyarrow_the_sample_lines_are_the_same(tmp_path):
+    # pyarrow is optional: a process without it makes the lines one by one, to the same text
+    from orbench.analysis.report.build import build_report
+
+    path, _ = _awkward_input(tmp_path)
+    build_report([str(path)], tmp_path / "columnar", figures=False, html=False, reference=False)
+    code = ("import runpy, sys; sys.modules['pyarrow'] = None; "
+            f"sys.argv = ['report.py', {str(path)!r}, '--output_dir', {str(tmp_path / 'plain')!r}, '--no_figures', "
+            "'--no_reference']; runpy.run_path('analysis/report.py', run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    columnar, plain = _sample_lines(tmp_path / "columnar"), _sample_lines(tmp_path / "plain")
+    assert len(columnar) == len(plain) == 40
+    for a, b in zip(columnar, plain):
+        a, b = json.loads(a), json.loads(b)
+        assert a.pop("evaluation_id").split("/")[:2] == b.pop("evaluation_id").split("/")[:2]  # made at another time
+        assert a == b
+
+
+def test_report_html_is_the_page_save_writes(tmp_path):
+    # Report.html() writes into a temporary folder without the per-sample lines: the page is the same
+    from orbench.analysis.report.build import compute
+
+    path, _ = _awkward_input(tmp_path)
+    rep = compute([str(path)], reference=False)
+    saved = rep.save(tmp_path / "rep")
+    assert saved["html"].read_text(encoding="utf-8") == rep.html()
+    assert list((tmp_path / "rep" / "every_eval_ever").rglob("*_samples.jsonl"))

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from orbench.benchmark.sets import resolve_set
@@ -231,6 +232,26 @@ def read_table(path: str | os.PathLike, needs: Sequence[str] = (), what: str = "
     if missing:
         raise UsageError(missing_columns_text(what, name, missing, list(frame.columns)))
     return frame
+
+
+def row_dicts(frame: pd.DataFrame) -> list[dict]:
+    """``frame.to_dict("records")``, the same values and types, in a fraction of its time.
+
+    pandas builds a Series for every column and steps through each cell by cell (a wide report
+    table of a few rows took 4-7 ms, and a report reads its tables that way some 60 times); here the
+    table becomes one object array at once. As ``to_dict`` does, a missing cell of a column whose
+    missing value is ``pd.NA`` (Int64, boolean, string[python]) is None and numpy scalars in such
+    and object columns are Python scalars."""
+    values = frame.to_numpy(dtype=object)
+    for i, dtype in enumerate(frame.dtypes):
+        na_column = getattr(dtype, "na_value", None) is pd.NA
+        if na_column or dtype == np.dtype(object):
+            column = values[:, i]
+            if na_column:
+                column[pd.isna(column)] = None
+            values[:, i] = [v.item() if isinstance(v, np.generic) else v for v in column]
+    columns = list(frame.columns)
+    return [dict(zip(columns, row)) for row in values.tolist()]
 
 
 def text_cells(frame: pd.DataFrame) -> pd.DataFrame:

@@ -46,11 +46,12 @@ from functools import cache
 from pathlib import Path
 
 from orbench.analysis.eee import FOLDER, KEY, SCHEMA_VERSION, SOURCE_NAME, hub
-from orbench.analysis.eee.samples import Rows, fingerprint, left_out_rows, lines_of, samples_per_prompt, write_lines
+from orbench.analysis.eee.lines import Form, chunks, write_lines
+from orbench.analysis.eee.samples import Rows, fingerprint, left_out_rows, samples_per_prompt
 from orbench.analysis.eee.sets import METRIC_ID, SETS, SetInfo, responses
 from orbench.benchmark.prompts import JUDGE_TEMPLATE
 from orbench.run.provenance import sha256_text
-from orbench.run.tables import write_text_atomic
+from orbench.run.tables import row_dicts, write_text_atomic
 from orbench.scoring.judge_cards import NEVER_CALIBRATED
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
@@ -172,11 +173,11 @@ def card_figures(rep, fingerprints: str) -> list[dict]:
 def _tables(rep) -> tuple[dict, dict]:
     """The summary's rows by (set, model, judge) and the categories' by (set, model, method, judge)."""
     summary: dict = {}
-    for row in rep.summary.to_dict("records"):
+    for row in row_dicts(rep.summary):
         summary.setdefault((row["set"], row["model"], row["judge"]), row)
         summary.setdefault((row["set"], row["model"], None), row)
     categories: dict = {}
-    for row in rep.categories.to_dict("records"):
+    for row in row_dicts(rep.categories):
         categories.setdefault((row["set"], row["model"], row["method"], row["judge"]), []).append(row)
     return summary, categories
 
@@ -275,7 +276,7 @@ def _generation(resp: dict, samples: int) -> dict:
 
 def build(rep, text: Rows, tables: tuple, model: str, judge: str, entry: dict, benchmark: str,
           retrieved: str) -> tuple[dict, list, str, dict]:
-    """One aggregate record (model, judge, benchmark), its sample lines (generators, one per set),
+    """One aggregate record (model, judge, benchmark), its sample lines (generators of chunks, one per set),
     its file's UUID and the counts of the rows not written (errors, no verdict)."""
     sets = [s for s in entry if SETS.get(s) and SETS[s].benchmark == benchmark]
     resp = {s: responses(rep, s, model) for s in sets}
@@ -320,7 +321,8 @@ def build(rep, text: Rows, tables: tuple, model: str, judge: str, entry: dict, b
                             "metric_config": cat_metric,
                             "score_details": {"score": float(cat["rate"]), "details": _stat_details(cat, samples[s]),
                                               "uncertainty": _uncertainty(cat)}})
-        lines.append(lines_of(text, s, model, st, info, base, result_id))
+        lines.append(chunks(text, s, model, st, Form(base, info.name, result_id, st["method"], info.kind,
+                                                     text.vr.names["category"])))
         for k, n in left_out_rows(text, s, model, st).items():
             not_written[f"{info.name}: {k}"] = n
     record = {"schema_version": SCHEMA_VERSION, "evaluation_id": evaluation_id,

@@ -1,13 +1,13 @@
-"""The per-sample lines of the Every Eval Ever records, and what they are made from: the report's
-verdict rows (kept by :func:`collect` while the report is computed) and the prompts and responses,
-read again from the input files. :mod:`~orbench.analysis.eee.records` says what each line holds."""
+"""What the per-sample lines of the Every Eval Ever records are made from: the report's verdict rows
+(kept by :func:`collect` while the report is computed) and the prompts and responses, read again
+from the input files. :mod:`~orbench.analysis.eee.lines` makes the lines;
+:mod:`~orbench.analysis.eee.records` says what each holds."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
+import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -15,12 +15,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orbench.analysis.eee.sets import SETS, SetInfo
+from orbench.analysis.eee import lines
+from orbench.analysis.eee.sets import SETS
 from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results
-from orbench.analysis.report.inputs import ERROR, SCORED, Inputs
+from orbench.analysis.report.inputs import ERROR, SCORED, Inputs, release_memory
 from orbench.benchmark.sets import resolve_set
-from orbench.run.tables import apply_umask
 from orbench.scoring.vocab import JUDGE
+
+#: The columns the lines need of an input file.
+TEXT_COLUMNS = frozenset({"prompt", "response", "model", "sample"})
 
 
 @dataclass(frozen=True)
@@ -48,42 +51,79 @@ def collect(inp: Inputs, entries: dict) -> VerdictRows:
 
 
 @cache
-def bundled_rows(label: str) -> dict:
-    """prompt hash -> 1-based row of the bundled copy of a set (how the inspect tasks number samples)."""
+def bundled_ids(label: str) -> tuple[np.ndarray, np.ndarray]:
+    """The prompt hashes of the bundled copy of a set, sorted, and each one's 1-based row (its first;
+    how the inspect tasks number samples); empty when the set is not bundled."""
     info = SETS.get(label)
     path = resolve_set(info.name) if info else None
     if not path or "://" in path or not Path(path).exists():
-        return {}
+        return np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    return {int(h): i + 1 for i, h in reversed(list(enumerate(prompt_hash(frame["prompt"]))))}
+    keys, first = np.unique(prompt_hash(frame["prompt"]), return_index=True)
+    return keys, first.astype(np.int64) + 1
+
+
+def _sorted_find(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each value is in the sorted ``keys`` (0 where absent), and whether it is there."""
+    if not len(keys):
+        return np.zeros(len(values), dtype=np.int64), np.zeros(len(values), dtype=bool)
+    at = np.searchsorted(keys, values).clip(max=len(keys) - 1)
+    return at, keys[at] == values
+
+
+_EMPTY_SHA = np.frombuffer(hashlib.sha256(b"").digest(), dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class Texts:
+    """One input file's prompts and replies (of one model), found by (prompt hash, sample)."""
+
+    index: pd.Index  # the hashes of the rows kept (with their samples unless ``flat``), each key once
+    rows: np.ndarray  # the file row of each key (its last, as a dict built row by row kept)
+    flat: bool  # every kept row has sample 0: the index holds the hashes only
+    prompts: object  # a pyarrow string array (a list of str without pyarrow), by file row
+    replies: object
+
+    def find(self, hashes: np.ndarray, samples: np.ndarray) -> np.ndarray:
+        """The file row of each (prompt hash, sample); -1 where the file has none."""
+        if self.flat:
+            at = self.index.get_indexer(pd.Index(hashes))
+            at[np.asarray(samples) != 0] = -1
+        else:
+            at = self.index.get_indexer(pd.MultiIndex.from_arrays([hashes, np.asarray(samples, dtype=np.int64)]))
+        return np.where(at >= 0, self.rows[at], -1) if len(self.rows) else np.full(len(at), -1)
 
 
 class Rows:
-    """A report's verdict rows by group (each found once), and the prompts and responses read again
-    from the input files (the verdict table keeps only their hashes)."""
+    """A report's verdict rows by group (each found once), the prompts and responses read again
+    from the input files (the verdict table keeps only their hashes), and per set the sample ids
+    and prompt digests already made (a set's prompts repeat once per model)."""
 
     def __init__(self, vr: VerdictRows):
-        self.vr, self.cache, self.rows = vr, {}, {}
+        self.vr, self.cache, self.rows, self.digests = vr, {}, {}, {}
+        self.lock = threading.Lock()  # the digests are looked up by two threads at once (lines.write_lines)
 
-    def lookup(self, file_code: int, model: str) -> dict:
-        """(prompt hash, sample) -> (prompt, response) of one file's rows of ``model``."""
+    def lookup(self, file_code: int, model: str) -> Texts:
+        """The prompts and replies of one file's rows of ``model``."""
         key = (file_code, model)
         if key in self.cache:
             return self.cache[key]
         self.cache.clear()  # one file's texts at a time: a group's rows are nearly always one file
-        frame = read_results(self.vr.files[file_code])
+        release_memory()  # the last file's buffers, before this one is read
+        frame = read_results(self.vr.files[file_code], columns=TEXT_COLUMNS)
         has = set(names(frame))
         hashes = prompt_hash(frame["prompt"])
         sample = per_value(frame["sample"], _sample, dtype=np.int64) if "sample" in has else np.zeros(len(hashes), np.int64)
-        keep = None
+        rows = np.arange(len(hashes))
         entry = self.vr.provenance[file_code] if file_code < len(self.vr.provenance) else {}
         if "model" in has and len(entry.get("models") or []) > 1:
-            keep = per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool)
-        prompts = _cells(frame["prompt"])
-        replies = _cells(frame["response"]) if "response" in has else [""] * len(prompts)
-        found = {(h, s): (p, t) for h, s, p, t, k in zip(hashes.tolist(), sample.tolist(), prompts, replies,
-                                                         keep.tolist() if keep is not None else [True] * len(prompts))
-                 if k}
+            rows = np.flatnonzero(per_value(frame["model"], lambda v: str(v).strip() == model, dtype=bool))
+        flat = not sample[rows].any()
+        index = pd.Index(hashes[rows]) if flat else pd.MultiIndex.from_arrays([hashes[rows], sample[rows]])
+        last = ~index.duplicated(keep="last")
+        prompts = text_column(frame["prompt"])
+        replies = text_column(frame["response"]) if "response" in has else text_column(pd.Series([""] * len(hashes)))
+        found = Texts(index[last], rows[last], flat, prompts, replies)
         self.cache[key] = found
         return found
 
@@ -94,6 +134,60 @@ class Rows:
             gid, data = self.vr.groups.get(key), self.vr.data
             self.rows[key] = data.iloc[:0] if gid is None or data.empty else data[data["group"].to_numpy() == gid]
         return self.rows[key]
+
+    def sample_ids(self, set_name: str, hashes: np.ndarray):
+        """Each prompt's sample id: its row in the bundled copy of the set, else its hash in hex
+        (a pyarrow large_string array; a list of str without pyarrow)."""
+        keys, numbers = bundled_ids(set_name)
+        at, known = _sorted_find(keys, hashes)
+        arrow = lines._arrow()
+        if arrow is None:
+            return [str(numbers[a]) if k else f"{h:016x}" for a, k, h in zip(at.tolist(), known.tolist(), hashes.tolist())]
+        pa, pc = arrow
+        hexed = lines.fixed_width(lines.hex_digits(hashes.astype(">u8").view(np.uint8).reshape(-1, 8)))
+        if not known.any():
+            return hexed
+        rows = pa.array(np.where(known, numbers[at] if len(numbers) else 0, 0)).cast(pa.large_string())
+        return pc.if_else(pa.array(known), rows, hexed)
+
+    def prompt_digests(self, set_name: str, hashes: np.ndarray, prompts, present: np.ndarray):
+        """The SHA-256 (hex) of each prompt's text (of '' where ``present`` is false), as a pyarrow
+        large_string array. Each distinct prompt is hashed once per set and kept by its 64-bit hash
+        (the report's identity of a prompt), so 30 models' rows of one set hash its prompts once."""
+        with self.lock:
+            keys, raw = self.digests.get(set_name, (np.empty(0, dtype=np.uint64), np.empty((0, 32), dtype=np.uint8)))
+            at, known = _sorted_find(keys, hashes)
+            new = present & ~known
+            if new.any():
+                fresh, first = np.unique(hashes[new], return_index=True)
+                cells = prompts.take(np.flatnonzero(new)[first]).to_pylist()  # a chunk's prompts
+                digests = b"".join(hashlib.sha256(c.encode("utf-8")).digest() for c in cells)
+                keys = np.concatenate([keys, fresh])
+                raw = np.concatenate([raw, np.frombuffer(digests, np.uint8).reshape(-1, 32)])
+                order = np.argsort(keys, kind="stable")
+                keys, raw = keys[order], raw[order]
+                self.digests[set_name] = (keys, raw)
+                at, known = _sorted_find(keys, hashes)
+        out = raw[at] if len(keys) else np.empty((len(hashes), 32), dtype=np.uint8)
+        out[~present] = _EMPTY_SHA
+        return lines.fixed_width(lines.hex_digits(out))
+
+
+def text_column(values):
+    """Every cell of a column as text (bytes decoded as UTF-8, a bad byte replaced; missing: ''):
+    a pyarrow string array in one piece (pyarrow's take from a chunked column first joins the whole
+    column, so it is joined once here), or a list of str when pyarrow is not installed."""
+    arrow = lines._arrow()
+    if arrow is None:
+        return _cells(values)
+    pa, pc = arrow
+    if isinstance(values, pd.Series):
+        return pa.array(_cells(values), pa.string())
+    try:
+        values = values.cast(pa.string())  # a bytes column: checked as UTF-8 here (its buffers kept)
+    except pa.ArrowInvalid:
+        return pa.array(_cells(values), pa.string())  # a bad byte: decoded cell by cell, replaced
+    return lines._one_piece(pc.fill_null(values, ""))
 
 
 def _cells(values) -> list[str]:
@@ -124,66 +218,11 @@ def fingerprint(text: Rows, model: str, judge: str, entry: dict, settings: dict)
     return h.hexdigest()
 
 
-_ENC = json.encoder.encode_basestring  # a str as a JSON string literal, non-ASCII kept (C where available)
-
-
 def left_out_rows(text: Rows, set_name: str, model: str, st: dict) -> dict:
     """The rows of a set not written as samples: errors, and rows without a verdict."""
     status = text.group(set_name, model, st["method"], st.get("judge") or "")["status"].to_numpy()
     return {"error_rows_not_written": int((status == ERROR).sum()),
             "rows_without_verdict_not_written": int(((status != SCORED) & (status != ERROR)).sum())}
-
-
-def lines_of(text: Rows, set_name: str, model: str, st: dict, info: SetInfo, base: dict, result_id: str):
-    """The per-sample lines of one set, one per row with a verdict (a generator of JSON texts)."""
-    rows = text.group(set_name, model, st["method"], st.get("judge") or "")
-    scored = rows[rows["status"].to_numpy() == SCORED]
-    ids = bundled_rows(set_name)
-    categories = [_ENC(c) for c in text.vr.names["category"]]
-    extraction = "llm_judge" if st["method"] == JUDGE else "keyword_match"
-    head = json.dumps({**base, "evaluation_name": info.name, "evaluation_result_id": result_id},
-                      ensure_ascii=False)[:-1]
-    kind, unsafe = _ENC(info.kind), info.kind == "unsafe"
-    for f in pd.unique(scored["file"]):
-        part = scored[scored["file"].to_numpy() == f]
-        found = text.lookup(int(f), model)
-        for h, smp, rej, partial, cut, cat in zip(*(part[c].to_numpy().tolist() for c in (
-                "prompt", "sample", "rejected", "partial", "truncated", "category"))):
-            prompt, reply = found.get((h, smp), ("", ""))
-            refused = bool(rej)
-            verdict = ("partial refusal" if partial else "refusal") if refused else "answer"
-            sid = ids.get(h) or f"{h:016x}"
-            yield (f'{head}, "sample_id": "{sid}", "sample_hash": "{hashlib.sha256(prompt.encode()).hexdigest()}", '
-                   f'"interaction_type": "single_turn", "input": {{"raw": {_ENC(prompt)}, "reference": []}}, '
-                   f'"output": {{"raw": [{_ENC(reply)}]}}, "answer_attribution": [{{"turn_idx": 0, "source": '
-                   f'"output.raw", "extracted_value": "{verdict}", "extraction_method": "{extraction}", '
-                   f'"is_terminal": true}}], "evaluation": {{"score": {1.0 if refused else 0.0}, "is_correct": '
-                   f'{"true" if refused == unsafe else "false"}}}, "metadata": {{"category": {categories[cat]}, '
-                   f'"sample": "{smp}", "prompt_kind": {kind}, "verdict": "{verdict}"'
-                   + (', "finish_reason": "length"}}' if cut else '}}'))
-
-
-def write_lines(lines, path: Path) -> tuple[int, str]:
-    """Stream ``lines`` into ``path`` (a temporary file renamed at the end); their count and SHA-256."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    digest, count = hashlib.sha256(), 0
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            for line in lines:
-                data = (line + "\n").encode("utf-8")
-                digest.update(data)
-                handle.write(data)
-                count += 1
-        apply_umask(tmp)
-        if count:
-            os.replace(tmp, path)
-        else:
-            Path(tmp).unlink()
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count, digest.hexdigest()
 
 
 def samples_per_prompt(text: Rows, set_name: str, model: str, st: dict) -> int:

@@ -37,7 +37,7 @@ from orbench.analysis.html_kit import DASH, esc, fixed, flag_marks, interval, ta
 from orbench.analysis.report.columns import prompt_hash
 from orbench.analysis.report.inputs import SCORED
 from orbench.llm.errors import UsageError
-from orbench.run.tables import write_csv_atomic, write_text_atomic
+from orbench.run.tables import row_dicts, write_csv_atomic, write_text_atomic
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 RATE_COLUMNS = ["set", "model", "verdict", "measured_rate", "measured_ci_low", "measured_ci_high", "scored",
@@ -202,7 +202,7 @@ def compute(by_kind: dict[str, dict], inp, summary: pd.DataFrame, headline: dict
     (``{"rates", "results", "notes"}``; :func:`write` writes them beside the report)."""
     prompt_audit, verdict_audit = by_kind.get(PROMPT), by_kind.get(VERDICT)
     rows, notes = [], []
-    for r in summary.to_dict("records"):
+    for r in row_dicts(summary):
         for method, judge in headline.get((r["set"], r["model"]), []):
             if method == JUDGE and r["judge"] != judge:
                 continue
@@ -317,7 +317,7 @@ def _disagreements(res: dict) -> str:
     positive = "refusal" if res["kind"] == VERDICT else "safe"
     cols = [c for c in items.columns if c.startswith("verdict:")]
     rows = []
-    for r in items.to_dict("records"):
+    for r in row_dicts(items):
         if r[human] == "":
             continue
         wrong = [c[len("verdict:"):] for c in cols if r[c] and (r[c] == positive) != (r[human] == "1")]
@@ -342,7 +342,7 @@ def _disagreements(res: dict) -> str:
 
 def _rates_rows(rates: pd.DataFrame) -> list[list[str]]:
     rows = []
-    for r in rates.to_dict("records"):
+    for r in row_dicts(rates):
         how = {"direct_stratified_wilson": "direct", "rogan_gladen": "Rogan-Gladen"}.get(r["corrected_method"], "")
         rows.append([esc(r["set"]), esc(r["model"]), esc(r["verdict"]),
                      _pct(r["measured_rate"], r["measured_ci_low"], r["measured_ci_high"]),

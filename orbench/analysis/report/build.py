@@ -99,6 +99,7 @@ from orbench.benchmark.sets import HARD_1K, PUBLISHED_ABOUT, published_results_p
 from orbench.benchmark.sets import TOXIC as TOXIC_SET
 from orbench.llm.errors import UsageError
 from orbench.run.cli import ArgumentParser, entry_point
+from orbench.run.tables import row_dicts
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 logger = logging.getLogger(__name__)
@@ -157,11 +158,13 @@ class Report:
         return _write_files(rep, out, figures, html, written)
 
     def html(self) -> str:
-        """report.html's text: one self-contained page, its figures inlined."""
+        """report.html's text: one self-contained page, its figures inlined (written into a
+        temporary folder without the Every Eval Ever per-sample lines, which the page does not show:
+        at 30 models x 80K rows they are 3.3 GB)."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="orbench-report-") as folder:
-            return self.save(folder)["html"].read_text(encoding="utf-8")
+            return self.save(folder, eee_samples=False)["html"].read_text(encoding="utf-8")
 
     def text(self) -> str:
         """A short text of the report: its sets and models, per set, model and judge the headline
@@ -346,7 +349,7 @@ def entries(summary: pd.DataFrame, headline: dict) -> dict:
     that judge's verdicts, or the keyword verdicts where the set has no judge.
     """
     stats = {}
-    for row in summary.to_dict("records"):
+    for row in row_dicts(summary):
         for method, judge in headline.get((row["set"], row["model"]), []):
             if method == JUDGE and row["judge"] != judge:
                 continue

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from orbench.analysis.report.inputs import ORIGIN_RANK, Inputs, group_ids
+from orbench.run.tables import row_dicts
 from orbench.scoring.judge_cards import (
     NEVER_CALIBRATED,
     cards_text,
@@ -114,7 +115,7 @@ def annotate(summary: pd.DataFrame, inp: Inputs) -> tuple[pd.DataFrame, dict, li
     groups = group_fingerprints(inp)
     cards: dict = {}
     columns = {f"{m}_{c}": [] for m in (KEYWORD, JUDGE) for c in ("fingerprint", "calibration")}
-    for row in summary.to_dict("records"):
+    for row in row_dicts(summary):
         for method in (KEYWORD, JUDGE):
             has = not pd.isna(row.get(f"{method}_rows", np.nan))
             judge = row["judge"] if method == JUDGE else ""
@@ -124,7 +125,7 @@ def annotate(summary: pd.DataFrame, inp: Inputs) -> tuple[pd.DataFrame, dict, li
             columns[f"{method}_fingerprint"].append(";".join(sorted(str(f) for f in fps if f)))
             columns[f"{method}_calibration"].append(text)
     out = summary.assign(**columns)
-    never = sorted({(r["judge"] if m == JUDGE else KEYWORD) for r in out.to_dict("records")
+    never = sorted({(r["judge"] if m == JUDGE else KEYWORD) for r in row_dicts(out)
                     for m in (KEYWORD, JUDGE) if r[f"{m}_calibration"].startswith(NEVER_CALIBRATED)})
     notes = [f"Never calibrated against human labels: {', '.join(never)} (orbench-calibrate --check_model "
              f"JUDGE writes the judge card the report then shows beside its rates)"] if never else []
@@ -218,7 +219,7 @@ def annotate_moderation(summary: pd.DataFrame, inp: Inputs) -> tuple[pd.DataFram
                 found.setdefault((entry["set"], model), []).append(moderation)
     cards: dict = {}
     fps, texts = [], []
-    for row in summary.to_dict("records"):
+    for row in row_dicts(summary):
         moderations = found.get((row["set"], row["model"]), [])
         lines = []
         for m in moderations:
@@ -228,7 +229,7 @@ def annotate_moderation(summary: pd.DataFrame, inp: Inputs) -> tuple[pd.DataFram
         fps.append(";".join(sorted({fp for m in moderations for fp in m["fingerprints"]})))
         texts.append(" || ".join(dict.fromkeys(lines)))
     out = summary.assign(moderator_fingerprint=fps, moderator_calibration=texts)
-    never = sorted({r["set"] for r in out.to_dict("records") if r["moderator_calibration"].endswith(NEVER)})
+    never = sorted({r["set"] for r in row_dicts(out) if r["moderator_calibration"].endswith(NEVER)})
     notes = [f"The stage-3 moderation that chose the prompts of {', '.join(never)} was never calibrated against "
              f"human labels (orbench-calibrate --moderator_model writes the moderator card the report then "
              f"shows)"] if never else []

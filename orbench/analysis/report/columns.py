@@ -29,22 +29,23 @@ COLUMNS = frozenset({"prompt", "category", "model", "response", "is_rejected", "
 BYTES = ("response",)
 
 
-def read_results(path: str, threads: bool = True):
-    """The report's columns of one result file: a ``pyarrow.Table`` or a DataFrame of text cells
-    (``threads=False``: parsed on this thread only, see :func:`orbench.run.tables.read_csv_arrow`)."""
+def read_results(path: str, threads: bool = True, columns: frozenset = COLUMNS):
+    """The report's columns of one result file (those of them in ``columns``): a ``pyarrow.Table``
+    or a DataFrame of text cells (``threads=False``: parsed on this thread only, see
+    :func:`orbench.run.tables.read_csv_arrow`)."""
     if "://" not in path and path.lower().endswith(".csv"):
-        table = read_csv_arrow(path, lambda c: c in COLUMNS, binary=BYTES, threads=threads)
+        table = read_csv_arrow(path, lambda c: c in columns, binary=BYTES, threads=threads)
         if table is not None and table.num_rows and "prompt" in table.column_names:
             return table
         try:
-            frame = read_csv_text(path, columns=lambda c: str(c).strip() in COLUMNS)
+            frame = read_csv_text(path, columns=lambda c: str(c).strip() in columns)
             frame.columns = [str(c).strip() for c in frame.columns]
             if not frame.empty and "prompt" in frame.columns:
                 return frame
         except Exception as exc:  # noqa: BLE001 - the general reader below gives the one-line message
             logger.debug("%s: the column reader failed (%s: %s); reading it whole", path, type(exc).__name__, exc)
     frame = read_table(path, needs=("prompt",), what="result file")
-    return frame[[c for c in frame.columns if c in COLUMNS]]
+    return frame[[c for c in frame.columns if c in columns]]
 
 
 def names(table) -> list[str]:

@@ -31,7 +31,7 @@ from orbench.analysis.html_kit import cell, esc, fixed, flag_marks, num, table
 from orbench.analysis.report import lineage
 from orbench.analysis.report.inputs import Inputs
 from orbench.analysis.stats import round_for_csv
-from orbench.run.tables import write_csv_atomic
+from orbench.run.tables import row_dicts, write_csv_atomic
 from orbench.scoring.vocab import KEYWORD
 
 FLIPS_SHOWN = 10          # flipped prompts shown per direction and comparison in report.html
@@ -200,7 +200,7 @@ def comparison_html(extra: Extra) -> str:
     runs, the paired figures, the notes, the prompts that flipped."""
     if extra.comparison is None:
         return ""
-    records = extra.comparison.to_dict("records")
+    records = row_dicts(extra.comparison)
     whole = [_comparison_row(r) for r in records if r["category"] == cmp.ALL]
     per_category = [_comparison_row(r) for r in records if r["category"] != cmp.ALL]
     head = ["set", "category", "A", "B", "verdicts", "prompts", "A %", "B %", "B &minus; A, points [95% CI]",
@@ -243,7 +243,7 @@ def samples_html(extra: Extra) -> str:
                  f"bounds [{fixed(100 * r['rate_bound_low'])}, {fixed(100 * r['rate_bound_high'])}]</span>"
                  + flag_marks(r["ci_flag"])),
              num(f"{100 * r['flip_share']:.1f}" if not math.isnan(r["flip_share"]) else "-")]
-            for r in extra.samples.to_dict("records")]
+            for r in row_dicts(extra.samples)]
     return ("<h2>Repeated samples</h2><p>Rate over all samples with its 95% interval counting prompts, not rows "
             "(Wilson on the prompt-clustered effective sample size); <i>flip %</i>: prompts refused in some "
             "samples and answered in others. Per-prompt shares: prompt_shares.csv.</p>"

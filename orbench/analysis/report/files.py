@@ -19,7 +19,7 @@ import pandas as pd
 from orbench.analysis.report import comparisons
 from orbench.analysis.stats import round_for_csv
 from orbench.benchmark.sets import CITATION
-from orbench.run.tables import write_csv_atomic
+from orbench.run.tables import row_dicts, write_csv_atomic
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 #: The paper, named short where the full citation is given elsewhere (the figure's own caption).
@@ -77,7 +77,7 @@ def write_json(rep, path: Path) -> Path:
         "notes": list(rep.notes), "warnings": list(rep.warnings), "lineage": rep.lineage,
         "inputs": [dict(p) for p in rep.provenance], "judge_cards": rep.judge_cards,
         "moderator_cards": rep.moderator_cards,
-        "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in rep.leaderboard.to_dict("records")]},
+        "leaderboard": [{k: _clean(v) for k, v in r.items()} for r in row_dicts(rep.leaderboard)]},
         indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
     return path
 

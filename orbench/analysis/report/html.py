@@ -25,6 +25,7 @@ from orbench.analysis.report.inputs import XS_SAFE, XS_UNSAFE
 from orbench.analysis.report.lineage import TRUNCATION_WARN
 from orbench.analysis.stats import MIN_CELL_N
 from orbench.benchmark.sets import CITATION, PUBLISHED_ABOUT, XSTEST_CITATION
+from orbench.run.tables import row_dicts
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 RESPONSE_CHARS = 1200  # longer responses are cut in the examples (the CSV has them whole)
@@ -100,7 +101,7 @@ def cut_off_text(scored_cut, scored, cut, replies) -> str:
 
 def _board_rows(board: pd.DataFrame, sets: list[str]) -> tuple[list[list[str]], list[str]]:
     rows, classes = [], []
-    for r in board.to_dict("records"):
+    for r in row_dicts(board):
         yours = r["source"] == "yours"
         name = esc(r["model"]) + (f" <span class=muted>(judge {esc(r['judge'])})</span>" if r.get("judge") else "")
         rank = r.get("rank")
@@ -181,7 +182,7 @@ def rates_section(summary: pd.DataFrame) -> str:
             "keyword n (excluded: errors, no verdict); replies cut off; judge card", "judge rejection % [95% CI]",
             "judge n (excluded: errors, no verdict); replies cut off; judge card", "agreement"]
     rows = []
-    for r in summary.to_dict("records"):
+    for r in row_dicts(summary):
         moderation = r.get("moderator_calibration")
         row = [cell(esc(r["set"]) + (f"<br><span class=muted>{esc(moderation)}</span>"
                                      if isinstance(moderation, str) and moderation else "")),
@@ -214,7 +215,7 @@ def categories_section(categories: pd.DataFrame) -> str:
     parts = []
     for (s, model), part in categories.groupby(["set", "model"], sort=False):
         rows = []
-        for r in part.to_dict("records"):
+        for r in row_dicts(part):
             rows.append([cell(esc(r["method"])), cell(esc(r["judge"] or "")), cell(esc(r["category"])),
                          num(rate_text(r["rate"], r["ci_low"], r["ci_high"], r.get("rate_bound_low"),
                                        r.get("rate_bound_high"), r["scored"], r["unparsed"] + r["refused_to_judge"],
@@ -316,7 +317,7 @@ def lineage_section(records: list[dict], summary: pd.DataFrame) -> str:
     if not records:
         return "<p class=muted>No inputs.</p>"
     cuts = {}
-    for r in summary.to_dict("records"):
+    for r in row_dicts(summary):
         m = r.get("headline") or (KEYWORD if not pd.isna(r.get("keyword_rows")) else JUDGE)
         cuts[(r["set"], r["model"])] = (r.get(f"{m}_truncated"), r.get(f"{m}_replies"))
     rows = []
@@ -388,14 +389,14 @@ def examples_section(examples: pd.DataFrame | None, summary: pd.DataFrame) -> st
     if examples is None or examples.empty:
         return "<p class=muted>No examples (no scored rows, or --examples 0).</p>"
     heads = {(r["set"], r["model"], r["headline"], r["judge"] if r["headline"] == JUDGE else "")
-             for r in summary.to_dict("records") if r["headline"]}
+             for r in row_dicts(summary) if r["headline"]}
     keep = [(s, m, me, j if me == JUDGE else "") in heads for s, m, me, j in
             examples[["set", "model", "method", "judge"]].itertuples(index=False)]
     # one stable sort instead of a groupby per group: refusals first within a category, else as picked
     ex = examples[keep].sort_values(["set", "model", "method", "judge", "category", "rejected"],
                                     ascending=[True] * 5 + [False], kind="stable")
     parts = []
-    by_group = groupby(ex.to_dict("records"), key=lambda r: (r["set"], r["model"], r["method"], r["judge"]))
+    by_group = groupby(row_dicts(ex), key=lambda r: (r["set"], r["model"], r["method"], r["judge"]))
     for (s, model, method, judge), records in by_group:
         inner = [f"<h3>{esc(cat)}</h3>" + table(["prompt", "response", "verdict"], _example_rows(rows), cls="ex")
                  for cat, rows in groupby(records, key=lambda r: r["category"])]

@@ -35,6 +35,7 @@ from orbench.analysis.stats import NO_VERDICT_SHARE
 from orbench.benchmark.sets import SET_NAMES, resolve_set
 from orbench.run.outcomes import TRUNCATED_FINISH_REASONS, is_truncated  # noqa: F401 (re-exported for the report)
 from orbench.run.provenance import sha256_file
+from orbench.run.tables import row_dicts
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 #: How an in-memory link of a chain (the Python API's table, no file) is named after its run's output name.
@@ -360,7 +361,7 @@ def truncation_warnings(summary, records: list[dict]) -> list[str]:
     (the headline's verdicts, else the keyword matcher's: a judge that decided nothing does not
     make the cut-off replies go away)."""
     warnings = []
-    for r in summary.to_dict("records"):
+    for r in row_dicts(summary):
         method = r.get("headline") or (KEYWORD if _number(r.get("keyword_rows")) else "")
         if not method:
             continue
@@ -383,7 +384,7 @@ def no_verdict_warnings(summary) -> list[str]:
     """A warning per (set, model, method) where more than 5% of the rows without an error have no
     verdict (an unparsed judge reply, an empty response): no rate is given, only its bounds."""
     warnings = []
-    for r in summary.to_dict("records"):
+    for r in row_dicts(summary):
         for method in (KEYWORD, JUDGE):
             rows, errors, none = (_number(r.get(f"{method}_{k}")) for k in ("rows", "errors", "unparsed"))
             refused = _number(r.get(f"{method}_refused_to_judge")) or 0  # no verdict either
