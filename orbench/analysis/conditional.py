@@ -1,0 +1,178 @@
+"""The exact conditional comparison of two runs on the same prompts, whatever their samples per prompt.
+
+Premise (the null hypothesis): on each prompt, run A's and run B's samples are independent draws
+with the *same* refusal probability ``p_i`` (which may differ from prompt to prompt, as the
+prompts' own difficulty does). Given a prompt's pooled refusals ``t_i = k_ai + k_bi`` over its
+``n_ai + n_bi`` samples, every way of placing those refusals among the samples is then equally
+likely, so B's share ``k_bi`` is hypergeometric (``n_ai + n_bi`` samples, ``t_i`` refusals,
+``n_bi`` drawn), whatever ``p_i`` is. The statistic is B's refusals summed over the prompts,
+``T = sum k_bi``; its exact null distribution is the convolution of the prompts' hypergeometric
+distributions (prompts whose refusals cannot move, ``t_i = 0`` or every sample refused, add a
+constant). This is the exact test of a common odds ratio of 1 across 2x2 tables (Birch 1964;
+R's ``mantelhaen.test(exact = TRUE)``); with one sample on each side it is McNemar's exact test
+(a discordant prompt's one refusal falls on B's side with chance 1/2).
+
+Two-sided p-value: twice the smaller one-sided tail, at most 1 (``p_greater = P(T >= t)`` is the
+one-sided p for "B refuses more", ``p_less = P(T <= t)`` for "A refuses more"). The 95% interval
+inverted from exactly this test is the one on the common odds ratio ``psi`` (B's odds over A's on
+the same prompt): under ``psi`` the prompts' shares follow Fisher's noncentral hypergeometric
+distribution, so ``P_psi(T = t) is proportional to P_1(T = t) psi^t``; the limits are the ``psi``
+whose upper (lower) tail at the observed ``T`` is 2.5% (the interval excludes 1 exactly when the
+two-sided p is below 0.05). The rate difference's interval is the difference the odds ratio's
+limits imply given each prompt's pooled refusals: ``d(psi) = mean_i (E_psi[k_bi] / n_bi -
+(t_i - E_psi[k_bi]) / n_ai)``, which is 0 at ``psi = 1`` and increases with ``psi``, so it
+excludes 0 exactly when the test rejects. It is conditional on the prompts' pooled refusals:
+with no prompt whose refusals could fall on either side there is nothing to compare and no
+interval. Only numpy is needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Conditional:
+    """The exact conditional test and its inverted intervals (see the module docstring)."""
+
+    statistic: int        # T: B's refusals over the compared prompts
+    p_value: float        # two-sided: twice the smaller tail, at most 1
+    p_midp: float         # the same with half the observed point's probability in each tail
+    p_greater: float      # P(T >= observed): one-sided, B refuses more
+    p_less: float         # P(T <= observed): one-sided, A refuses more
+    odds_ratio: float     # the conditional maximum-likelihood common odds ratio (0 or inf at an edge)
+    or_low: float
+    or_high: float
+    diff_low: float       # the rate difference at the odds ratio's limits, given the pooled refusals
+    diff_high: float
+    varying: int          # prompts whose refusals could fall on either side
+
+
+def _types(ka, na, kb, nb):
+    """The prompts whose refusals could move, grouped by (n_a, n_b, t): arrays and their counts."""
+    ka, na, kb, nb = (np.asarray(x, dtype=np.int64) for x in (ka, na, kb, nb))
+    t = ka + kb
+    move = (t > 0) & (t < na + nb)
+    keys, counts = np.unique(np.stack([na[move], nb[move], t[move]], axis=1), axis=0, return_counts=True)
+    return keys.reshape(-1, 3), counts, int(kb[move].sum()), int(move.sum())
+
+
+def _hypergeom(n_a: int, n_b: int, t: int) -> tuple[int, np.ndarray]:
+    """B's refusals of a prompt under the null: (smallest value, probabilities from it on)."""
+    lo, hi = max(0, t - n_a), min(t, n_b)
+    x = np.arange(lo, hi + 1)
+    logc = np.array([math.lgamma(n_b + 1) - math.lgamma(v + 1) - math.lgamma(n_b - v + 1)
+                     + math.lgamma(n_a + 1) - math.lgamma(t - v + 1) - math.lgamma(n_a - t + v + 1) for v in x])
+    w = np.exp(logc - logc.max())
+    return lo, w / w.sum()
+
+
+def _power(pmf: np.ndarray, times: int) -> np.ndarray:
+    """The distribution of the sum of ``times`` independent draws of ``pmf`` (binary powers)."""
+    out, base = np.ones(1), pmf
+    while times:
+        if times & 1:
+            out = np.convolve(out, base)
+            out /= out.sum()
+        times >>= 1
+        if times:
+            base = np.convolve(base, base)
+            base /= base.sum()
+    return out
+
+
+def null_distribution(keys: np.ndarray, counts: np.ndarray) -> tuple[int, np.ndarray]:
+    """The exact null distribution of T over the varying prompts: (smallest value, probabilities)."""
+    lo, pmf = 0, np.ones(1)
+    for (n_a, n_b, t), c in zip(keys, counts):
+        low, part = _hypergeom(int(n_a), int(n_b), int(t))
+        lo += low * int(c)
+        pmf = np.convolve(pmf, _power(part, int(c)))
+        pmf /= pmf.sum()
+    return lo, pmf
+
+
+def _tilted(logf: np.ndarray, theta: float) -> np.ndarray:
+    """The null distribution tilted by ``psi = exp(theta)`` (noncentral), normalised."""
+    v = logf + theta * np.arange(len(logf))
+    v = np.exp(v - v.max())
+    return v / v.sum()
+
+
+def _solve(f, target: float) -> float:
+    """The theta where the increasing function ``f`` meets ``target`` (bisection on a wide bracket)."""
+    lo, hi = -1.0, 1.0
+    while f(lo) > target and lo > -700:
+        lo *= 2
+    while f(hi) < target and hi < 700:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _expected_b(keys: np.ndarray, theta: float) -> np.ndarray:
+    """Per prompt type: B's expected refusals under the common odds ratio ``exp(theta)``."""
+    out = np.empty(len(keys))
+    for i, (n_a, n_b, t) in enumerate(keys):
+        lo, part = _hypergeom(int(n_a), int(n_b), int(t))
+        w = _tilted(np.log(np.maximum(part, 1e-300)), theta)
+        out[i] = lo + float((np.arange(len(w)) * w).sum())
+    return out
+
+
+def conditional_test(ka, na, kb, nb, alpha: float = ALPHA) -> Conditional:
+    """The exact conditional comparison of B against A over paired prompts (module docstring):
+    per prompt ``ka`` of ``na`` samples refused by A, ``kb`` of ``nb`` by B."""
+    m = len(np.asarray(ka))
+    keys, counts, observed, varying = _types(ka, na, kb, nb)
+    if varying == 0:
+        return Conditional(0, 1.0, 1.0, 1.0, 1.0, math.nan, 0.0, math.inf, math.nan, math.nan, 0)
+    lo, pmf = null_distribution(keys, counts)
+    i = observed - lo
+    less, greater = float(pmf[:i + 1].sum()), float(pmf[i:].sum())
+    p = min(1.0, 2 * min(less, greater))
+    mid = min(1.0, 2 * min(less, greater) - float(pmf[i]))
+    with np.errstate(divide="ignore"):
+        logf = np.log(pmf)
+    logf = np.maximum(logf, np.log(np.finfo(float).tiny))  # a tail that underflowed stays finite
+
+    def upper(theta):  # P_theta(T >= observed): increases with theta
+        return float(_tilted(logf, theta)[i:].sum())
+
+    def lower_complement(theta):  # 1 - P_theta(T <= observed) = P_theta(T > observed): increases
+        return float(_tilted(logf, theta)[i + 1:].sum())
+
+    def mean(theta):
+        w = _tilted(logf, theta)
+        return float((np.arange(len(w)) * w).sum())
+
+    top = len(pmf) - 1
+    t_low = -math.inf if i == 0 else _solve(upper, alpha / 2)
+    t_high = math.inf if i == top else _solve(lower_complement, 1 - alpha / 2)
+    t_hat = -math.inf if i == 0 else math.inf if i == top else _solve(mean, float(i))
+    weights = counts * (1 / keys[:, 1] + 1 / keys[:, 0])
+    shift = float((counts * keys[:, 2] / keys[:, 0]).sum())
+
+    def diff(theta):
+        if theta == -math.inf:
+            eb = np.maximum(0, keys[:, 2] - keys[:, 0]).astype(float)
+        elif theta == math.inf:
+            eb = np.minimum(keys[:, 2], keys[:, 1]).astype(float)
+        else:
+            eb = _expected_b(keys, theta)
+        return (float((weights * eb).sum()) - shift) / m
+
+    ka_, na_, kb_, nb_ = (np.asarray(x, dtype=float) for x in (ka, na, kb, nb))
+    d_obs = float((kb_ / nb_ - ka_ / na_).mean())
+    d_low, d_high = diff(t_low), diff(t_high)
+    return Conditional(observed, p, mid, greater, less, math.exp(t_hat) if math.isfinite(t_hat) else
+                       (0.0 if t_hat < 0 else math.inf), math.exp(t_low) if math.isfinite(t_low) else 0.0,
+                       math.exp(t_high) if math.isfinite(t_high) else math.inf,
+                       min(d_low, d_obs), max(d_high, d_obs), varying)
