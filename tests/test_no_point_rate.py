@@ -179,8 +179,8 @@ def test_error_rows_are_rows_without_a_verdict(tmp_path):
     assert pd.isna(row.keyword_rate) and row.keyword_errors == 61 and row.keyword_ci_flag == "bounds_only"
     assert (row.keyword_rate_bound_low, row.keyword_rate_bound_high) == pytest.approx(
         (cp(67, 400)[0], cp(67 + 61, 400)[1]), abs=1e-9)
-    assert any("61 of 400 rows (15%) of m on hard have no verdict: 0 without one from the keyword verdicts "
-               "(an unparsed reply, an empty response), 61 failed with an error" in w for w in rep.warnings)
+    assert any("61 of 400 rows (15%) of m on hard have no verdict from the keyword verdicts (0 an unparsed reply "
+               "or an empty response; 61 failed with an error)" in w for w in rep.warnings)
     # 20 of 400 failed (5%): the rate stands, over the decided rows
     error_rows(tmp_path / "m_hard.csv", "m", 400, 20, 67)
     rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False,

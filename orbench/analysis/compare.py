@@ -18,7 +18,7 @@ per set and per category (and ``all`` for the whole set), on the prompts *both* 
 * the intervals inverted from that test (``interval`` ``exact_conditional``): ``odds_ratio``
   with ``or_ci_low``/``or_ci_high``, the conditional common odds ratio of B against A on the
   same prompt and its exact 95% interval (with one sample each: the discordant pairs' ratio
-  ``b_only / a_only`` with Clopper-Pearson's interval mapped through ``p / (1 - p)``), and
+  ``b_only / a_only`` with Clopper-Pearson's interval on ``b_only / (a_only + b_only)`` as odds), and
   ``ci_low``/``ci_high`` on ``diff``, the difference those limits imply given each prompt's
   pooled refusals: both exclude no difference exactly when ``p_value < 0.05``. With no prompt
   whose refusals could fall on either side, nothing is compared: ``p_value`` 1, no interval

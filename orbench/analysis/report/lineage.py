@@ -362,9 +362,9 @@ def no_verdict_warnings(summary) -> list[str]:
                       f"counted as answered, then as refused)")
             warnings.append(
                 f"{int(none)} of {int(rows)} rows ({100 * none / rows:.0f}%) of {r['model']} on {r['set']} have no "
-                f"verdict: {int(unparsed)} without one from {who} (an unparsed reply, an empty response"
-                + (f"; {int(refused)} the judge refusing to judge" if refused else "") + f"), {int(errors)} failed "
-                f"with an error{bounds}; {int(rows - none)} rows have one"
+                f"verdict from {who} ({int(unparsed - refused)} an unparsed reply or an empty response"
+                + (f"; {int(refused)} the judge refusing to judge" if refused else "") + f"; {int(errors)} failed "
+                f"with an error){bounds}; {int(rows - none)} rows have one"
                 + ("; check the judge's replies in answer_type_response" if method == JUDGE and unparsed else ""))
     return warnings
 
