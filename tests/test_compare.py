@@ -447,3 +447,25 @@ def test_one_sample_against_three_compares_prompts_not_rows(tmp_path, script):
             "samples (A: 1 sample, B: 3 samples per prompt); a prompt differs when its share does") in result.stderr
 
 
+
+
+def test_clopper_pearson_without_scipy_equals_scipys():
+    """The numpy-only incomplete beta (used where scipy is not installed) against scipy's quantiles."""
+    from scipy.stats import beta
+
+    a, b = np.array([0.5, 3.0, 37.3, 800.0, 1.0]), np.array([3.2, 18.0, 64.4, 79201.0, 1.0])
+    for q in (0.025, 0.975):
+        assert stats._beta_bisection(q, a, b) == pytest.approx(beta.ppf(q, a, b), rel=1e-9, abs=1e-12)
+
+
+def test_far_in_the_null_tail_the_limits_still_hold():
+    """A refuses 0 of 5 on 1,000 prompts, B 5 of 5: p underflows, and the odds ratio's lower limit is
+    where all 1,000 prompts put their 5 refusals on B's side with chance 2.5%: (1 / (1 + 5 psi^-1 ...))."""
+    ka, kb, n = np.zeros(1000), np.full(1000, 5.0), np.full(1000, 5.0)
+    got = conditional_test(ka, n, kb, n)
+    assert got.p_value < 1e-300 and got.odds_ratio == math.inf
+    # at psi, a prompt's 5 refusals of 10 samples all fall on B's side with probability
+    # psi^5 / sum_x C(5, x) C(5, 5 - x) psi^x; the limit makes that to the 1,000th power 2.5%
+    psi = got.or_low
+    one = psi ** 5 / sum(comb(5, x) * comb(5, 5 - x) * psi ** x for x in range(6))
+    assert one ** 1000 == pytest.approx(0.025, rel=1e-6)

@@ -72,28 +72,47 @@ def _hypergeom(n_a: int, n_b: int, t: int) -> tuple[int, np.ndarray]:
     return lo, w / w.sum()
 
 
-def _power(pmf: np.ndarray, times: int) -> np.ndarray:
-    """The distribution of the sum of ``times`` independent draws of ``pmf`` (binary powers)."""
-    out, base = np.ones(1), pmf
+def _trim(lo: int, pmf: np.ndarray) -> tuple[int, np.ndarray]:
+    """Drop the tails below 1e-300 of the peak (beyond what a double holds beside it), renormalised."""
+    keep = np.flatnonzero(pmf > 1e-300 * pmf.max())
+    pmf = pmf[keep[0]:keep[-1] + 1]
+    return lo + int(keep[0]), pmf / pmf.sum()
+
+
+def _power(pmf: np.ndarray, times: int) -> tuple[int, np.ndarray]:
+    """The distribution of the sum of ``times`` independent draws of ``pmf`` (binary powers):
+    (shift of its first value from ``times`` x the first value of ``pmf``, probabilities)."""
+    out, base, shift, base_shift = np.ones(1), pmf, 0, 0
     while times:
         if times & 1:
-            out = np.convolve(out, base)
-            out /= out.sum()
+            shift, out = _trim(shift + base_shift, np.convolve(out, base))
         times >>= 1
         if times:
-            base = np.convolve(base, base)
-            base /= base.sum()
-    return out
+            base_shift, base = _trim(2 * base_shift, np.convolve(base, base))
+    return shift, out
 
 
-def null_distribution(keys: np.ndarray, counts: np.ndarray) -> tuple[int, np.ndarray]:
-    """The exact null distribution of T over the varying prompts: (smallest value, probabilities)."""
+def null_distribution(keys: np.ndarray, counts: np.ndarray, theta: float = 0.0) -> tuple[int, np.ndarray]:
+    """The exact distribution of T over the varying prompts under the common odds ratio
+    ``exp(theta)`` (0: the null): (smallest value, probabilities); tails below 1e-300 of the peak
+    are left out (they underflow a double anyway)."""
     lo, pmf = 0, np.ones(1)
     for (n_a, n_b, t), c in zip(keys, counts):
         low, part = _hypergeom(int(n_a), int(n_b), int(t))
-        lo += low * int(c)
-        pmf = np.convolve(pmf, _power(part, int(c)))
-        pmf /= pmf.sum()
+        if theta:
+            part = _tilted(np.log(np.maximum(part, 1e-300)), theta)
+        shift, powered = _power(part, int(c))
+        lo, pmf = _trim(lo + low * int(c) + shift, np.convolve(pmf, powered))
+    return lo, pmf
+
+
+def _around(keys, counts, lo, pmf, observed, theta) -> tuple[int, np.ndarray]:
+    """The distribution at ``theta`` (taken as given in ``lo, pmf``), widened to hold the observed
+    T where it fell in a tail that underflowed."""
+    if observed < lo:
+        pmf, lo = np.concatenate([np.zeros(lo - observed), pmf]), observed
+    if observed >= lo + len(pmf):
+        pmf = np.concatenate([pmf, np.zeros(observed - lo - len(pmf) + 1)])
     return lo, pmf
 
 
@@ -105,13 +124,14 @@ def _tilted(logf: np.ndarray, theta: float) -> np.ndarray:
 
 
 def _solve(f, target: float) -> float:
-    """The theta where the increasing function ``f`` meets ``target`` (bisection on a wide bracket)."""
+    """The theta where the increasing function ``f`` meets ``target`` (bisection on a widening
+    bracket, to 1e-10)."""
     lo, hi = -1.0, 1.0
     while f(lo) > target and lo > -700:
         lo *= 2
     while f(hi) < target and hi < 700:
         hi *= 2
-    for _ in range(100):
+    while hi - lo > 1e-10:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
     return (lo + hi) / 2
@@ -134,29 +154,38 @@ def conditional_test(ka, na, kb, nb, alpha: float = ALPHA) -> Conditional:
     keys, counts, observed, varying = _types(ka, na, kb, nb)
     if varying == 0:
         return Conditional(0, 1.0, 1.0, 1.0, 1.0, math.nan, 0.0, math.inf, math.nan, math.nan, 0)
-    lo, pmf = null_distribution(keys, counts)
+    lo, pmf = _around(keys, counts, *null_distribution(keys, counts), observed, 0.0)
     i = observed - lo
     less, greater = float(pmf[:i + 1].sum()), float(pmf[i:].sum())
     p = min(1.0, 2 * min(less, greater))
     mid = min(1.0, 2 * min(less, greater) - float(pmf[i]))
+    least = int((counts * np.maximum(0, keys[:, 2] - keys[:, 0])).sum())  # T's own range
+    most = int((counts * np.minimum(keys[:, 2], keys[:, 1])).sum())
+    base = 0.0
+    if min(less, greater) < 1e-12:
+        # far in the null's tail: the limits lie where the null distribution has underflowed, so
+        # take the distribution afresh at the odds ratio that expects (about) the observed T
+        target = min(max(observed, least + 0.5), most - 0.5)
+        base = _solve(lambda th: float((counts * _expected_b(keys, th)).sum()), target)
+        lo, pmf = _around(keys, counts, *null_distribution(keys, counts, base), observed, base)
+        i = observed - lo
     with np.errstate(divide="ignore"):
         logf = np.log(pmf)
     logf = np.maximum(logf, np.log(np.finfo(float).tiny))  # a tail that underflowed stays finite
 
     def upper(theta):  # P_theta(T >= observed): increases with theta
-        return float(_tilted(logf, theta)[i:].sum())
+        return float(_tilted(logf, theta - base)[i:].sum())
 
     def lower_complement(theta):  # 1 - P_theta(T <= observed) = P_theta(T > observed): increases
-        return float(_tilted(logf, theta)[i + 1:].sum())
+        return float(_tilted(logf, theta - base)[i + 1:].sum())
 
     def mean(theta):
-        w = _tilted(logf, theta)
+        w = _tilted(logf, theta - base)
         return float((np.arange(len(w)) * w).sum())
 
-    top = len(pmf) - 1
-    t_low = -math.inf if i == 0 else _solve(upper, alpha / 2)
-    t_high = math.inf if i == top else _solve(lower_complement, 1 - alpha / 2)
-    t_hat = -math.inf if i == 0 else math.inf if i == top else _solve(mean, float(i))
+    t_low = -math.inf if observed == least else _solve(upper, alpha / 2)
+    t_high = math.inf if observed == most else _solve(lower_complement, 1 - alpha / 2)
+    t_hat = -math.inf if observed == least else math.inf if observed == most else _solve(mean, float(i))
     weights = counts * (1 / keys[:, 1] + 1 / keys[:, 0])
     shift = float((counts * keys[:, 2] / keys[:, 0]).sum())
 
