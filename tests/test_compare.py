@@ -79,16 +79,24 @@ def test_newcombe_correlated_pairs_narrower_and_symmetric():
 
 
 def cluster_by_hand(k, n):
-    """The prompt-clustered Wilson interval written out here: linearised variance, effective n between
-    the prompt count and the row count, statsmodels' Wilson at that n."""
+    """The prompt-clustered interval written out here: linearised variance, effective n at most the
+    row count, scaled by (z / t)^2 with t on one less than the prompts showing the rarer outcome,
+    at least the prompt count; Clopper-Pearson's limits (scipy's Beta quantiles) at that n."""
+    from scipy.stats import beta, t
+
     k, n = np.asarray(k, float), np.asarray(n, float)
     m, total = len(k), n.sum()
     r = k.sum() / total
     var = m / (m - 1) * ((k - r * n) ** 2).sum() / total ** 2
     floor = total ** 2 / (n ** 2).sum()
-    n_eff = floor if var == 0 or r in (0, 1) else min(max(r * (1 - r) / var, floor), total)
-    low, high = proportion_confint(r * n_eff, n_eff, method="wilson")
-    return r, (0.0 if r == 0 else low), (1.0 if r == 1 else high)
+    if var == 0 or r in (0, 1):
+        n_eff = floor if r in (0, 1) else total
+    else:
+        j = min((k > 0).sum(), (k < n).sum())
+        n_eff = max(floor, min(r * (1 - r) / var, total) * (1.959963984540054 / t.ppf(0.975, max(1, j - 1))) ** 2)
+    low = 0.0 if r == 0 else beta.ppf(0.025, r * n_eff, (1 - r) * n_eff + 1)
+    high = 1.0 if r == 1 else beta.ppf(0.975, r * n_eff + 1, (1 - r) * n_eff)
+    return r, low, high
 
 
 def exact_null(ka, na, kb, nb):
@@ -257,7 +265,7 @@ def test_repeated_samples_prompt_level_interval_flips_and_shares(tmp_path):
     assert row.rate == pytest.approx(6 / 12) and row.flip_share == pytest.approx(0.5)
     r, low, high = cluster_by_hand(k, [3] * 4)
     assert (row.ci_low, row.ci_high) == pytest.approx((low, high), abs=1e-6)
-    assert row.ci_method == "cluster_wilson"
+    assert row.ci_method == "cluster_clopper_pearson"
     summary = pd.read_csv(rep.outputs["summary"])
     srow = summary[summary.model == "A"].iloc[0]
     assert (srow.keyword_ci_low, srow.keyword_ci_high) == pytest.approx((low, high), abs=1e-6)
@@ -288,7 +296,7 @@ def test_three_prompt_category_with_samples_is_not_certain(tmp_path):
     assert comp.ci_flag == "not_computable" and comp.p_value == 1.0
     cats = pd.read_csv(rep.outputs["categories"], keep_default_na=False)
     assert (cats.ci_high > 0.5).all() and set(cats.prompts) == {3} and set(cats.scored) == {15}
-    assert set(cats.ci_method) == {"cluster_wilson"} and all("no_variation" in f for f in cats.ci_flag)
+    assert set(cats.ci_method) == {"cluster_clopper_pearson"} and all("no_variation" in f for f in cats.ci_flag)
     assert "no variation</span>" in rep.outputs["html"].read_text()
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -62,6 +63,7 @@ def _types(ka, na, kb, nb):
     return keys.reshape(-1, 3), counts, int(kb[move].sum()), int(move.sum())
 
 
+@lru_cache(maxsize=4096)
 def _hypergeom(n_a: int, n_b: int, t: int) -> tuple[int, np.ndarray]:
     """B's refusals of a prompt under the null: (smallest value, probabilities from it on)."""
     lo, hi = max(0, t - n_a), min(t, n_b)
@@ -69,7 +71,9 @@ def _hypergeom(n_a: int, n_b: int, t: int) -> tuple[int, np.ndarray]:
     logc = np.array([math.lgamma(n_b + 1) - math.lgamma(v + 1) - math.lgamma(n_b - v + 1)
                      + math.lgamma(n_a + 1) - math.lgamma(t - v + 1) - math.lgamma(n_a - t + v + 1) for v in x])
     w = np.exp(logc - logc.max())
-    return lo, w / w.sum()
+    w /= w.sum()
+    w.setflags(write=False)  # cached: shared by every caller
+    return lo, w
 
 
 def _trim(lo: int, pmf: np.ndarray) -> tuple[int, np.ndarray]:
@@ -125,13 +129,13 @@ def _tilted(logf: np.ndarray, theta: float) -> np.ndarray:
 
 def _solve(f, target: float) -> float:
     """The theta where the increasing function ``f`` meets ``target`` (bisection on a widening
-    bracket, to 1e-10)."""
+    bracket, to 1e-9: the odds ratio to a relative 1e-9)."""
     lo, hi = -1.0, 1.0
     while f(lo) > target and lo > -700:
         lo *= 2
     while f(hi) < target and hi < 700:
         hi *= 2
-    while hi - lo > 1e-10:
+    while hi - lo > 1e-9:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
     return (lo + hi) / 2

@@ -11,10 +11,11 @@ Every interval the report, the comparisons and the audit print comes from a func
   variance; a figure over a domain (recall over the human refusals, a rate over the
   human-confirmed safe prompts) adds the uncertainty of the domain's share in each stratum.
   A full census of every stratum is exact (width 0, flagged ``census``).
-* **A rate over repeated samples**: the prompt is the unit. Wilson's interval on the effective
-  sample size of the prompt-clustered (linearised) variance, between the number of prompts
-  (every sample of a prompt alike) and the number of rows (samples independent)
-  (:func:`cluster_share`). Nothing varying gives the prompt count, never width 0.
+* **A rate over repeated samples**: the prompt is the unit. Clopper-Pearson's interval on the
+  effective sample size of the prompt-clustered (linearised) variance, scaled for that
+  variance's degrees of freedom (Korn & Graubard), between the number of prompts (every sample
+  of a prompt alike) and the number of rows (samples independent) (:func:`cluster_share`).
+  Nothing varying gives the prompt count, never width 0.
 * **A mean of prompts' refusal shares** (a comparison's rate: the prompt is the unit, however
   many samples each side has): Wilson's interval on the effective size of the shares' variance,
   between the prompt count and the count of independent samples (:func:`prompt_share`).
@@ -233,12 +234,25 @@ def _beta_bisection(q: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (lo + hi) / 2
 
 
+def t_quantile(q: float, df) -> np.ndarray:
+    """The ``q`` quantile (q > 1/2) of Student's t with ``df`` degrees of freedom, from the Beta
+    quantile: ``x = I^-1_{2(1-q)}(df/2, 1/2)``, ``t = sqrt(df (1 - x) / x)``."""
+    df = np.asarray(df, dtype=float)
+    x = beta_quantile(2 * (1 - q), df / 2, np.full(df.shape, 0.5))
+    return np.sqrt(df * (1 - x) / x)
+
+
 def clopper_pearson_arrays(k, n, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """Clopper-Pearson's exact limits for arrays of ``k`` of ``n`` (floats allowed: an effective
     count): the Beta(k, n - k + 1) and Beta(k + 1, n - k) quantiles at alpha/2 and 1 - alpha/2;
     exactly 0 at ``k = 0`` and 1 at ``k = n``; NaN where ``n <= 0``. Each limit's miss rate is at
     most alpha/2 at every true rate (the binomial tails themselves), where Wilson's can exceed it
     at small rates."""
+    if np.ndim(k) == 0 and np.ndim(n) == 0 and n > 0:  # one count: no array bookkeeping
+        k, n = float(k), float(n)
+        low = 0.0 if k <= 0 else float(beta_quantile(alpha / 2, k, n - k + 1))
+        high = 1.0 if k >= n else float(beta_quantile(1 - alpha / 2, k + 1, n - k))
+        return np.float64(low), np.float64(high)
     k, n = np.broadcast_arrays(np.asarray(k, dtype=float), np.asarray(n, dtype=float))
     low, high = np.zeros(k.shape), np.ones(k.shape)
     ok = n > 0
@@ -266,13 +280,10 @@ def rate_bounds(k, n, none) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cluster_limits(k, n) -> tuple[float, float]:
-    """Clopper-Pearson limits of a rate over repeated samples (``k`` of ``n`` per prompt) on the
-    prompt-clustered effective size of :func:`cluster_share`: the bounds' outer limits."""
+    """The limits of :func:`cluster_share` (Clopper-Pearson's at the prompt-clustered effective
+    size): the bounds' outer limits with repeated samples."""
     est = cluster_share(k, n)
-    if not math.isfinite(est.value):
-        return math.nan, math.nan
-    low, high = clopper_pearson_arrays(est.value * est.n_eff, est.n_eff)
-    return float(low), float(high)
+    return est.low, est.high
 
 
 def difference_bounds(ka, ua, na, kb, ub, nb) -> tuple[float, float]:
@@ -427,13 +438,21 @@ def cluster_parts(k, n) -> tuple[float, float, float, float, float]:
 def cluster_share(k, n) -> Estimate:
     """A rate over repeated samples (``k`` refusals of ``n`` samples per prompt), prompt as the unit.
 
-    Wilson's interval on ``n_eff = R (1 - R) / var``, ``var`` the prompt-clustered linearised
-    variance, kept between the prompt count (every sample of a prompt alike; ``(sum n)^2 /
-    sum n^2`` when prompts have unequal sample counts) and the row count (samples independent).
-    With nothing varying (every prompt at 0, or at 1) the prompt count is used: flag ``no_variation``.
-    A single prompt has no between-prompt variance to measure: its samples count as one.
+    Clopper-Pearson's interval at an effective size (Korn & Graubard 1998): ``R (1 - R) / var``,
+    ``var`` the prompt-clustered linearised variance, kept at most the row count (samples
+    independent), then scaled by ``(z / t_df)^2`` for the variance's own uncertainty, with ``df``
+    one less than the prompts that show the rarer outcome at all (a prompt that never refused
+    adds nothing to the variance of a rare rate: with j prompts refusing, the variance rests on
+    about j - 1 degrees of freedom), and never below the prompt count (``(sum n)^2 / sum n^2``
+    with unequal sample counts): a prompt's share lies in [0, 1], so its variance is at most
+    ``R (1 - R)``, every sample of a prompt alike, and the prompt count is the smallest size the
+    data allow. With nothing varying (every prompt at 0, or at 1) the prompt count is used: flag
+    ``no_variation``. A single prompt has no between-prompt variance to measure: its samples count
+    as one. (Wilson's interval on the unscaled size, the method before, held 0.886 at 10 samples,
+    rate 0.01, 100 prompts: a single prompt refusing once made the variance look tiny.)
     """
-    method = "cluster_wilson"
+    method = "cluster_clopper_pearson"
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     if len(k) == 0 or float(np.sum(n)) == 0:
         return not_computable(method, "no prompt")
     R, var, floor, ceiling, m = cluster_parts(k, n)
@@ -442,8 +461,10 @@ def cluster_share(k, n) -> Estimate:
         n_eff = floor
         flags = (NO_VARIATION, NONE_SEEN) if R in (0.0, 1.0) else ()
     else:  # every prompt at the same share between 0 and 1 (var 0): the samples look independent
-        n_eff = min(max(R * (1 - R) / var, floor), ceiling) if var > 0 else ceiling
-    low, high = wilson_interval(R * n_eff, n_eff)
+        n_eff = min(R * (1 - R) / var, ceiling) if var > 0 else ceiling
+        minority = min(int((k > 0).sum()), int((k < n).sum()))
+        n_eff = max(floor, n_eff * (Z95 / float(t_quantile(0.975, max(1, minority - 1)))) ** 2)
+    low, high = (float(v) for v in clopper_pearson_arrays(R * n_eff, n_eff))
     return Estimate(R, low, high, method, flags, n=m, n_eff=n_eff)
 
 

@@ -1,7 +1,7 @@
 """The report's statistics beyond one Wilson interval per cell: prompts as the unit, ranks, the published rows.
 
 * **Repeated samples** (stage 4 ``--samples K``): every interval of a sampled group, per set and
-  per category, for the rate and the full-refusal rate, is the prompt-clustered Wilson interval
+  per category, for the rate and the full-refusal rate, is the prompt-clustered interval
   (:func:`orbench.analysis.stats.cluster_share`), and ``prompts`` (distinct prompts scored) is
   the n the heatmap greys small cells by. Without samples a prompt is a row and nothing changes.
 * **Rows without a verdict**: where more than 5% of a cell's rows have none (unparsed, the judge
@@ -75,7 +75,7 @@ def no_point_rate(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> Non
     if not bounded.any():
         return
     low, high = stats.rate_bounds(out["rejections"].to_numpy(float), out["scored"].to_numpy(float), none)
-    sampled = bounded & (out["ci_method"].to_numpy() == "cluster_wilson")
+    sampled = bounded & (out["ci_method"].to_numpy() == "cluster_clopper_pearson")
     if sampled.any():
         status = data["status"].to_numpy()
         keep = np.isin(gid, np.flatnonzero(sampled)) & np.isin(status, [SCORED, NO_VERDICT, REFUSED_TO_JUDGE, ERROR])
