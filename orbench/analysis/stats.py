@@ -16,8 +16,8 @@ Every interval the report, the comparisons and the audit print comes from a func
   variance's degrees of freedom (Korn & Graubard), between the number of prompts (every sample
   of a prompt alike) and the number of rows (samples independent) (:func:`cluster_share`).
   Nothing varying gives the prompt count, never width 0.
-* **A mean of prompts' refusal shares** (a comparison's rate: the prompt is the unit, however
-  many samples each side has): Wilson's interval on the effective size of the shares' variance,
+* **A mean of prompts' refusal shares** (the prompt is the unit, however many samples each side
+  has; ``--compare`` uses the exact conditional interval instead): Wilson's interval on the effective size of the shares' variance,
   between the prompt count and the count of independent samples (:func:`prompt_share`).
 * **A difference of two proportions**: Newcombe's hybrid score method (square-and-add of each
   side's interval, with the pairs' correlation when paired) (:func:`newcombe_difference`), fed
