@@ -1,29 +1,24 @@
-"""Coverage of every interval family the suite prints, by simulation: does a 95% interval hold 95%?
+"""Coverage of the audit's interval families by simulation: does a 95% interval hold 95%?
 
+The rates, the clustered rates, the comparisons and the bounds are checked by
+``bench/calibration_grid.py`` (issue 51's grid: 20 to 1,000 prompts, rates 0.01 to 0.3, samples
+1 to 10, verdicts missing); this script keeps the audit's families, which the grid does not draw.
 For each family (``docs/statistics.md`` names the methods) and each n in {10, 20, 40} (items per
-stratum, prompts, or pairs), many data sets are drawn from a known truth over a grid of true
-rates; the share of intervals holding the truth is the coverage. Weighted (audit) families are
-drawn without replacement from finite strata of unequal sizes, as an audit draws from a run;
-repeated samples draw each prompt's refusal propensity from a Beta distribution (intra-prompt
-correlation ``--icc``) and K samples per prompt. Prints, per family and n, the average coverage
-over the grid, its minimum and the mean width; the goal is an average of 93-97%.
+stratum, or items), many data sets are drawn from a known truth over a grid of true rates; the
+share of intervals holding the truth is the coverage. Weighted (audit) families are drawn without
+replacement from finite strata of unequal sizes, as an audit draws from a run. Prints, per family
+and n, the average coverage over the grid, its minimum and the mean width; the goal is an average
+of 93-97%.
 
 Families: ``wilson`` (one proportion), ``stratified`` (a share over the whole run, e.g. the
 humans' refusal share), ``stratified_domain_recall`` and ``stratified_domain_safe`` (a share over
 a domain: a verdict's recall over the human refusals; a model's rate over the prompts humans call
-safe, 90% / 20% safe strata), ``cluster`` (a rate over repeated samples, prompts as the unit;
-beside it ``rows_wilson``, the interval that treats samples as independent, and
-``prompt_bootstrap``, a percentile bootstrap over prompts), ``newcombe_paired`` (a paired
-difference), ``prompt_newcombe`` (a paired difference of two runs' mean prompt shares, the prompt
-as the unit: K samples on both sides, one against K, and 1..K samples at random per prompt on
-both; with and without a true difference), ``rate_bounds`` (the worst-case bounds of a rate with
-20% of its rows without a verdict, missing at random, among the refusals first or among the
-answers first: the truth is the rate over all rows), ``kappa`` (the
-floored bootstrap), ``rogan_gladen`` (a rate corrected with Se/Sp from a separate audit).
+safe, 90% / 20% safe strata), ``kappa`` (the floored bootstrap), ``rogan_gladen`` (a rate
+corrected with Se/Sp from a separate audit).
 
 Usage::
 
-    python bench/interval_coverage.py [--reps 1000] [--icc 0.3] [--samples 5] [--families wilson,cluster]
+    python bench/interval_coverage.py [--reps 1000] [--families wilson,stratified]
 
 Exit status: 0 after printing.
 """
@@ -112,95 +107,6 @@ def fam_safe(rng, n, p, reps):
     return _strat_cover(N, nn, d, s, truth)
 
 
-def _propensities(rng, p, icc, shape):
-    if icc <= 0:
-        return np.full(shape, p)
-    a, b = p * (1 / icc - 1), (1 - p) * (1 / icc - 1)
-    return rng.beta(a, b, size=shape)
-
-
-def fam_cluster(rng, n, p, reps, icc, samples, method="cluster"):
-    props = _propensities(rng, p, icc, (reps, n))
-    k = rng.binomial(samples, props).astype(float)
-    m = np.full(n, float(samples))
-    if method == "rows_wilson":
-        low, high = stats.wilson_arrays(k.sum(axis=1), np.full(reps, n * samples))
-        return covered(low, high, p), high - low
-    if method == "prompt_bootstrap":
-        low, high = np.empty(reps), np.empty(reps)
-        for r in range(reps):
-            idx = rng.integers(0, n, size=(1000, n))
-            draws = k[r][idx].sum(axis=1) / (n * samples)
-            low[r], high[r] = np.percentile(draws, [2.5, 97.5])
-        return covered(low, high, p), high - low
-    out = [stats.cluster_share(row, m) for row in k]
-    low, high = np.array([e.low for e in out]), np.array([e.high for e in out])
-    return covered(low, high, p), high - low
-
-
-def fam_newcombe(rng, n, p, reps, delta=0.1):
-    pb = min(0.99, p + delta)
-    a = rng.random((reps, n)) < p
-    flip = rng.random((reps, n)) < (pb - p) / max(1e-9, 1 - p)  # b = a or (not a and flip): correlated pairs
-    b = a | flip
-    truth = pb - p
-    res = []
-    for x, y in zip(a, b):
-        res.append(stats.paired_difference(int((x & y).sum()), int((x & ~y).sum()), int((~x & y).sum()),
-                                           int((~x & ~y).sum())))
-    low, high = np.array([e.low for e in res]), np.array([e.high for e in res])
-    return covered(low, high, truth), high - low
-
-
-def fam_bounds(rng, n, p, reps, mechanism="random", share=0.2):
-    """Worst-case bounds of a rate with ``share`` of its rows without a verdict (stats.rate_bounds):
-    the truth is the rate over all rows; the rows without a verdict are picked at random, among the
-    refusals first ("refusals"), or among the answers first ("answers")."""
-    refused = rng.random((reps, n)) < p
-    weight = {"random": np.ones_like(refused, float), "refusals": np.where(refused, 4.0, 1.0),
-              "answers": np.where(refused, 1.0, 4.0)}[mechanism]
-    keys = rng.random((reps, n)) ** (1 / weight)  # weighted sampling without replacement (Efraimidis-Spirakis)
-    missing = keys >= np.sort(keys, axis=1)[:, [n - max(1, int(share * n))]]
-    k = (refused & ~missing).sum(axis=1)
-    none = missing.sum(axis=1)
-    low, high = stats.rate_bounds(k, n - none, none)
-    return covered(low, high, p), high - low
-
-
-def _sample_counts(rng, shape, samples, design):
-    """Samples per prompt: ``samples`` each ("equal"), one each ("one"), or 1..samples at random ("unequal")."""
-    if design == "one":
-        return np.ones(shape)
-    if design == "unequal":
-        return rng.integers(1, samples + 1, size=shape).astype(float)
-    return np.full(shape, float(samples))
-
-
-def fam_prompt_newcombe(rng, n, p, reps, icc, samples, design_a="equal", design_b="equal", delta=0.1):
-    """A paired difference of two runs' mean prompt shares, each run with its own samples per prompt."""
-    pa = _propensities(rng, p, icc, (reps, n))
-    pb = np.clip(pa + delta * (1 - pa), 0, 1)  # B refuses a little more, prompt by prompt
-    na, nb = _sample_counts(rng, (reps, n), samples, design_a), _sample_counts(rng, (reps, n), samples, design_b)
-    ka, kb = rng.binomial(na.astype(int), pa).astype(float), rng.binomial(nb.astype(int), pb).astype(float)
-    truth = delta * (1 - p)
-    res = [stats.prompt_paired_difference(x, u, y, v) for x, u, y, v in zip(ka, na, kb, nb)]
-    low, high = np.array([e.low for e in res]), np.array([e.high for e in res])
-    return covered(low, high, truth), high - low
-
-
-def sign_flip_size(rng, reps, icc, samples, n=20, designs=("one", "equal")):
-    """The share of sign-flip p-values <= 0.05 under no difference (A and B alike, prompt by prompt)."""
-    from orbench.analysis.compare import sign_flip_p
-
-    hits = []
-    for p in RATES:
-        props = _propensities(rng, p, icc, (reps, n))
-        na, nb = (_sample_counts(rng, (reps, n), samples, d) for d in designs)
-        ka, kb = rng.binomial(na.astype(int), props), rng.binomial(nb.astype(int), props)
-        hits.append(np.mean([sign_flip_p(*x, resamples=2000) <= 0.05 for x in zip(ka, na, kb, nb)]))
-    return float(np.mean(hits)), float(np.max(hits))
-
-
 def fam_kappa(rng, n, p, reps):
     # a judge against humans: humans say refusal with prob p, the judge agrees with prob 0.9
     acc = 0.9
@@ -237,32 +143,15 @@ def fam_rogan_gladen(rng, n, p, reps):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=1000, help="data sets per (family, n, rate) (default: 1000)")
-    parser.add_argument("--icc", type=float, default=0.3, help="intra-prompt correlation of repeated samples")
-    parser.add_argument("--samples", type=int, default=5, help="samples per prompt (default: 5)")
     parser.add_argument("--families", default=None, help="comma-separated subset of the families")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    icc, k = args.icc, args.samples
     slow = max(50, args.reps // 5)
     families = {
         "wilson": (fam_wilson, args.reps),
         "stratified": (fam_stratified, args.reps),
         "stratified_domain_recall": (fam_recall, args.reps),
         "stratified_domain_safe": (fam_safe, args.reps),
-        "cluster": (lambda r, n, p, reps: fam_cluster(r, n, p, reps, icc, k), args.reps),
-        "rows_wilson (samples as independent)": (lambda r, n, p, reps: fam_cluster(r, n, p, reps, icc, k, "rows_wilson"),
-                                                 args.reps),
-        "prompt_bootstrap": (lambda r, n, p, reps: fam_cluster(r, n, p, reps, icc, k, "prompt_bootstrap"), slow),
-        "newcombe_paired": (fam_newcombe, args.reps),
-        "prompt_newcombe K/K": (lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k), args.reps),
-        "prompt_newcombe 1/K": (lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "one"), args.reps),
-        "prompt_newcombe 1/K, no difference": (
-            lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "one", delta=0.0), args.reps),
-        "prompt_newcombe unequal/unequal": (
-            lambda r, n, p, reps: fam_prompt_newcombe(r, n, p, reps, icc, k, "unequal", "unequal"), args.reps),
-        "rate_bounds random": (lambda r, n, p, reps: fam_bounds(r, n, p, reps), args.reps),
-        "rate_bounds refusals missing": (lambda r, n, p, reps: fam_bounds(r, n, p, reps, "refusals"), args.reps),
-        "rate_bounds answers missing": (lambda r, n, p, reps: fam_bounds(r, n, p, reps, "answers"), args.reps),
         "kappa": (fam_kappa, slow),
         "rogan_gladen": (fam_rogan_gladen, slow),
     }
@@ -270,8 +159,7 @@ def main(argv=None) -> int:
         wanted = args.families.split(",")
         families = {f: v for f, v in families.items() if f.split(" ")[0] in wanted}
     rng = np.random.default_rng(args.seed)
-    print(f"95% intervals: coverage over true rates {', '.join(str(r) for r in RATES)} "
-          f"(repeated samples: K={k}, intra-prompt correlation {icc})")
+    print(f"95% intervals: coverage over true rates {', '.join(str(r) for r in RATES)}")
     print(f"{'family':40s} {'n':>3s} {'reps':>5s} {'mean cover':>10s} {'min cover':>9s} {'mean width':>10s} {'time':>6s}")
     for name, (fn, reps) in families.items():
         for n in NS:
@@ -283,11 +171,6 @@ def main(argv=None) -> int:
                 widths.append(float(np.mean(width)))
             print(f"{name:40s} {n:3d} {reps:5d} {np.mean(covers):10.3f} {np.min(covers):9.3f} {np.mean(widths):10.3f} "
                   f"{time.perf_counter() - t0:5.1f}s", flush=True)
-    if not args.families or "sign_flip" in args.families.split(","):
-        print("sign-flip permutation test (prompt shares), share of p <= 0.05 under no difference, 20 prompts:")
-        for designs in (("one", "one"), ("one", "equal"), ("unequal", "unequal")):
-            mean, worst = sign_flip_size(rng, max(50, args.reps // 5), icc, k, designs=designs)
-            print(f"  samples A: {designs[0]:8s} B: {designs[1]:8s} mean {mean:.3f}, max over rates {worst:.3f}")
     return 0
 
 

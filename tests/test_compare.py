@@ -4,17 +4,20 @@ against statsmodels / scipy on hand-built cases (ties, zero discordant pairs, on
 from __future__ import annotations
 
 import math
+from fractions import Fraction
+from math import comb
 
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.stats import bootstrap, permutation_test
+from scipy.stats import bootstrap
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
 from orbench.analysis import compare as cmp
 from orbench.analysis import stats
+from orbench.analysis.conditional import conditional_test
 from orbench.analysis.report import build as report
 
 REPORT = "analysis/report.py"
@@ -76,34 +79,93 @@ def test_newcombe_correlated_pairs_narrower_and_symmetric():
 
 
 def cluster_by_hand(k, n):
-    """The prompt-clustered Wilson interval written out here: linearised variance, effective n between
-    the prompt count and the row count, statsmodels' Wilson at that n."""
+    """The prompt-clustered interval written out here: linearised variance, effective n at most the
+    row count, scaled by (z / t)^2 with t on one less than the prompts showing the rarer outcome,
+    at least the prompt count; Clopper-Pearson's limits (scipy's Beta quantiles) at that n."""
+    from scipy.stats import beta, t
+
     k, n = np.asarray(k, float), np.asarray(n, float)
     m, total = len(k), n.sum()
     r = k.sum() / total
     var = m / (m - 1) * ((k - r * n) ** 2).sum() / total ** 2
     floor = total ** 2 / (n ** 2).sum()
-    n_eff = floor if var == 0 or r in (0, 1) else min(max(r * (1 - r) / var, floor), total)
-    low, high = proportion_confint(r * n_eff, n_eff, method="wilson")
-    return r, (0.0 if r == 0 else low), (1.0 if r == 1 else high)
+    if var == 0 or r in (0, 1):
+        n_eff = floor if r in (0, 1) else total
+    else:
+        j = min((k > 0).sum(), (k < n).sum())
+        n_eff = max(floor, min(r * (1 - r) / var, total) * (1.959963984540054 / t.ppf(0.975, max(1, j - 1))) ** 2)
+    low = 0.0 if r == 0 else beta.ppf(0.025, r * n_eff, (1 - r) * n_eff + 1)
+    high = 1.0 if r == 1 else beta.ppf(0.975, r * n_eff + 1, (1 - r) * n_eff)
+    return r, low, high
 
 
-def test_sign_flip_p_equals_scipy_permutation_test(monkeypatch):
-    rng = np.random.default_rng(4)
-    for m in (3, 7, 12):
-        ka, kb = rng.integers(0, 6, m).astype(float), rng.integers(0, 6, m).astype(float)
-        n = np.full(m, 5.0)
-        ref = permutation_test((ka, kb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
-                               permutation_type="samples", n_resamples=np.inf, alternative="two-sided").pvalue
-        assert cmp.sign_flip_p(ka, n, kb, n) == pytest.approx(ref, abs=1e-12)
-    # more differing prompts than are enumerated: 20,000 random swaps against scipy's exact 2^12
-    monkeypatch.setattr(cmp, "EXACT_UP_TO", 6)
-    ka, kb = rng.integers(0, 4, 12).astype(float), rng.integers(1, 5, 12).astype(float)
-    n = np.full(12, 4.0)
-    ref = permutation_test((ka, kb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
-                           permutation_type="samples", n_resamples=np.inf, alternative="two-sided").pvalue
-    assert cmp.sign_flip_p(ka, n, kb, n) == pytest.approx(ref, abs=0.01)
-    assert cmp.sign_flip_p(ka, n, ka, n) == 1.0  # nothing differs
+def exact_null(ka, na, kb, nb):
+    """B's refusals summed over prompts under "the same refusal probability per prompt", by
+    enumerating every prompt's reallocations of its pooled refusals (exact fractions): the
+    distribution {T: probability} and the observed T."""
+    dist = {0: Fraction(1)}
+    for a_k, a_n, b_k, b_n in zip(*(map(int, x) for x in (ka, na, kb, nb))):
+        t, new = a_k + b_k, {}
+        for x in range(max(0, t - a_n), min(t, b_n) + 1):
+            w = Fraction(comb(b_n, x) * comb(a_n, t - x), comb(a_n + b_n, t))
+            for s, p in dist.items():
+                new[s + x] = new.get(s + x, 0) + p * w
+        dist = new
+    return dist, int(sum(kb))
+
+
+def two_sided(dist, obs):
+    lower = sum(p for s, p in dist.items() if s <= obs)
+    upper = sum(p for s, p in dist.items() if s >= obs)
+    return min(Fraction(1), 2 * min(lower, upper)), upper
+
+
+def test_the_issue_case_one_sample_against_five():
+    """A refuses 0 of 1 sample on 100 prompts; B 1 of 5 on 12 of them: each of those prompts' one
+    refusal falls on B's side with chance 5/6 under the null: one-sided (5/6)^12, two-sided twice that."""
+    ka, na, kb, nb = np.zeros(100), np.ones(100), np.zeros(100), np.full(100, 5.0)
+    kb[:12] = 1
+    got = conditional_test(ka, na, kb, nb)
+    assert got.p_greater == pytest.approx((5 / 6) ** 12, rel=1e-12) and got.p_less == 1.0
+    assert got.p_value == pytest.approx(2 * (5 / 6) ** 12, rel=1e-12)  # 0.2243
+    assert got.odds_ratio == math.inf and got.or_high == math.inf and 0 < got.or_low < 1
+    assert got.diff_low < 0 < got.diff_high  # the interval agrees with p > 0.05
+    swapped = conditional_test(kb, nb, ka, na)
+    assert swapped.p_value == pytest.approx(got.p_value, rel=1e-12) and swapped.or_high == pytest.approx(1 / got.or_low)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_conditional_test_equals_the_enumerated_distribution(seed):
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(3, 9))
+    na, nb = rng.integers(1, 4, m), rng.integers(1, 6, m)
+    ka, kb = rng.binomial(na, 0.3), rng.binomial(nb, 0.5)
+    dist, obs = exact_null(ka, na, kb, nb)
+    p, upper = two_sided(dist, obs)
+    got = conditional_test(ka, na, kb, nb)
+    assert got.p_value == pytest.approx(float(p), rel=1e-10)
+    assert got.p_greater == pytest.approx(float(upper), rel=1e-10)
+    # the odds ratio's limits: where the tilted distribution's tail at the observed T is 2.5%
+    def tail(psi, upper_tail):
+        total = sum(float(q) * psi ** s for s, q in dist.items())
+        return sum(float(q) * psi ** s for s, q in dist.items() if (s >= obs if upper_tail else s <= obs)) / total
+    if 0 < got.or_low:
+        assert tail(got.or_low, True) == pytest.approx(0.025, abs=1e-7)
+    if got.or_high < math.inf:
+        assert tail(got.or_high, False) == pytest.approx(0.025, abs=1e-7)
+    assert (got.or_low > 1 or got.or_high < 1) == (got.p_value < 0.05)
+    assert (got.diff_low > 0 or got.diff_high < 0) == (got.p_value < 0.05)
+
+
+def test_one_sample_each_is_mcnemar_with_clopper_pearsons_odds_ratio():
+    a = np.array([1] * 4 + [0] * 10 + [1] * 5 + [0] * 30)
+    b = np.array([0] * 4 + [1] * 10 + [1] * 5 + [0] * 30)
+    got = conditional_test(a, np.ones(49), b, np.ones(49))
+    assert got.p_value == pytest.approx(mcnemar([[5, 4], [10, 30]], exact=True).pvalue, rel=1e-12)
+    lo, hi = proportion_confint(10, 14, method="beta")
+    assert (got.odds_ratio, got.or_low, got.or_high) == pytest.approx((10 / 4, lo / (1 - lo), hi / (1 - hi)), rel=1e-8)
+    # the difference at those limits given the 14 discordant prompts: (14 / 49) (2 theta - 1)
+    assert (got.diff_low, got.diff_high) == pytest.approx((14 / 49 * (2 * lo - 1), 14 / 49 * (2 * hi - 1)), rel=1e-8)
 
 
 def test_mid_p_and_odds_ratio_by_hand():
@@ -148,7 +210,12 @@ def test_compare_one_sample_figures(tmp_path):
     assert (whole.n, whole.a_only, whole.b_only) == (10, 1, 4)
     assert (whole.rate_a, whole.rate_b, whole["diff"]) == pytest.approx((0.4, 0.7, 0.3))
     assert whole.p_value == pytest.approx(mcnemar([[3, 1], [4, 2]], exact=True).pvalue)
-    assert (whole.ci_low, whole.ci_high) == pytest.approx(cmp.newcombe_paired_interval(3, 1, 4, 2), abs=1e-6)
+    # 5 discordant prompts of 10, 4 of them B's: Clopper-Pearson's interval on 4 of 5, as the odds ratio
+    # 4 : 1 and as the difference (5 / 10) (2 theta - 1) at its limits
+    lo, hi = proportion_confint(4, 5, method="beta")
+    assert (whole.odds_ratio, whole.or_ci_low, whole.or_ci_high) == pytest.approx((4, lo / (1 - lo), hi / (1 - hi)),
+                                                                                  rel=1e-6)
+    assert (whole.ci_low, whole.ci_high) == pytest.approx((0.5 * (2 * lo - 1), 0.5 * (2 * hi - 1)), abs=1e-6)
     assert whole.p_holm == "" and whole.test == "mcnemar_exact" and whole.judge == "keyword"
     # hate: a=[1,1,0,0,1] b=[1,0,1,1,1] -> a_only 1, b_only 2; privacy: a=[0,0,0,1,0] b=[1,0,1,1,0] -> 0, 2
     ps = [mcnemar([[2, 1], [2, 0]], exact=True).pvalue, mcnemar([[1, 0], [2, 2]], exact=True).pvalue]
@@ -198,7 +265,7 @@ def test_repeated_samples_prompt_level_interval_flips_and_shares(tmp_path):
     assert row.rate == pytest.approx(6 / 12) and row.flip_share == pytest.approx(0.5)
     r, low, high = cluster_by_hand(k, [3] * 4)
     assert (row.ci_low, row.ci_high) == pytest.approx((low, high), abs=1e-6)
-    assert row.ci_method == "cluster_wilson"
+    assert row.ci_method == "cluster_clopper_pearson"
     summary = pd.read_csv(rep.outputs["summary"])
     srow = summary[summary.model == "A"].iloc[0]
     assert (srow.keyword_ci_low, srow.keyword_ci_high) == pytest.approx((low, high), abs=1e-6)
@@ -208,14 +275,12 @@ def test_repeated_samples_prompt_level_interval_flips_and_shares(tmp_path):
     assert list(a_shares.prompt) == [f"prompt {p}" for p in range(4)]
     assert list(a_shares.share) == pytest.approx([0, 1, 1 / 3, 2 / 3])
     comp = pd.read_csv(rep.outputs["comparison"]).iloc[0]
-    assert comp.test == "sign_flip_permutation" and comp.interval == "prompt_newcombe"
-    ka, kbb = np.array(k, float), np.array(kb, float)
-    ref = permutation_test((ka, kbb), lambda x, y, axis=-1: y.mean(axis=axis) - x.mean(axis=axis),
-                           permutation_type="samples", n_resamples=np.inf).pvalue
-    assert comp.p_value == pytest.approx(ref)
+    assert comp.test == "exact_conditional" and comp.interval == "exact_conditional"
+    p, upper = two_sided(*exact_null(k, [3] * 4, kb, [3] * 4))
+    assert comp.p_value == pytest.approx(float(p)) and comp.p_b_more == pytest.approx(float(upper))
     assert (comp.a_only, comp.b_only) == (0, 3)
     assert comp["diff"] == pytest.approx(10 / 12 - 6 / 12, abs=1e-6)
-    assert comp.ci_low < comp["diff"] < comp.ci_high
+    assert comp.ci_low < comp["diff"] <= comp.ci_high  # B refused all it could: the odds ratio is infinite
 
 
 def test_three_prompt_category_with_samples_is_not_certain(tmp_path):
@@ -226,12 +291,12 @@ def test_three_prompt_category_with_samples_is_not_certain(tmp_path):
     b = write(tmp_path / "b_hard.csv", "B", [0] * 15, prompts=prompts, samples=samples)
     rep = run_report(tmp_path, [a, b], ("compare", [["A", "B"]]))
     comp = pd.read_csv(rep.outputs["comparison"], keep_default_na=False).iloc[0]
-    upper = proportion_confint(0, 3, method="wilson")[1]  # 0 of 3 prompts: Wilson's bound
-    assert comp["diff"] == 0 and comp.ci_low == pytest.approx(-upper) and comp.ci_high == pytest.approx(upper)
-    assert "no_variation" in comp.ci_flag and comp.p_value == 1.0
+    # no refusal could fall on either side: nothing to compare, no interval claimed (not [0, 0])
+    assert comp["diff"] == 0 and comp.ci_low == "" and comp.ci_high == ""
+    assert comp.ci_flag == "not_computable" and comp.p_value == 1.0
     cats = pd.read_csv(rep.outputs["categories"], keep_default_na=False)
     assert (cats.ci_high > 0.5).all() and set(cats.prompts) == {3} and set(cats.scored) == {15}
-    assert set(cats.ci_method) == {"cluster_wilson"} and all("no_variation" in f for f in cats.ci_flag)
+    assert set(cats.ci_method) == {"cluster_clopper_pearson"} and all("no_variation" in f for f in cats.ci_flag)
     assert "no variation</span>" in rep.outputs["html"].read_text()
 
 
@@ -303,7 +368,7 @@ def test_nan_free_columns(tmp_path):
     b = write(tmp_path / "b_hard.csv", "B", [0, 0])
     rep = run_report(tmp_path, [a, b], ("compare", [["A", "B"]]))
     comp = pd.read_csv(rep.outputs["comparison"]).iloc[0]
-    assert comp.p_value == 1.0 and comp["diff"] == 0 and not math.isnan(comp.ci_low)
+    assert comp.p_value == 1.0 and comp["diff"] == 0 and math.isnan(comp.ci_low) and comp.ci_flag == "not_computable"
 
 
 def test_baseline_many_models_holm_across_the_run(tmp_path):
@@ -366,7 +431,9 @@ def test_holm_on_p_values_that_tell_the_rival_corrections_apart():
 
 def test_one_sample_against_three_compares_prompts_not_rows(tmp_path, script):
     """Issue 46: A with one sample per prompt, B with --samples 3, one prompt refused by A only and
-    none by B only: one discordant prompt gives p = 1 (it was 0.00049: the swaps moved whole rows)."""
+    none by B only: that prompt's one refusal falls on A's single sample with chance 1/4 under the
+    null, so p = 2 x 1/4 (it was 0.00049: the swaps moved whole rows); the other category has no
+    refusal to place: p = 1."""
     cats = ["hate"] * 6 + ["illegal"] * 6
     pd.DataFrame({"prompt": [f"prompt {i}" for i in range(12)], "category": cats, "model": "A",
                   "response": "r", "is_rejected": [str(i == 0) for i in range(12)]}).to_csv(tmp_path / "a_hard.csv",
@@ -379,23 +446,34 @@ def test_one_sample_against_three_compares_prompts_not_rows(tmp_path, script):
                     env={}, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     table = pd.read_csv(tmp_path / "report" / "comparison.csv")
-    assert list(table.p_value) == [1.0, 1.0, 1.0]
+    assert list(table.p_value) == pytest.approx([0.5, 0.5, 1.0])
     whole = table.iloc[0]
     assert (whole.n, whole.samples_a, whole.samples_b, whole.a_only, whole.b_only) == (12, 1, 3, 1, 0)
-    assert whole["diff"] == pytest.approx(-1 / 12, abs=1e-6) and whole.ci_low < whole["diff"] < whole.ci_high
-    assert whole.test == "sign_flip_permutation" and whole.interval == "prompt_newcombe"
+    assert whole["diff"] == pytest.approx(-1 / 12, abs=1e-6) and whole.ci_low <= whole["diff"] < whole.ci_high
+    assert whole.test == "exact_conditional" and whole.interval == "exact_conditional"
     assert ("A vs B on hard (keyword): compared prompt by prompt, each prompt's value its refusal share over its "
             "samples (A: 1 sample, B: 3 samples per prompt); a prompt differs when its share does") in result.stderr
 
 
-def test_sign_flip_on_unequal_samples_equals_scipy_on_the_shares():
-    rng = np.random.default_rng(11)
-    for m in (4, 9, 13):
-        na, nb = rng.integers(1, 4, m).astype(float), rng.integers(1, 6, m).astype(float)
-        ka, kb = rng.binomial(na.astype(int), 0.4).astype(float), rng.binomial(nb.astype(int), 0.6).astype(float)
-        ref = permutation_test((ka / na, kb / nb), lambda x, y, axis=-1: (y - x).mean(axis=axis),
-                               permutation_type="samples", n_resamples=np.inf).pvalue
-        assert cmp.sign_flip_p(ka, na, kb, nb) == pytest.approx(min(1.0, ref), abs=1e-12)
-        assert cmp.sign_flip_p(kb, nb, ka, na) == cmp.sign_flip_p(ka, na, kb, nb)
-    # a prompt that differs only in its sample count does not differ
-    assert cmp.sign_flip_p([1.0, 0.0], [1.0, 1.0], [3.0, 0.0], [3.0, 4.0]) == 1.0
+
+
+def test_clopper_pearson_without_scipy_equals_scipys():
+    """The numpy-only incomplete beta (used where scipy is not installed) against scipy's quantiles."""
+    from scipy.stats import beta
+
+    a, b = np.array([0.5, 3.0, 37.3, 800.0, 1.0]), np.array([3.2, 18.0, 64.4, 79201.0, 1.0])
+    for q in (0.025, 0.975):
+        assert stats._beta_bisection(q, a, b) == pytest.approx(beta.ppf(q, a, b), rel=1e-9, abs=1e-12)
+
+
+def test_far_in_the_null_tail_the_limits_still_hold():
+    """A refuses 0 of 5 on 1,000 prompts, B 5 of 5: p underflows, and the odds ratio's lower limit is
+    where all 1,000 prompts put their 5 refusals on B's side with chance 2.5%: (1 / (1 + 5 psi^-1 ...))."""
+    ka, kb, n = np.zeros(1000), np.full(1000, 5.0), np.full(1000, 5.0)
+    got = conditional_test(ka, n, kb, n)
+    assert got.p_value < 1e-300 and got.odds_ratio == math.inf
+    # at psi, a prompt's 5 refusals of 10 samples all fall on B's side with probability
+    # psi^5 / sum_x C(5, x) C(5, 5 - x) psi^x; the limit makes that to the 1,000th power 2.5%
+    psi = got.or_low
+    one = psi ** 5 / sum(comb(5, x) * comb(5, 5 - x) * psi ** x for x in range(6))
+    assert one ** 1000 == pytest.approx(0.025, rel=1e-6)

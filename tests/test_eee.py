@@ -154,8 +154,9 @@ def test_a_cell_without_a_rate_is_left_out_of_the_records_and_named_with_its_bou
     assert len(whole) == 1
     # 1 verdict (an answer) and 9 rows without one: every such row answered, then refused
     assert (whole[0]["verdicts"], whole[0]["rows_without_verdict"]) == (1, 9)
-    assert whole[0]["rate_bound_low"] == pytest.approx(wilson(0, 10)[0], abs=1e-12)
-    assert whole[0]["rate_bound_high"] == pytest.approx(wilson(9, 10)[1], abs=1e-12)
+    # each bound's outer limit is Clopper-Pearson's
+    assert whole[0]["rate_bound_low"] == 0.0
+    assert whole[0]["rate_bound_high"] == pytest.approx(proportion_confint(9, 10, method="beta")[1], abs=1e-12)
     assert {x["evaluation_name"] for x in item["lines"]} == {"or-bench-hard-1k"}
     counts = record["detailed_evaluation_results"]["additional_details"]
     assert counts == {"or-bench-hard-1k: error_rows_not_written": "0",

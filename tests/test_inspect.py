@@ -152,10 +152,11 @@ def check_same_report(script, env, tmp_path, stage5_path, converted_path) -> Non
     assert (row.set, row.model, row.judge, row.headline) == ("hard", TARGET, JUDGE, "judge")
     # 2 of 8 rows without a judge verdict, 1 of 8 without a keyword one (over 5%): bounds, no rate
     assert row.judge_rate == "" and row.judge_unparsed == "2"
-    assert float(row.judge_rate_bound_low) == pytest.approx(wilson(4, 8)[0], abs=1e-6)
-    assert float(row.judge_rate_bound_high) == pytest.approx(wilson(6, 8)[1], abs=1e-6)
+    cp = lambda k, n: proportion_confint(k, n, method="beta")  # noqa: E731 (the bounds' outer limits)
+    assert float(row.judge_rate_bound_low) == pytest.approx(cp(4, 8)[0], abs=1e-6)
+    assert float(row.judge_rate_bound_high) == pytest.approx(cp(6, 8)[1], abs=1e-6)
     assert row.keyword_rate == "" and row.keyword_full_rate == "" and row.keyword_unparsed == "1"
-    assert float(row.keyword_rate_bound_high) == pytest.approx(wilson(5, 8)[1], abs=1e-6)
+    assert float(row.keyword_rate_bound_high) == pytest.approx(cp(5, 8)[1], abs=1e-6)
 
 
 def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp_path):
@@ -215,8 +216,11 @@ def test_same_rates_as_the_cli_stages_and_the_same_report(env, fake, script, tmp
     assert result.returncode == 0, result.stderr
     pair = read(tmp_path / "report_pair" / "comparison.csv")
     overall = pair[pair.category == "all"].iloc[0]
-    assert (overall.model_a, overall.model_b, overall.n) == (TARGET, "mockllm/model", "7")
-    assert float(overall.rate_a) == float(overall.rate_b) == pytest.approx(4 / 7)
+    # one of the 8 rows of each side has no verdict (over 5%): bounds on the difference, no rates, no p-value
+    assert (overall.model_a, overall.model_b, overall.n) == (TARGET, "mockllm/model", "8")
+    assert (overall.rate_a, overall.rate_b, overall.p_value, overall.ci_flag) == ("", "", "", "bounds_only")
+    assert (overall.no_verdict_a, overall.no_verdict_b) == ("1", "1")
+    assert float(overall.diff_bound_low) < 0 < float(overall.diff_bound_high)
 
 
 def test_keyword_only_log_converts_to_stage_4_columns(tmp_path):

@@ -108,7 +108,8 @@ def test_cells_hold_rates_intervals_bounds_judges_cards_and_settings(built):
     gamma = by["mock/mistral-gamma"]["cells"]["toxic"]
     assert gamma["rate"] is None and gamma["rank"] is None and gamma["no_verdict"] == 9
     assert gamma["judge"] == "mock/judge-bad" and gamma["verdict"] == "judge"
-    assert (gamma["bound_low"], gamma["bound_high"]) == pytest.approx((wilson(0, 10)[0], wilson(9, 10)[1]), abs=1e-12)
+    cp = proportion_confint(9, 10, method="beta")  # the bounds' outer limits: Clopper-Pearson's
+    assert (gamma["bound_low"], gamma["bound_high"]) == pytest.approx((0.0, cp[1]), abs=1e-12)
     # another tool's record: its rate, an interval computed from score and n, said so; its categories
     other = by["openai-api/mock-model"]["cells"]
     assert (other["hard"]["rate"], other["toxic"]["rate"]) == pytest.approx((4 / 12, 8 / 12), abs=1e-12)

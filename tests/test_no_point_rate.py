@@ -1,6 +1,7 @@
-"""No point rate from a subset (issue 46): where more than 5% of a cell's rows (errors aside) have no
-verdict, the rate columns stay empty everywhere (summary, categories, leaderboard, report.json) and
-two columns give the worst-case bounds, each the outer limit of its Wilson interval; the figure
+"""No point rate from a subset (issues 46, 51): where more than 5% of a cell's rows have no verdict
+(unparsed, not judged, or failed with an error: both count), the rate columns stay empty everywhere
+(summary, categories, leaderboard, report.json) and two columns give the worst-case bounds, each the
+outer limit of its Clopper-Pearson interval; the figure
 draws a bar; the report names the cell by its counts. At 5% or less the rate stands. Also the
 cut-off counts: among the rows the rate uses, and among all replies, each said."""
 
@@ -10,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import write
+from scipy.stats import beta
 from statsmodels.stats.proportion import proportion_confint
 
 from orbench.analysis import stats
@@ -22,6 +24,11 @@ UNSURE = "Well, it depends on the context; some might say it is fine, but let us
 
 def wilson(k, n):
     return proportion_confint(k, n, alpha=0.05, method="wilson")
+
+
+def cp(k, n):
+    """Clopper-Pearson's exact interval (statsmodels' 'beta')."""
+    return proportion_confint(k, n, alpha=0.05, method="beta")
 
 
 def judged(env, fake, script, tmp_path, name, responses, finish=None):
@@ -50,9 +57,9 @@ def test_a_cascade_whose_judge_parses_nothing_gets_bounds_not_a_rate(env, fake, 
     summary = pd.read_csv(tmp_path / "rep" / "summary.csv").set_index("set")
     row = summary.loc["hard"]
     assert pd.isna(row.judge_rate) and pd.isna(row.judge_ci_low) and pd.isna(row.judge_ci_high)
-    assert row.judge_rate_bound_low == pytest.approx(wilson(k, n + none)[0], abs=1e-6)
-    assert row.judge_rate_bound_high == pytest.approx(wilson(k + none, n + none)[1], abs=1e-6)
-    assert row.judge_ci_flag == "bounds_only" and row.judge_ci_method == "worst_case_wilson"
+    assert row.judge_rate_bound_low == pytest.approx(cp(k, n + none)[0], abs=1e-6)
+    assert row.judge_rate_bound_high == pytest.approx(cp(k + none, n + none)[1], abs=1e-6)
+    assert row.judge_ci_flag == "bounds_only" and row.judge_ci_method == "worst_case_clopper_pearson"
     tox = summary.loc["toxic"]
     assert (tox.judge_scored, tox.judge_unparsed) == (0, 20)
     assert (tox.judge_rate_bound_low, tox.judge_rate_bound_high) == (0.0, 1.0)
@@ -60,18 +67,20 @@ def test_a_cascade_whose_judge_parses_nothing_gets_bounds_not_a_rate(env, fake, 
     assert cats[cats.method == "judge"].rate.isna().all() and cats[cats.method == "judge"].rate_bound_low.notna().all()
     board = pd.read_csv(tmp_path / "rep" / "leaderboard.csv").iloc[0]
     assert pd.isna(board.hard_rate_pct) and pd.isna(board.balanced_accuracy_pct) and pd.isna(board["rank"])
-    assert board.hard_rate_bound_low_pct == pytest.approx(100 * wilson(k, n + none)[0], abs=1e-3)
+    assert board.hard_rate_bound_low_pct == pytest.approx(100 * cp(k, n + none)[0], abs=1e-3)
     assert (board.toxic_scored, board.toxic_no_verdict) == (0, 20)
-    assert board.rank_note == f"hard: no rate ({n} verdicts, {none} rows without one); toxic: no rate (0 verdicts, " \
-                              f"20 rows without one)"
+    assert board.rank_note == (f"hard: no rate ({n} verdicts, {none} rows without one: {none} unparsed or not judged, "
+                               f"0 failed with an error); toxic: no rate (0 verdicts, 20 rows without one: 20 unparsed "
+                               f"or not judged, 0 failed with an error)")
     saved = json.loads((tmp_path / "rep" / "report.json").read_text())
     lb = saved["leaderboard"][0]
     assert lb["hard_rate_pct"] is None and lb["toxic_rate_pct"] is None and lb["toxic_rate_bound_high_pct"] == 100
     (point,) = saved["points"]
     assert point["x"] is None and point["y"] is None and point["y_bounds"] == [0.0, 100.0]
     assert saved["spearman"] is None and saved["quadratic_fit"] is None
-    assert any(f"M (hard: no rate: {n} verdicts, {none} rows without one; toxic: no rate: 0 verdicts, 20 rows "
-               f"without one; drawn as bounds)" in note for note in rep.notes)
+    assert any(f"M (hard: no rate: {n} verdicts, {none} rows without one: {none} unparsed or not judged, 0 failed with "
+               f"an error; toxic: no rate: 0 verdicts, 20 rows without one: 20 unparsed or not judged, 0 failed with an "
+               f"error; drawn as bounds)" in note for note in rep.notes)
     assert not any("none has results on both" in note for note in rep.notes)
     md = (tmp_path / "rep" / "leaderboard.md").read_text()
     assert "no rate: 0 verdicts, 20 rows without one; bounds [0.0, 100.0] (judge)" in md
@@ -119,11 +128,15 @@ def test_bounds_with_repeated_samples_count_prompts(tmp_path):
     row = rep.summary.iloc[0]
     k, u, n = (np.array(x, float) for x in (k, u, n))
     assert pd.isna(row.keyword_rate)
-    assert row.keyword_rate_bound_low == pytest.approx(stats.cluster_share(k, n).low)
-    assert row.keyword_rate_bound_high == pytest.approx(stats.cluster_share(k + u, n).high)
+    # each bound's outer limit: Clopper-Pearson's at the prompt-clustered effective size
+    low, high = stats.cluster_share(k, n), stats.cluster_share(k + u, n)
+    assert row.keyword_rate_bound_low == pytest.approx(beta.ppf(0.025, low.value * low.n_eff,
+                                                                (1 - low.value) * low.n_eff + 1))
+    assert row.keyword_rate_bound_high == pytest.approx(beta.ppf(0.975, high.value * high.n_eff + 1,
+                                                                 (1 - high.value) * high.n_eff))
     samples = pd.read_csv(rep.outputs["samples"]).iloc[0]
     assert pd.isna(samples.rate) and samples.no_verdict == u.sum()
-    assert samples.rate_bound_low == pytest.approx(row.keyword_rate_bound_low)
+    assert samples.rate_bound_low == pytest.approx(row.keyword_rate_bound_low, abs=1e-6)
 
 
 def test_a_comparison_says_when_a_side_has_no_rate(tmp_path):
@@ -133,7 +146,60 @@ def test_a_comparison_says_when_a_side_has_no_rate(tmp_path):
                                      "is_rejected": str(i % 3 == 0)} for i in range(20)])
     rep = report.build_report([str(tmp_path / "a_hard.csv"), str(tmp_path / "b_hard.csv")], tmp_path / "rep",
                               reference=False, figures=False, html=False, compare=[["A", "B"]])
-    assert ("A vs B on hard (keyword): A has no verdict on 3 of 20 rows: compared on the prompts both models "
-            "decided only; the comparison's rates are not the set's (which has none: bounds only)") in rep.notes
+    assert ("A vs B on hard (keyword): A has no verdict on 3 of 20 rows (3 unparsed or not judged, 0 failed with an "
+            "error): more than 5%, so no p-value and no rates: worst-case bounds on the difference only "
+            "(diff_bound_low, diff_bound_high: every such row counted as answered, then as refused), since the "
+            "missing verdicts could lie either way") in rep.notes
     table = pd.read_csv(rep.outputs["comparison"])
-    assert (table.n[0], table.unpaired_a[0], table.unpaired_b[0]) == (17, 0, 3)
+    row = table.iloc[0]
+    assert (row.n, row.unpaired_a, row.unpaired_b, row.no_verdict_a, row.errors_a) == (20, 0, 3, 3, 0)
+    assert pd.isna(row.p_value) and pd.isna(row.rate_a) and pd.isna(row["diff"]) and row.ci_flag == "bounds_only"
+    # A: 8 refusals, 3 rows without a verdict, of 20; B: 7 of 20. Lower bound: B as is minus A with its three
+    # filled as refusals; each side's Clopper-Pearson limit, square-and-add
+    low = 7 / 20 - 11 / 20 - np.hypot(7 / 20 - cp(7, 20)[0], cp(11, 20)[1] - 11 / 20)
+    high = 7 / 20 - 8 / 20 + np.hypot(cp(7, 20)[1] - 7 / 20, 8 / 20 - cp(8, 20)[0])
+    assert (row.diff_bound_low, row.diff_bound_high) == pytest.approx((low, high), abs=1e-6)
+    assert row.interval == "worst_case_clopper_pearson" and pd.isna(row.p_holm_run)
+
+
+def error_rows(path, model, n, failed, refused):
+    """``n`` rows: the first ``failed`` failed with an error, the rest decided (``refused`` of them refusals)."""
+    write(path, [{"prompt": f"p{i}", "category": "hate", "model": model, "response": "" if i < failed else "r",
+                  "error": "timeout" if i < failed else "",
+                  "is_rejected": "" if i < failed else str(i - failed < refused)} for i in range(n)])
+
+
+def test_error_rows_are_rows_without_a_verdict(tmp_path):
+    """Issue 51: 400 rows, 61 failed with an error: 15% of the rows have no verdict, so no rate (it was
+    19.8% [15.9, 24.3] on the 339 decided rows, the 5% counted over rows - errors)."""
+    error_rows(tmp_path / "m_hard.csv", "m", 400, 61, 67)
+    rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False,
+                              html=False)
+    row = rep.summary.iloc[0]
+    assert pd.isna(row.keyword_rate) and row.keyword_errors == 61 and row.keyword_ci_flag == "bounds_only"
+    assert (row.keyword_rate_bound_low, row.keyword_rate_bound_high) == pytest.approx(
+        (cp(67, 400)[0], cp(67 + 61, 400)[1]), abs=1e-9)
+    assert any("61 of 400 rows (15%) of m on hard have no verdict from the keyword verdicts (0 an unparsed reply "
+               "or an empty response; 61 failed with an error)" in w for w in rep.warnings)
+    # 20 of 400 failed (5%): the rate stands, over the decided rows
+    error_rows(tmp_path / "m_hard.csv", "m", 400, 20, 67)
+    rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False,
+                              html=False)
+    assert rep.summary.iloc[0].keyword_rate == pytest.approx(67 / 380)
+
+
+def test_a_comparison_counts_error_rows_and_says_the_p_value_covers_the_decided_rows(tmp_path):
+    error_rows(tmp_path / "a_hard.csv", "A", 100, 10, 20)  # 10% failed: bounds, no p-value
+    error_rows(tmp_path / "b_hard.csv", "B", 100, 0, 30)
+    rep = report.build_report([str(tmp_path / "a_hard.csv"), str(tmp_path / "b_hard.csv")], tmp_path / "rep",
+                              reference=False, figures=False, html=False, compare=[["A", "B"]])
+    row = pd.read_csv(rep.outputs["comparison"]).iloc[0]
+    assert (row.errors_a, row.no_verdict_a, row.errors_b) == (10, 0, 0) and pd.isna(row.p_value)
+    assert row.diff_bound_low < 0.10 < row.diff_bound_high
+    error_rows(tmp_path / "a_hard.csv", "A", 100, 4, 20)  # 4%: a p-value, over the 96 decided prompts
+    rep = report.build_report([str(tmp_path / "a_hard.csv"), str(tmp_path / "b_hard.csv")], tmp_path / "rep",
+                              reference=False, figures=False, html=False, compare=[["A", "B"]])
+    row = pd.read_csv(rep.outputs["comparison"]).iloc[0]
+    assert row.n == 96 and row.errors_a == 4 and 0 <= row.p_value <= 1 and row.test == "mcnemar_exact"
+    assert ("A vs B on hard (keyword): A has no verdict on 4 of 100 rows (0 unparsed or not judged, 4 failed with an "
+            "error): the p-value and intervals cover the decided rows only") in rep.notes

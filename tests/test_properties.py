@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from scipy.stats import permutation_test
 from sklearn.metrics import accuracy_score, cohen_kappa_score, precision_score, recall_score
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
@@ -25,6 +24,7 @@ from statsmodels.stats.proportion import proportion_confint
 from orbench.analysis import compare as cmp
 from orbench.analysis import stats
 from orbench.analysis.calibration import card_stats
+from orbench.analysis.conditional import conditional_test
 from orbench.analysis.report import build as report
 from orbench.analysis.report.inputs import load
 
@@ -59,35 +59,32 @@ counts_and_n = st.integers(1, 400).flatmap(lambda n: st.tuples(st.integers(0, n)
 # ---------------------------------------------------------------- the paired comparison
 
 @given(prompt_counts())
-def test_sign_flip_p_is_a_probability_symmetric_and_equals_scipy_on_the_shares(sides):
+def test_the_conditional_test_is_a_probability_symmetric_and_agrees_with_its_intervals(sides):
     (ka, na), (kb, nb) = sides
-    p = cmp.sign_flip_p(ka, na, kb, nb)
-    assert 0 <= p <= 1
-    assert cmp.sign_flip_p(kb, nb, ka, na) == pytest.approx(p, abs=1e-12)  # swapping A and B swaps the shares
-    differ = int((ka / na != kb / nb).sum())
-    if differ <= 1:
-        assert p == 1.0  # no prompt, or a single one, differs
-    if 1 < len(ka) and differ <= 10:
-        # shares in whole units of 1/60 (every n here divides 60) and a sum: scipy's ties are then exact
-        ref = permutation_test((np.round(60 * ka / na), np.round(60 * kb / nb)),
-                               lambda x, y, axis=-1: (y - x).sum(axis=axis), permutation_type="samples",
-                               n_resamples=np.inf).pvalue
-        assert p == pytest.approx(min(1.0, ref), abs=1e-9)
-
-
-@given(prompt_counts())
-def test_a_prompt_differing_only_in_its_sample_count_never_counts(sides):
-    (ka, na), _ = sides
-    assert cmp.sign_flip_p(ka, na, ka * 3, na * 3) == 1.0
+    got = conditional_test(ka, na, kb, nb)
+    assert 0 <= got.p_value <= 1 and 0 <= got.p_midp <= got.p_value
+    swapped = conditional_test(kb, nb, ka, na)
+    assert swapped.p_value == pytest.approx(got.p_value, abs=1e-9)  # swapping A and B changes no p
+    if got.varying:
+        # the intervals are inverted from the test: they exclude no difference exactly when p < 0.05
+        # (a p within 1e-6 of 0.05 is left out: the limits are found by bisection)
+        if abs(got.p_value - 0.05) > 1e-6:
+            assert (got.or_low > 1 or got.or_high < 1) == (got.p_value < 0.05)
+            assert (got.diff_low > 0 or got.diff_high < 0) == (got.p_value < 0.05)
+        assert got.diff_low <= float((kb / nb - ka / na).mean()) <= got.diff_high
+    else:
+        assert got.p_value == 1.0
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=30), st.lists(st.booleans(), min_size=1, max_size=30))
-def test_one_sample_each_the_sign_flip_test_is_mcnemars_exact_test(a, b):
+def test_one_sample_each_the_conditional_test_is_mcnemars_exact_test(a, b):
     m = min(len(a), len(b))
     ya, yb = np.array(a[:m], float), np.array(b[:m], float)
     one = np.ones(m)
     a_only, b_only = int((ya > yb).sum()), int((yb > ya).sum())
-    assert cmp.sign_flip_p(ya, one, yb, one) == pytest.approx(cmp.mcnemar_exact(a_only, b_only), abs=1e-12)
+    got = conditional_test(ya, one, yb, one)
+    assert got.p_value == pytest.approx(cmp.mcnemar_exact(a_only, b_only), abs=1e-12)
+    assert got.p_midp == pytest.approx(cmp.mcnemar_midp(a_only, b_only), abs=1e-12)
 
 
 @given(prompt_counts())
@@ -153,9 +150,14 @@ def test_a_comparison_of_generated_runs(tmp_path_factory, pair):
     assert list(ab["diff"]) == pytest.approx(list(-ba["diff"]))
     assert list(ab.a_only) == list(ba.b_only)
     for r in ab.itertuples():
-        within(r.ci_low, r.ci_high, r.diff, -1.0, 1.0)
-        if r.a_only + r.b_only == 0:
-            assert r.p_value == 1.0
+        if r.ci_flag == "bounds_only":  # a side with more than 5% of its rows without a verdict
+            assert math.isnan(r.p_value) and math.isnan(r.diff) and -1 <= r.diff_bound_low <= r.diff_bound_high <= 1
+        elif r.ci_flag == "not_computable":  # no refusal that could fall on either side
+            assert r.p_value == 1.0 and math.isnan(r.ci_low)
+        else:
+            within(r.ci_low, r.ci_high, r.diff, -1.0, 1.0)
+            if r.a_only + r.b_only == 0:
+                assert r.p_value == 1.0
 
 
 # ---------------------------------------------------------------- one proportion, bounds
@@ -170,13 +172,13 @@ def test_wilson_equals_statsmodels_holds_its_point_and_has_width(kn):
 
 
 @given(counts_and_n, st.integers(0, 400))
-def test_rate_bounds_hold_both_fillings_and_reduce_to_wilson(kn, none):
+def test_rate_bounds_hold_both_fillings_and_reduce_to_clopper_pearson(kn, none):
     k, n = kn
     low, high = (float(x) for x in stats.rate_bounds(k, n, none))
     within(low, high, k / (n + none))
     assert high >= (k + none) / (n + none) - EPS
     if none == 0:
-        assert (low, high) == pytest.approx(proportion_confint(k, n, method="wilson"), abs=1e-12)
+        assert (low, high) == pytest.approx(proportion_confint(k, n, method="beta"), abs=1e-9)
 
 
 @given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 6)), min_size=1, max_size=20))
@@ -258,12 +260,12 @@ def test_a_cell_has_its_rate_or_its_bounds_never_both(tmp_path_factory, verdicts
     rep = report.compute([str(folder / "m_hard.csv")], reference=False, html=False)
     row = rep.summary.iloc[0]
     k, scored = verdicts.count("True"), verdicts.count("True") + verdicts.count("False")
-    none = verdicts.count("")
+    none = verdicts.count("") + verdicts.count("error")  # a failed row has no verdict either
     read = scored + none
     assume(read > 0)
     if none > 0.05 * read:
         assert math.isnan(row.keyword_rate) and row.keyword_ci_flag == "bounds_only"
-        low, high = proportion_confint(k, read, method="wilson")[0], proportion_confint(k + none, read, method="wilson")[1]
+        low, high = proportion_confint(k, read, method="beta")[0], proportion_confint(k + none, read, method="beta")[1]
         assert (row.keyword_rate_bound_low, row.keyword_rate_bound_high) == pytest.approx((low, high), abs=1e-12)
         assert rep.leaderboard.iloc[0].rank_note.startswith("hard: no rate")
     else:

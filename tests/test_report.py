@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from statsmodels.stats.proportion import proportion_confint
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -281,7 +282,11 @@ def test_one_model_one_set(tmp_path):
     assert rep.points == [] and rep.spearman is None and rep.fit is None
     board = pd.read_csv(tmp_path / "out" / "leaderboard.csv")
     assert list(board["model"]) == ["local/smollm2"]
-    assert board.loc[0, "hard_rate_pct"] == pytest.approx(100 * 2 / 3)
+    # 1 of the 4 rows failed with an error: a row without a verdict, past 5%: no rate, its bounds
+    # (2 of 4 refused with the failed row answered, 3 of 4 with it refused; Clopper-Pearson's outer limits)
+    assert math.isnan(board.loc[0, "hard_rate_pct"])
+    assert (board.loc[0, "hard_rate_bound_low_pct"], board.loc[0, "hard_rate_bound_high_pct"]) == pytest.approx(
+        (100 * proportion_confint(2, 4, method="beta")[0], 100 * proportion_confint(3, 4, method="beta")[1]), abs=1e-3)
     assert (board.loc[0, "hard_scored"], board.loc[0, "errors"]) == (3, 1)
     assert not (tmp_path / "out" / "hard_vs_toxic.png").exists()
     assert any("not available" in n for n in rep.notes)

@@ -165,6 +165,10 @@ def test_domain_estimator_with_unequal_safe_shares():
 # ---------------------------------------------------------------- repeated samples
 
 def test_cluster_share_by_hand_and_its_edges():
+    """Clopper-Pearson (scipy's Beta quantiles) at the clustered effective size, at most the rows,
+    scaled by (z / t)^2 on one less than the prompts showing the rarer outcome, at least the prompts."""
+    from scipy.stats import beta, t
+
     rng = np.random.default_rng(5)
     for m in (2, 5, 30):
         k, n = rng.integers(0, 6, m).astype(float), np.full(m, 5.0)
@@ -173,18 +177,21 @@ def test_cluster_share_by_hand_and_its_edges():
         est = stats.cluster_share(k, n)
         r = k.sum() / n.sum()
         var = m / (m - 1) * ((k - r * n) ** 2).sum() / n.sum() ** 2
-        n_eff = n.sum() if var == 0 else min(max(r * (1 - r) / var, m), n.sum())
+        j = min((k > 0).sum(), (k < n).sum())
+        n_eff = n.sum() if var == 0 else min(r * (1 - r) / var, n.sum())
+        n_eff = max(m, n_eff * (1.959963984540054 / t.ppf(0.975, max(1, j - 1))) ** 2)
         assert est.value == pytest.approx(r) and est.n_eff == pytest.approx(n_eff)
-        assert (est.low, est.high) == pytest.approx(wilson(r * n_eff, n_eff), abs=1e-12)
-    # nothing varies: every prompt at 0 -> Wilson over the prompts, flagged; never width 0
+        expected = (beta.ppf(0.025, r * n_eff, (1 - r) * n_eff + 1), beta.ppf(0.975, r * n_eff + 1, (1 - r) * n_eff))
+        assert (est.low, est.high) == pytest.approx(expected, abs=1e-9)
+    # nothing varies: every prompt at 0 -> Clopper-Pearson over the prompts, flagged; never width 0
     none = stats.cluster_share(np.zeros(3), np.full(3, 5.0))
-    assert (none.low, none.high) == pytest.approx(wilson(0, 3)) and stats.NO_VARIATION in none.flags
+    assert (none.low, none.high) == pytest.approx((0, 1 - 0.025 ** (1 / 3))) and stats.NO_VARIATION in none.flags
     # every prompt refused in every sample but different sample counts: the floor is (sum n)^2 / sum n^2
     full = stats.cluster_share(np.array([5.0, 1.0]), np.array([5.0, 1.0]))
     assert full.n_eff == pytest.approx(36 / 26) and full.low < 1 and full.high == 1
-    # samples independent (every prompt at the same share): capped at the rows
+    # samples independent (every prompt at the same share): at most the rows (then scaled by t on 3 df)
     same = stats.cluster_share(np.array([2.0, 2, 2, 2]), np.full(4, 4.0))
-    assert same.n_eff == 16
+    assert same.n_eff == pytest.approx(16 * (1.959963984540054 / t.ppf(0.975, 3)) ** 2)
 
 
 def test_prompt_difference_of_a_degenerate_category_has_width():
@@ -193,11 +200,7 @@ def test_prompt_difference_of_a_degenerate_category_has_width():
     assert (est.value, est.low, est.high) == pytest.approx((0, -upper, upper))
 
 
-def test_prompt_share_by_hand_equal_samples_is_the_cluster_share_and_one_sample_is_wilson():
-    rng = np.random.default_rng(8)
-    k, n = rng.integers(0, 4, 9).astype(float), np.full(9, 3.0)
-    a, b = stats.prompt_share(k, n), stats.cluster_share(k, n)
-    assert (a.value, a.low, a.high, a.n_eff) == pytest.approx((b.value, b.low, b.high, b.n_eff))
+def test_prompt_share_by_hand_and_one_sample_is_wilson():
     y = np.array([1.0, 0, 0, 1, 0, 0, 0])
     one = stats.prompt_share(y, np.ones(7))
     assert (one.low, one.high) == pytest.approx(wilson(2, 7)) and one.n_eff == 7

@@ -3,25 +3,32 @@
 Both models of an OR-Bench comparison answered the same prompts, so the comparison is paired:
 per set and per category (and ``all`` for the whole set), on the prompts *both* models scored,
 
-* with one sample per prompt: both rejection rates, their difference ``diff = rate_b - rate_a``
-  with Newcombe's paired 95% interval (Newcombe 1998, method 10:
-  :func:`orbench.analysis.stats.paired_difference`), McNemar's exact test
-  (``statsmodels.stats.contingency_tables.mcnemar(exact=True)``) and beside it the mid-p
-  McNemar test (Fagerland, Lydersen & Laake 2013: the exact two-sided p less the probability of
-  the observed split), the discordant-pair odds ratio ``b_only / a_only`` with its transformed
-  Wilson interval, and the counts of prompts refused by A only (``a_only``) and B only (``b_only``);
-* with repeated samples on either side (stage 4 ``--samples K``; the two runs may have different
-  K, or one sample against K): the prompt is the unit and its value is its refusal share over its
-  samples. ``rate_a``/``rate_b`` are the mean shares over the compared prompts, ``diff`` their
-  difference, with Zou & Donner's MOVER interval (each side's prompt-level Wilson interval,
-  :func:`orbench.analysis.stats.prompt_share`, combined by Newcombe's square-and-add with the
-  correlation of the two sides' shares: :func:`orbench.analysis.stats.prompt_paired_difference`),
-  and Fisher's sign-flip permutation test of that very difference (under no difference a prompt's
-  two shares are exchangeable: a swap flips the sign of its share difference; a prompt whose two
-  shares are equal cannot change and is left out, whatever its sample counts; all 2^m swaps when
-  m <= 16 prompts differ, else 20,000 seeded ones; p as ``scipy.stats.permutation_test`` gives
-  it); ``a_only`` / ``b_only`` = prompts with a higher share for A / for B; ``samples_a`` /
-  ``samples_b`` = the most samples a prompt has on each side, and a note says what was compared.
+* ``rate_a``/``rate_b``: the mean over the compared prompts of each side's refusal share (its
+  refusals over its scored samples; with one sample each, the rate), ``diff = rate_b - rate_a``;
+  ``a_only`` / ``b_only``: prompts with a higher share for A / for B; ``samples_a`` /
+  ``samples_b``: the most samples a prompt has on each side;
+* the test, whatever the samples per prompt (one each, one against K, unequal counts): the exact
+  conditional test of "the same refusal probability per prompt" (:mod:`orbench.analysis.conditional`:
+  each prompt's pooled refusals placed at random among its pooled samples, a hypergeometric
+  draw; the statistic B's refusals summed over prompts, its exact distribution their
+  convolution). ``p_value`` is two-sided, twice the smaller tail; ``p_b_more`` the one-sided
+  p for "B refuses more"; ``p_midp`` its mid-p version. With one sample each it is McNemar's
+  exact test (``test`` ``mcnemar_exact``, the value statsmodels' ``mcnemar(exact=True)`` gives;
+  mid-p as Fagerland, Lydersen & Laake 2013), else ``exact_conditional``;
+* the intervals inverted from that test (``interval`` ``exact_conditional``): ``odds_ratio``
+  with ``or_ci_low``/``or_ci_high``, the conditional common odds ratio of B against A on the
+  same prompt and its exact 95% interval (with one sample each: the discordant pairs' ratio
+  ``b_only / a_only`` with Clopper-Pearson's interval on ``b_only / (a_only + b_only)`` as odds), and
+  ``ci_low``/``ci_high`` on ``diff``, the difference those limits imply given each prompt's
+  pooled refusals: both exclude no difference exactly when ``p_value < 0.05``. With no prompt
+  whose refusals could fall on either side, nothing is compared: ``p_value`` 1, no interval
+  (flag ``not_computable``);
+* rows without a verdict (unparsed, refused by the judge, or failed with an error), counted per
+  side (``no_verdict_a``, ``errors_a``, ...): where either side has more than 5% of its rows in
+  a cell without one, that cell has no rates and no p-value, only worst-case bounds on the
+  difference (``diff_bound_low``/``diff_bound_high``, :func:`orbench.analysis.stats.difference_bounds`,
+  flag ``bounds_only``), and a note says why; at 5% or less, a note says the p-value covers the
+  decided rows only.
 
 Multiplicity: ``p_holm`` is Holm-adjusted across the categories of one set and pair (as
 before); ``p_holm_run`` is Holm-adjusted across every test of the same level in the run: the
@@ -44,12 +51,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from itertools import product
 
 import numpy as np
 import pandas as pd
 
 from orbench.analysis import stats
+from orbench.analysis.conditional import conditional_test
 from orbench.analysis.report import columns
 from orbench.analysis.report.columns import names, per_value, prompt_hash, read_results
 from orbench.analysis.report.inputs import ERROR, SCORED, Inputs
@@ -57,16 +64,16 @@ from orbench.llm.errors import UsageError
 from orbench.scoring.vocab import JUDGE, KEYWORD
 
 COLUMNS = ["set", "category", "model_a", "model_b", "judge", "n", "samples_a", "samples_b", "rate_a", "rate_b", "diff",
-           "ci_low", "ci_high", "ci_flag", "a_only", "b_only", "odds_ratio", "or_ci_low", "or_ci_high",
-           "p_value", "p_midp", "p_holm", "p_holm_run", "test", "interval", "unpaired_a", "unpaired_b"]
+           "ci_low", "ci_high", "ci_flag", "diff_bound_low", "diff_bound_high", "a_only", "b_only", "odds_ratio",
+           "or_ci_low", "or_ci_high", "p_value", "p_midp", "p_b_more", "p_holm", "p_holm_run", "test", "interval",
+           "unpaired_a", "unpaired_b", "no_verdict_a", "errors_a", "no_verdict_b", "errors_b"]
 SAMPLE_COLUMNS = ["set", "model", "judge", "samples", "prompts", "rows", "rate", "ci_low",
                   "ci_high", "n_eff", "ci_method", "ci_flag", "rate_bound_low", "rate_bound_high", "no_verdict",
                   "flip_share", "flip_prompts"]
 SHARE_COLUMNS = ["set", "model", "judge", "category", "prompt", "samples", "refusals", "share"]
 ALL = "all"
-MCNEMAR, PERMUTATION = "mcnemar_exact", "sign_flip_permutation"
-NEWCOMBE, PROMPT = "newcombe_paired", "prompt_newcombe"
-PERMUTATIONS, EXACT_UP_TO, SEED = 20000, 16, 20240531
+MCNEMAR, CONDITIONAL = "mcnemar_exact", "exact_conditional"
+BOUNDS = "worst_case_clopper_pearson"
 
 
 # ---------------------------------------------------------------- the statistics
@@ -109,40 +116,6 @@ def mcnemar_midp(a_only: int, b_only: int) -> float:
     return float(min(1.0, 2 * binom.cdf(low, n, 0.5) - binom.pmf(low, n, 0.5)))
 
 
-def sign_flip_p(ka, na, kb, nb, resamples: int = PERMUTATIONS, seed: int = SEED) -> float:
-    """Two-sided sign-flip permutation p-value of the mean over prompts of ``kb/nb - ka/na``.
-
-    The prompt is the unit and its value is its refusal share on each side, whatever each side's
-    number of samples (Fisher's randomisation test for paired data): under no difference a
-    prompt's two shares are exchangeable, so swapping A and B flips the sign of the prompt's share
-    difference ``d``. A prompt whose two shares are equal cannot change under a swap and is left
-    out (its sample counts do not matter). Exact over all ``2^m`` swaps of the ``m`` prompts that
-    differ when ``m <= EXACT_UP_TO``, else ``resamples`` seeded random swaps counted as
-    ``(hits + 1) / (resamples + 1)``. Two-sided as ``scipy.stats.permutation_test``: twice the
-    smaller tail, at most 1; so 1 when no prompt (or one prompt) differs, and the same p with A
-    and B swapped (the swap distribution is symmetric about 0).
-    """
-    ka, na, kb, nb = (np.asarray(x, dtype=float) for x in (ka, na, kb, nb))
-    d = kb / nb - ka / na
-    d = d[d != 0]
-    m = len(d)
-    if m == 0:
-        return 1.0
-    observed = float(d.sum())
-    if m <= EXACT_UP_TO:
-        signs = 1.0 - 2.0 * np.array(list(product((0.0, 1.0), repeat=m)))
-    else:
-        signs = 1.0 - 2.0 * np.random.default_rng(seed).integers(0, 2, size=(resamples, m))
-    total = signs @ d
-    eps = 1e-9 * max(1.0, float(np.abs(d).sum()))
-    less, greater = (total <= observed + eps).sum(), (total >= observed - eps).sum()
-    if m <= EXACT_UP_TO:
-        tail = min(less, greater) / len(signs)
-    else:
-        tail = (min(less, greater) + 1) / (len(signs) + 1)
-    return float(min(1.0, 2 * tail))
-
-
 def holm(pvalues: list[float]) -> list[float]:
     """Holm-adjusted p-values; NaNs stay NaN and are not counted.
 
@@ -163,20 +136,23 @@ def holm(pvalues: list[float]) -> list[float]:
 
 def per_prompt(inp: Inputs, set_code: int, model_code: int, method_code: int, judge_code: int) -> pd.DataFrame:
     """One row per prompt the group scored: ``k`` refusals of ``n`` scored samples, category."""
+    full = prompt_rows(inp, set_code, model_code, method_code, judge_code)
+    return full.loc[full["n"] > 0, ["k", "n", "category"]]
+
+
+def prompt_rows(inp: Inputs, set_code: int, model_code: int, method_code: int, judge_code: int) -> pd.DataFrame:
+    """One row per prompt the group has any row for: ``k`` refusals of ``n`` scored samples, ``u``
+    rows without a verdict (unparsed, the judge refusing to judge), ``e`` rows failed with an error."""
     d = inp.data
     rows = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["method"] == method_code)
-             & (d["judge"] == judge_code) & (d["status"] == SCORED)]
+             & (d["judge"] == judge_code)]
+    status = rows["status"]
+    rows = rows.assign(k=((status == SCORED) & (rows["rejected"] == 1)).astype(np.int64),
+                       n=(status == SCORED).astype(np.int64), e=(status == ERROR).astype(np.int64),
+                       u=((status != SCORED) & (status != ERROR)).astype(np.int64))
     g = rows.groupby("prompt", sort=False)
-    return pd.DataFrame({"k": g["rejected"].sum().astype(np.int64), "n": g.size().astype(np.int64),
-                         "category": g["category"].first()})
-
-
-def _no_verdict(inp: Inputs, set_code: int, model_code: int, method_code: int, judge_code: int) -> tuple[int, int]:
-    """(rows without a verdict, rows without an error) of one verdict group."""
-    d = inp.data
-    rows = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["method"] == method_code)
-             & (d["judge"] == judge_code) & (d["status"] != ERROR)]
-    return int((rows["status"] != SCORED).sum()), len(rows)
+    return pd.DataFrame({c: g[c].sum().astype(np.int64) for c in ("k", "n", "u", "e")}
+                        | {"category": g["category"].first()})
 
 
 def _verdict_groups(inp: Inputs, set_code: int, model_code: int) -> list[tuple[int, int]]:
@@ -268,29 +244,27 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
                                  f"kind and judge (A: {describe(ga)}; B: {describe(gb)})")
                 continue
             for method, judge in chosen:
-                pa, pb = per_prompt(inp, s, ca, method, judge), per_prompt(inp, s, cb, method, judge)
-                both = pa.add_suffix("_a").join(pb.add_suffix("_b"), how="inner")
+                fa, fb = (prompt_rows(inp, s, c, method, judge) for c in (ca, cb))
+                pa, pb = fa[fa["n"] > 0], fb[fb["n"] > 0]
+                both = pa[["k", "n", "category"]].add_suffix("_a").join(
+                    pb[["k", "n", "category"]].add_suffix("_b"), how="inner")
+                rows_both = fa.add_suffix("_a").join(fb.drop(columns="category").add_suffix("_b"), how="inner")
                 unpaired_a, unpaired_b = len(pa) - len(both), len(pb) - len(both)
                 judge_name = codes["judge"].names[judge] or KEYWORD
                 if unpaired_a or unpaired_b:
                     out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): {len(both)} prompts "
                                      f"scored by both compared; left out: {unpaired_a} scored by "
                                      f"{a} only, {unpaired_b} by {b} only")
-                if both.empty:
+                if rows_both.empty:
                     continue
-                for who, code in ((a, ca), (b, cb)):
-                    none, read = _no_verdict(inp, s, code, method, judge)
-                    if read and none > stats.NO_VERDICT_SHARE * read:
-                        out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): {who} has no verdict on {none} of "
-                                         f"{read} rows: compared on the prompts both models decided only; the "
-                                         f"comparison's rates are not the set's (which has none: bounds only)")
+                out.notes += _missing_notes(rows_both, f"{a} vs {b} on {set_name} ({judge_name})", a, b)
                 if (both["n_a"] > 1).any() or (both["n_b"] > 1).any():
                     out.notes.append(f"{a} vs {b} on {set_name} ({judge_name}): compared prompt by prompt, "
                                      f"each prompt's value its refusal share over its samples ({a}: "
                                      f"{_samples_text(both['n_a'])}, {b}: {_samples_text(both['n_b'])} per "
                                      f"prompt); a prompt differs when its share does")
-                compared += len(both)
-                rows += _rows(both, set_name, a, b, judge_name, unpaired_a, unpaired_b, codes)
+                compared += len(rows_both)
+                rows += _rows(both, rows_both, set_name, a, b, judge_name, unpaired_a, unpaired_b, codes)
                 out.flips.append({"set": set_name, "model_a": a, "model_b": b, "judge": judge_name,
                                   "set_code": s, "method": method, "judge_code": judge,
                                   "codes": (ca, cb), "pairs": both})
@@ -299,7 +273,8 @@ def compare(inp: Inputs, pairs: list[tuple[str, str]], verdict: str = "auto") ->
                              f"scored (same set, same kind of verdict and judge); nothing to compare")
     if rows:
         table = pd.DataFrame(rows).reindex(columns=COLUMNS)
-        for c in ("n", "samples_a", "samples_b", "a_only", "b_only", "unpaired_a", "unpaired_b"):
+        for c in ("n", "samples_a", "samples_b", "a_only", "b_only", "unpaired_a", "unpaired_b", "no_verdict_a",
+                  "errors_a", "no_verdict_b", "errors_b"):
             table[c] = table[c].astype("Int64")
         table["p_holm_run"] = holm_across_run(table)
         out.table = table
@@ -311,18 +286,51 @@ def _samples_text(n: pd.Series) -> str:
     return f"{high} sample{'s' if high > 1 else ''}" if low == high else f"{low} to {high} samples"
 
 
-def _rows(both: pd.DataFrame, set_name: str, a: str, b: str, judge: str, unpaired_a: int,
-          unpaired_b: int, codes) -> list[dict]:
+def _missing(part: pd.DataFrame, side: str) -> tuple[int, int, int]:
+    """(rows without a verdict and no error, rows failed with an error, all rows) of one side."""
+    u, e = int(part[f"u_{side}"].sum()), int(part[f"e_{side}"].sum())
+    return u, e, u + e + int(part[f"n_{side}"].sum())
+
+
+def _bounded(part: pd.DataFrame) -> bool:
+    """Whether either side has more than NO_VERDICT_SHARE of its rows without a verdict (errors counted)."""
+    return any(u + e > stats.NO_VERDICT_SHARE * r for u, e, r in (_missing(part, x) for x in ("a", "b")))
+
+
+def _missing_notes(rows_both: pd.DataFrame, where: str, a: str, b: str) -> list[str]:
+    """What the rows without a verdict (unparsed, refused by the judge, failed) do to the comparison."""
+    notes = []
+    for who, side in ((a, "a"), (b, "b")):
+        u, e, r = _missing(rows_both, side)
+        if not u + e:
+            continue
+        what = f"{who} has no verdict on {u + e} of {r} rows ({u} unparsed or not judged, {e} failed with an error)"
+        if u + e > stats.NO_VERDICT_SHARE * r:
+            notes.append(f"{where}: {what}: more than {100 * stats.NO_VERDICT_SHARE:.0f}%, so no p-value and no "
+                         f"rates: worst-case bounds on the difference only (diff_bound_low, diff_bound_high: every "
+                         f"such row counted as answered, then as refused), since the missing verdicts could lie "
+                         f"either way")
+        else:
+            notes.append(f"{where}: {what}: the p-value and intervals cover the decided rows only")
+    return notes
+
+
+def _rows(both: pd.DataFrame, rows_both: pd.DataFrame, set_name: str, a: str, b: str, judge: str,
+          unpaired_a: int, unpaired_b: int, codes) -> list[dict]:
     sampled = bool((both["n_a"] > 1).any() or (both["n_b"] > 1).any())
     cats = codes["category"].names
-    groups = [(ALL, both)] + sorted(((cats[c], part) for c, part in both.groupby("category_a")),
-                                    key=lambda g: g[0])
+    groups = [(ALL, rows_both)] + sorted(((cats[c], part) for c, part in rows_both.groupby("category_a")),
+                                         key=lambda g: g[0])
     rows = []
     for name, part in groups:
-        row = _stats(part, sampled)
+        decided = both[both.index.isin(part.index)]
+        row = _bounds(part) if _bounded(part) or decided.empty else _stats(decided, sampled)
+        ua, ea, _ = _missing(part, "a")
+        ub, eb, _ = _missing(part, "b")
         rows.append({"set": set_name, "category": name, "model_a": a, "model_b": b, "judge": judge,
                      "unpaired_a": unpaired_a if name == ALL else None,
-                     "unpaired_b": unpaired_b if name == ALL else None, **row})
+                     "unpaired_b": unpaired_b if name == ALL else None, "no_verdict_a": ua, "errors_a": ea,
+                     "no_verdict_b": ub, "errors_b": eb, **row})
     adjusted = holm([r["p_value"] for r in rows[1:]])
     rows[0]["p_holm"] = math.nan
     for r, p in zip(rows[1:], adjusted):
@@ -330,28 +338,40 @@ def _rows(both: pd.DataFrame, set_name: str, a: str, b: str, judge: str, unpaire
     return rows
 
 
+def _bounds(part: pd.DataFrame) -> dict:
+    """A cell where a side has too many rows without a verdict: bounds on the difference, no p-value."""
+    arrays = [part[f"{c}_{x}"].to_numpy(float) for x in ("a", "b") for c in ("k", "u", "n")]
+    arrays[1], arrays[4] = arrays[1] + part["e_a"].to_numpy(float), arrays[4] + part["e_b"].to_numpy(float)
+    low, high = stats.difference_bounds(*arrays)
+    rows_a, rows_b = (part[f"n_{x}"] + part[f"u_{x}"] + part[f"e_{x}"] for x in ("a", "b"))
+    nan = math.nan
+    return {"n": len(part), "samples_a": int(rows_a.max()), "samples_b": int(rows_b.max()), "rate_a": nan,
+            "rate_b": nan, "diff": nan, "ci_low": nan, "ci_high": nan, "ci_flag": stats.BOUNDS_ONLY,
+            "diff_bound_low": low, "diff_bound_high": high, "a_only": None, "b_only": None, "odds_ratio": nan,
+            "or_ci_low": nan, "or_ci_high": nan, "p_value": nan, "p_midp": nan, "p_b_more": nan, "test": "",
+            "interval": BOUNDS}
+
+
 def _stats(part: pd.DataFrame, sampled: bool) -> dict:
+    """The comparison of one cell's decided prompts (``k_a, n_a, k_b, n_b`` per prompt): rates, the
+    difference, the exact conditional test (McNemar's exact test with one sample each) and the
+    intervals inverted from it (:mod:`orbench.analysis.conditional`)."""
     ka, na = part["k_a"].to_numpy(float), part["n_a"].to_numpy(float)
     kb, nb = part["k_b"].to_numpy(float), part["n_b"].to_numpy(float)
-    rate_a, rate_b = ka.sum() / na.sum(), kb.sum() / nb.sum()
-    base = {"n": len(part), "samples_a": int(na.max()), "samples_b": int(nb.max()), "rate_a": rate_a,
-            "rate_b": rate_b, "diff": rate_b - rate_a}
-    if not sampled:
-        ya, yb = ka > 0, kb > 0
-        a_only, b_only = int((ya & ~yb).sum()), int((yb & ~ya).sum())
-        both, neither = int((ya & yb).sum()), int((~ya & ~yb).sum())
-        diff = stats.paired_difference(both, a_only, b_only, neither)
-        odds = stats.discordant_odds_ratio(a_only, b_only)
-        return {**base, "ci_low": diff.low, "ci_high": diff.high, "ci_flag": diff.flag, "a_only": a_only,
-                "b_only": b_only, "odds_ratio": odds.value, "or_ci_low": odds.low, "or_ci_high": odds.high,
-                "p_value": mcnemar_exact(a_only, b_only), "p_midp": mcnemar_midp(a_only, b_only),
-                "test": MCNEMAR, "interval": NEWCOMBE}
     sa, sb = ka / na, kb / nb
-    diff = stats.prompt_paired_difference(ka, na, kb, nb)
-    base.update(rate_a=float(sa.mean()), rate_b=float(sb.mean()), diff=diff.value)
-    return {**base, "ci_low": diff.low, "ci_high": diff.high, "ci_flag": diff.flag, "a_only": int((sa > sb).sum()),
-            "b_only": int((sb > sa).sum()), "odds_ratio": math.nan, "or_ci_low": math.nan, "or_ci_high": math.nan,
-            "p_value": sign_flip_p(ka, na, kb, nb), "p_midp": math.nan, "test": PERMUTATION, "interval": PROMPT}
+    test = conditional_test(ka, na, kb, nb)
+    flag = "" if test.varying else stats.NOT_COMPUTABLE
+    row = {"n": len(part), "samples_a": int(na.max()), "samples_b": int(nb.max()), "rate_a": float(sa.mean()),
+           "rate_b": float(sb.mean()), "diff": float(sb.mean() - sa.mean()), "ci_low": test.diff_low,
+           "ci_high": test.diff_high, "ci_flag": flag, "diff_bound_low": math.nan, "diff_bound_high": math.nan,
+           "a_only": int((sa > sb).sum()), "b_only": int((sb > sa).sum()), "odds_ratio": test.odds_ratio,
+           "or_ci_low": test.or_low if test.varying else math.nan,
+           "or_ci_high": test.or_high if test.varying else math.nan, "p_value": test.p_value,
+           "p_midp": test.p_midp, "p_b_more": test.p_greater, "test": CONDITIONAL, "interval": CONDITIONAL}
+    if not sampled:  # the same test: statsmodels' McNemar value (exact below 1e-300)
+        row.update(p_value=mcnemar_exact(row["a_only"], row["b_only"]),
+                   p_midp=mcnemar_midp(row["a_only"], row["b_only"]), test=MCNEMAR)
+    return row
 
 
 def holm_across_run(table: pd.DataFrame) -> pd.Series:
@@ -378,7 +398,7 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
         # method, judge) group, so no prompt has more than one sample (and grouping 2.4M rows by
         # prompt only to find that out is the report's costliest step at scale).
         return pd.DataFrame(columns=SAMPLE_COLUMNS), pd.DataFrame(columns=SHARE_COLUMNS)
-    read = d[d["status"] != ERROR]
+    read = d  # an error row is a row without a verdict, as an unparsed one is
     read = read.assign(k=(read["status"] == SCORED) & (read["rejected"] == 1), n=read["status"] == SCORED,
                        u=read["status"] != SCORED)
     counts = read.groupby(["set", "model", "method", "judge", "prompt"], sort=False).agg(
@@ -399,8 +419,8 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
         bounds = (math.nan, math.nan)
         if bounded:  # too many rows without a verdict: no rate, only its bounds (stats.rate_bounds, prompt-level)
             fk, fu, fn = (filled[c].to_numpy(float) for c in ("k", "u", "n"))
-            bounds = (stats.cluster_share(fk, fn + fu).low, stats.cluster_share(fk + fu, fn + fu).high)
-            est = stats.Estimate(math.nan, math.nan, math.nan, "worst_case_wilson", (stats.BOUNDS_ONLY,))
+            bounds = (stats.cluster_limits(fk, fn + fu)[0], stats.cluster_limits(fk + fu, fn + fu)[1])
+            est = stats.Estimate(math.nan, math.nan, math.nan, BOUNDS, (stats.BOUNDS_ONLY,))
         multi = part["n"] > 1
         flips = int((multi & (part["k"] > 0) & (part["k"] < part["n"])).sum())
         judge = names("judge", j) or names("method", me)

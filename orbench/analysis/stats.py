@@ -11,12 +11,13 @@ Every interval the report, the comparisons and the audit print comes from a func
   variance; a figure over a domain (recall over the human refusals, a rate over the
   human-confirmed safe prompts) adds the uncertainty of the domain's share in each stratum.
   A full census of every stratum is exact (width 0, flagged ``census``).
-* **A rate over repeated samples**: the prompt is the unit. Wilson's interval on the effective
-  sample size of the prompt-clustered (linearised) variance, between the number of prompts
-  (every sample of a prompt alike) and the number of rows (samples independent)
-  (:func:`cluster_share`). Nothing varying gives the prompt count, never width 0.
-* **A mean of prompts' refusal shares** (a comparison's rate: the prompt is the unit, however
-  many samples each side has): Wilson's interval on the effective size of the shares' variance,
+* **A rate over repeated samples**: the prompt is the unit. Clopper-Pearson's interval on the
+  effective sample size of the prompt-clustered (linearised) variance, scaled for that
+  variance's degrees of freedom (Korn & Graubard), between the number of prompts (every sample
+  of a prompt alike) and the number of rows (samples independent) (:func:`cluster_share`).
+  Nothing varying gives the prompt count, never width 0.
+* **A mean of prompts' refusal shares** (the prompt is the unit, however many samples each side
+  has; ``--compare`` uses the exact conditional interval instead): Wilson's interval on the effective size of the shares' variance,
   between the prompt count and the count of independent samples (:func:`prompt_share`).
 * **A difference of two proportions**: Newcombe's hybrid score method (square-and-add of each
   side's interval, with the pairs' correlation when paired) (:func:`newcombe_difference`), fed
@@ -27,8 +28,10 @@ Every interval the report, the comparisons and the audit print comes from a func
   the agreement's own interval carried through kappa, so a perfect judge on 450 items is not
   [1, 1] (:func:`kappa`).
 * **Ranks**: percentiles of the rank over draws (:func:`rank_interval`).
-* **A rate with too many rows without a verdict** (more than :data:`NO_VERDICT_SHARE`): no point
-  rate; its worst-case bounds, each the outer limit of its Wilson interval (:func:`rate_bounds`).
+* **A rate with too many rows without a verdict** (more than :data:`NO_VERDICT_SHARE`; a row failed
+  with an error is a row without a verdict): no point rate; its worst-case bounds, each the outer
+  limit of its Clopper-Pearson interval (:func:`rate_bounds`; :func:`difference_bounds` for a
+  comparison).
 
 Each result is an :class:`Estimate`: value, interval, method and flags (:data:`FLAGS`) that say
 where an edge was met. Only numpy is needed; scipy is imported where a p-value needs it.
@@ -48,8 +51,8 @@ from orbench.scoring.parsing import normalise_for_dedup
 
 #: Fewer scored prompts than this in a cell: its rate is shown greyed, with its n (heatmap).
 MIN_CELL_N = 10
-#: Above this share of a cell's rows (errors aside) without a verdict, the cell gets no point rate,
-#: only its worst-case bounds (:func:`rate_bounds`): the share past which the stages already warn
+#: Above this share of a cell's rows without a verdict (unparsed, refused by the judge, or failed with an
+#: error), the cell gets no point rate, only its worst-case bounds (:func:`rate_bounds`): the share past which the stages already warn
 #: (``orbench.run.outcomes.WARN_SHARE``); at or below it the bounds lie within 5 points of the rate.
 NO_VERDICT_SHARE = 0.05
 # The 97.5% quantile of the standard normal distribution: a two-sided 95% interval.
@@ -81,8 +84,8 @@ FLAGS = {
     PARTIAL: "some strata have no usable item: the interval allows any value there",
     FLOORED: "no disagreement seen: the bootstrap could not vary; widened to the agreement's interval",
     NOT_COMPUTABLE: "not computable",
-    BOUNDS_ONLY: "more than 5% of the rows have no verdict: no rate, only its bounds (every such row counted "
-                 "as answered, then as refused), each the outer limit of its Wilson interval",
+    BOUNDS_ONLY: "more than 5% of the rows have no verdict (errors included): no rate, only its bounds (every "
+                 "such row counted as answered, then as refused), each the outer limit of its Clopper-Pearson interval",
 }
 
 
@@ -162,17 +165,156 @@ def proportion(k: float, n: float) -> Estimate:
     return Estimate(k / n, low, high, "wilson", (NONE_SEEN,) if k in (0, n) else (), n=n, n_eff=n)
 
 
+def _log_beta(a, b):
+    lg = np.vectorize(math.lgamma, otypes=[float])
+    return lg(a) + lg(b) - lg(a + b)
+
+
+def _beta_fraction(a, b, x):
+    """The continued fraction of the regularised incomplete beta function (modified Lentz's method,
+    as in Numerical Recipes' ``betacf``), element-wise, iterated until every element has converged."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1, a - 1
+    c = np.ones_like(x)
+    d = 1 - qab * x / qap
+    d = 1 / np.where(np.abs(d) < tiny, tiny, d)
+    h = d.copy()
+    for m in range(1, 100_000):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1 + aa * d
+            d = 1 / np.where(np.abs(d) < tiny, tiny, d)
+            c = 1 + aa / c
+            c = np.where(np.abs(c) < tiny, tiny, c)
+            step = d * c
+            h = h * step
+        if np.all(np.abs(step - 1) < 1e-14):
+            break
+    return h
+
+
+def beta_cdf(x, a, b):
+    """The regularised incomplete beta function ``I_x(a, b)`` (the Beta(a, b) distribution function)
+    for arrays, numpy only (``scipy.special.betainc`` gives the same; the tests compare them)."""
+    x, a, b = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (x, a, b)))
+    out = np.where(x <= 0, 0.0, 1.0)
+    inner = (x > 0) & (x < 1)
+    if inner.any():
+        x, a, b = x[inner], a[inner], b[inner]
+        front = np.exp(a * np.log(x) + b * np.log1p(-x) - _log_beta(a, b))
+        direct = x < (a + 1) / (a + b + 2)  # where the fraction converges fast; else by symmetry
+        value = np.empty_like(x)
+        if direct.any():
+            value[direct] = front[direct] * _beta_fraction(a[direct], b[direct], x[direct]) / a[direct]
+        flip = ~direct
+        if flip.any():
+            value[flip] = 1 - front[flip] * _beta_fraction(b[flip], a[flip], 1 - x[flip]) / b[flip]
+        out[inner] = np.clip(value, 0, 1)
+    return out
+
+
+def beta_quantile(q: float, a, b) -> np.ndarray:
+    """The ``q`` quantile of Beta(a, b) for arrays of ``a`` and ``b``: scipy's ``betaincinv`` where
+    scipy is installed (the ``stats`` extra), else bisection on :func:`beta_cdf` (numpy only; the
+    tests check the two agree)."""
+    a, b = np.broadcast_arrays(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    try:
+        from scipy.special import betaincinv
+    except ImportError:
+        return _beta_bisection(q, a, b)
+    return np.asarray(betaincinv(a, b, q), dtype=float)
+
+
+def _beta_bisection(q: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    lo, hi = np.zeros(a.shape), np.ones(a.shape)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        below = beta_cdf(mid, a, b) < q
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return (lo + hi) / 2
+
+
+def t_quantile(q: float, df) -> np.ndarray:
+    """The ``q`` quantile (q > 1/2) of Student's t with ``df`` degrees of freedom, from the Beta
+    quantile: ``x = I^-1_{2(1-q)}(df/2, 1/2)``, ``t = sqrt(df (1 - x) / x)``."""
+    df = np.asarray(df, dtype=float)
+    x = beta_quantile(2 * (1 - q), df / 2, np.full(df.shape, 0.5))
+    return np.sqrt(df * (1 - x) / x)
+
+
+def clopper_pearson_arrays(k, n, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper-Pearson's exact limits for arrays of ``k`` of ``n`` (floats allowed: an effective
+    count): the Beta(k, n - k + 1) and Beta(k + 1, n - k) quantiles at alpha/2 and 1 - alpha/2;
+    exactly 0 at ``k = 0`` and 1 at ``k = n``; NaN where ``n <= 0``. Each limit's miss rate is at
+    most alpha/2 at every true rate (the binomial tails themselves), where Wilson's can exceed it
+    at small rates."""
+    if np.ndim(k) == 0 and np.ndim(n) == 0 and n > 0:  # one count: no array bookkeeping
+        k, n = float(k), float(n)
+        low = 0.0 if k <= 0 else float(beta_quantile(alpha / 2, k, n - k + 1))
+        high = 1.0 if k >= n else float(beta_quantile(1 - alpha / 2, k + 1, n - k))
+        return np.float64(low), np.float64(high)
+    k, n = np.broadcast_arrays(np.asarray(k, dtype=float), np.asarray(n, dtype=float))
+    low, high = np.zeros(k.shape), np.ones(k.shape)
+    ok = n > 0
+    some = ok & (k > 0)
+    if some.any():
+        low[some] = beta_quantile(alpha / 2, k[some], n[some] - k[some] + 1)
+    under = ok & (k < n)
+    if under.any():
+        high[under] = beta_quantile(1 - alpha / 2, k[under] + 1, n[under] - k[under])
+    return np.where(ok, low, np.nan), np.where(ok, high, np.nan)
+
+
 def rate_bounds(k, n, none) -> tuple[np.ndarray, np.ndarray]:
     """Worst-case bounds of a refusal rate with ``none`` of its rows without a verdict (``k``
-    refusals among ``n`` rows with one; arrays allowed): the rate with every row without a verdict
-    counted as answered, then as refused (Manski's bounds for an outcome missing not at random),
-    each widened to the outer limit of its Wilson interval, so the pair covers the rate at 95%
-    whatever the missing verdicts are (the union of the two bounds' intervals: Horowitz & Manski
-    2000). NaN where there is no row."""
+    refusals among ``n`` rows with one; arrays allowed; an error row is a row without a verdict):
+    the rate with every row without a verdict counted as answered, then as refused (Manski's
+    bounds for an outcome missing not at random), each widened to the outer limit of its
+    Clopper-Pearson interval, so the pair covers the rate at 95% or more whatever the missing
+    verdicts are and whatever the rate (each outer limit misses by at most 2.5%: Horowitz &
+    Manski 2000; Wilson's limits miss more often at low rates). NaN where there is no row."""
     k, n, none = (np.asarray(x, dtype=float) for x in (k, n, none))
-    low, _ = wilson_arrays(k, n + none)
-    _, high = wilson_arrays(k + none, n + none)
+    low, _ = clopper_pearson_arrays(k, n + none)
+    _, high = clopper_pearson_arrays(k + none, n + none)
     return low, high
+
+
+def cluster_limits(k, n) -> tuple[float, float]:
+    """The limits of :func:`cluster_share` (Clopper-Pearson's at the prompt-clustered effective
+    size): the bounds' outer limits with repeated samples."""
+    est = cluster_share(k, n)
+    return est.low, est.high
+
+
+def difference_bounds(ka, ua, na, kb, ub, nb) -> tuple[float, float]:
+    """Worst-case 95% bounds of ``rate_b - rate_a`` over paired prompts when verdicts are missing:
+    per prompt ``k`` refusals among ``n`` decided rows and ``u`` rows without a verdict (errors
+    included) on each side. The lower bound fills B's missing rows as answers and A's as
+    refusals, the upper the reverse (Manski); each filled rate's outer Clopper-Pearson limit
+    (prompt-clustered with repeated samples) is combined by square-and-add with the two sides
+    taken as uncorrelated (Newcombe's MOVER; paired runs' positive correlation would only narrow
+    it). NaN when a side has no row."""
+    ka, ua, na, kb, ub, nb = (np.asarray(x, dtype=float) for x in (ka, ua, na, kb, ub, nb))
+    ra, rb = na + ua, nb + ub
+    if ra.sum() == 0 or rb.sum() == 0:
+        return math.nan, math.nan
+
+    def side(k, r):  # the filled rate and its two Clopper-Pearson limits
+        rate = float(k.sum() / r.sum())
+        if (r > 1).any():
+            keep = r > 0
+            low, high = cluster_limits(k[keep], r[keep])
+        else:
+            low, high = (float(v) for v in clopper_pearson_arrays(k.sum(), r.sum()))
+        return rate, low, high
+
+    a_low, a_low_l, _ = side(ka, ra)
+    a_high, _, a_high_u = side(ka + ua, ra)
+    b_low, b_low_l, _ = side(kb, rb)
+    b_high, _, b_high_u = side(kb + ub, rb)
+    low = b_low - a_high - math.hypot(b_low - b_low_l, a_high_u - a_high)
+    high = b_high - a_low + math.hypot(b_high_u - b_high, a_low - a_low_l)
+    return max(-1.0, low), min(1.0, high)
 
 
 # ---------------------------------------------------------------- weighted (stratified) shares
@@ -296,13 +438,21 @@ def cluster_parts(k, n) -> tuple[float, float, float, float, float]:
 def cluster_share(k, n) -> Estimate:
     """A rate over repeated samples (``k`` refusals of ``n`` samples per prompt), prompt as the unit.
 
-    Wilson's interval on ``n_eff = R (1 - R) / var``, ``var`` the prompt-clustered linearised
-    variance, kept between the prompt count (every sample of a prompt alike; ``(sum n)^2 /
-    sum n^2`` when prompts have unequal sample counts) and the row count (samples independent).
-    With nothing varying (every prompt at 0, or at 1) the prompt count is used: flag ``no_variation``.
-    A single prompt has no between-prompt variance to measure: its samples count as one.
+    Clopper-Pearson's interval at an effective size (Korn & Graubard 1998): ``R (1 - R) / var``,
+    ``var`` the prompt-clustered linearised variance, kept at most the row count (samples
+    independent), then scaled by ``(z / t_df)^2`` for the variance's own uncertainty, with ``df``
+    one less than the prompts that show the rarer outcome at all (a prompt that never refused
+    adds nothing to the variance of a rare rate: with j prompts refusing, the variance rests on
+    about j - 1 degrees of freedom), and never below the prompt count (``(sum n)^2 / sum n^2``
+    with unequal sample counts): a prompt's share lies in [0, 1], so its variance is at most
+    ``R (1 - R)``, every sample of a prompt alike, and the prompt count is the smallest size the
+    data allow. With nothing varying (every prompt at 0, or at 1) the prompt count is used: flag
+    ``no_variation``. A single prompt has no between-prompt variance to measure: its samples count
+    as one. (Wilson's interval on the unscaled size, the method before, held 0.886 at 10 samples,
+    rate 0.01, 100 prompts: a single prompt refusing once made the variance look tiny.)
     """
-    method = "cluster_wilson"
+    method = "cluster_clopper_pearson"
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
     if len(k) == 0 or float(np.sum(n)) == 0:
         return not_computable(method, "no prompt")
     R, var, floor, ceiling, m = cluster_parts(k, n)
@@ -311,8 +461,10 @@ def cluster_share(k, n) -> Estimate:
         n_eff = floor
         flags = (NO_VARIATION, NONE_SEEN) if R in (0.0, 1.0) else ()
     else:  # every prompt at the same share between 0 and 1 (var 0): the samples look independent
-        n_eff = min(max(R * (1 - R) / var, floor), ceiling) if var > 0 else ceiling
-    low, high = wilson_interval(R * n_eff, n_eff)
+        n_eff = min(R * (1 - R) / var, ceiling) if var > 0 else ceiling
+        minority = min(int((k > 0).sum()), int((k < n).sum()))
+        n_eff = max(floor, n_eff * (Z95 / float(t_quantile(0.975, max(1, minority - 1)))) ** 2)
+    low, high = (float(v) for v in clopper_pearson_arrays(R * n_eff, n_eff))
     return Estimate(R, low, high, method, flags, n=m, n_eff=n_eff)
 
 

@@ -23,8 +23,8 @@ differs, and per set whether models at adjacent ranks differ.
 * **Adjacent ranks**: within each such group, the entries with a rate are ranked (the safe sets by the lowest
   rate, the unsafe ones by the highest) and each entry is compared with the next one, paired on
   the prompts both have per-prompt verdicts for, by the comparison the report's ``--compare``
-  makes (:mod:`orbench.analysis.compare`: McNemar's exact test with one sample per prompt, else
-  the sign-flip test on prompt shares); the p-values are Holm-adjusted across that set's adjacent
+  makes (:mod:`orbench.analysis.compare`: the exact conditional test of the same refusal
+  probability per prompt, McNemar's exact test with one sample each); the p-values are Holm-adjusted across that set's adjacent
   pairs, and a pair *differs* when its adjusted p is below 0.05.
 """
 

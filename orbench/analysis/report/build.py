@@ -433,15 +433,18 @@ def rank_rule(entry: dict, sizes: dict[str, int]) -> str:
 
 def _no_rate_text(st: dict) -> str:
     """A cell with no point rate named by its counts: '0 verdicts, 40 rows without one'."""
-    none = int(st["unparsed"] + st["refused_to_judge"])
-    return f"{int(st['scored']):,} verdict{'s' if st['scored'] != 1 else ''}, {none:,} row{'s' if none != 1 else ''} without one"
+    unparsed, errors = int(st["unparsed"] + st["refused_to_judge"]), int(st["errors"])
+    none = unparsed + errors
+    return (f"{int(st['scored']):,} verdict{'s' if st['scored'] != 1 else ''}, {none:,} row{'s' if none != 1 else ''} "
+            f"without one: {unparsed:,} unparsed or not judged, {errors:,} failed with an error")
 
 
 def no_rate_rule(entry: dict) -> str:
     """'' when the entry has a rate on hard and toxic where it has them, else why not: an entry with
     no point rate is not ranked even among your models alone (its balanced accuracy is unknown)."""
     return "; ".join(f"{s}: no rate ({_no_rate_text(st)})" for s, st in entry.items()
-                     if s in (HARD, TOXIC) and pd.isna(st["rate"]) and st["unparsed"] + st["refused_to_judge"])
+                     if s in (HARD, TOXIC) and pd.isna(st["rate"])
+                     and st["unparsed"] + st["refused_to_judge"] + st["errors"])
 
 
 def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
@@ -453,7 +456,7 @@ def _entry_row(model: str, judge: str, entry: dict, rank_note: str) -> dict:
         row.update({f"{s}_rate_pct": 100 * st["rate"], f"{s}_ci_low_pct": 100 * st["ci_low"],
                     f"{s}_ci_high_pct": 100 * st["ci_high"], f"{s}_rate_bound_low_pct": 100 * st["rate_bound_low"],
                     f"{s}_rate_bound_high_pct": 100 * st["rate_bound_high"],
-                    f"{s}_no_verdict": st["unparsed"] + st["refused_to_judge"], f"{s}_full_rate_pct": 100 * st["full_rate"],
+                    f"{s}_no_verdict": st["unparsed"] + st["refused_to_judge"] + st["errors"], f"{s}_full_rate_pct": 100 * st["full_rate"],
                     f"{s}_scored": st["scored"], f"{s}_prompts": st["prompts"], f"{s}_rejections": st["rejections"],
                     f"{s}_truncated": st["truncated"], f"{s}_scored_truncated": st["scored_truncated"],
                     f"{s}_replies": st["replies"], f"{s}_covered": st["covered"],

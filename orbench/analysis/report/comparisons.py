@@ -157,12 +157,20 @@ def _odds(r: dict) -> str:
     return f"{show(value)} [{show(low)}, {show(high)}]"
 
 
+def _count(value) -> str:
+    return "-" if value is None or pd.isna(value) else str(int(value))
+
+
 def _comparison_row(r: dict) -> list[str]:
-    diff = (f"{100 * r['diff']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]"
-            if not math.isnan(r["ci_low"]) else f"{100 * r['diff']:+.1f}") + flag_marks(r.get("ci_flag"))
+    if not math.isnan(r["diff_bound_low"]):  # too many rows without a verdict: bounds, no p-value
+        diff = (f"<span class=warn>no p-value: bounds</span> [{100 * r['diff_bound_low']:+.1f}, "
+                f"{100 * r['diff_bound_high']:+.1f}]" + flag_marks(r.get("ci_flag")))
+    else:
+        diff = (f"{100 * r['diff']:+.1f} [{100 * r['ci_low']:+.1f}, {100 * r['ci_high']:+.1f}]"
+                if not math.isnan(r["ci_low"]) else f"{100 * r['diff']:+.1f}") + flag_marks(r.get("ci_flag"))
     return [cell(esc(r["set"])), cell(esc(r["category"])), cell(esc(r["model_a"])), cell(esc(r["model_b"])),
             cell(esc(r["judge"])), num(str(int(r["n"]))), num(fixed(100 * r["rate_a"])), num(fixed(100 * r["rate_b"])),
-            num(diff), num(str(int(r["a_only"]))), num(str(int(r["b_only"]))), num(_odds(r)), num(_p(r["p_value"])),
+            num(diff), num(_count(r["a_only"])), num(_count(r["b_only"])), num(_odds(r)), num(_p(r["p_value"])),
             num(_p(r["p_midp"])), num(_p(r["p_holm"])), num(_p(r["p_holm_run"])), cell(esc(r["test"]))]
 
 
@@ -212,13 +220,17 @@ def comparison_html(extra: Extra) -> str:
              "<h3>The difference, prompt by prompt</h3>",
              ("<p>On the prompts both models scored, with the same kind of verdict and the same judge. "
               "<i>A only</i> / <i>B only</i>: prompts refused by one model only (with repeated samples: "
-              "a higher refusal share). One sample per prompt: Newcombe's paired interval, McNemar's exact test "
-              "and beside it the mid-p McNemar test (Fagerland et al. 2013), and the discordant-pair odds ratio "
-              "(B only : A only) with its transformed Wilson interval. Repeated samples on either side (the two runs "
-              "may have different numbers): the prompt is the unit and its value its refusal share, the rates are "
-              "the mean shares, each with its prompt-level interval, combined by Newcombe's method (Zou &amp; "
-              "Donner's MOVER), and a sign-flip permutation test of the difference shown, swapping each "
-              "prompt's two shares; a prompt differs when its share does. "
+              "a higher refusal share). The test, whatever the samples per prompt (one each, one against K, "
+              "unequal counts): the exact conditional test of \"the same refusal probability per prompt\": each "
+              "prompt's pooled refusals are placed among its pooled samples at random (a hypergeometric draw), the "
+              "statistic is B's refusals summed over the prompts, its exact distribution their convolution; p is "
+              "two-sided, twice the smaller tail (p_b_more in comparison.csv: the one-sided p for B refusing more); "
+              "with one sample each it is McNemar's exact test (beside it the mid-p, Fagerland et al. 2013). The "
+              "odds ratio B:A is the conditional common odds ratio with its exact interval, inverted from the same "
+              "test; the difference's interval is the difference those limits imply given each prompt's pooled "
+              "refusals, so it excludes 0 exactly when p &lt; 0.05. The rates are the mean of the prompts' refusal "
+              "shares. Where more than 5% of a side's rows in a cell have no verdict (unparsed, not judged, or "
+              "failed with an error), the cell has no p-value: worst-case bounds on the difference instead. "
               "p (Holm, set): adjusted across the categories of a set; p (Holm, run): adjusted across every "
               "comparison of the run at the same level (whole sets together, categories together), so many "
               "models against one baseline stay controlled (Holm: family-wise error).</p>"),

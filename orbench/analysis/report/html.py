@@ -193,7 +193,8 @@ def rates_section(summary: pd.DataFrame) -> str:
                 continue
             row.append(num(rate_text(r[f"{m}_rate"], r[f"{m}_ci_low"], r[f"{m}_ci_high"], r.get(f"{m}_rate_bound_low"),
                                      r.get(f"{m}_rate_bound_high"), r[f"{m}_scored"],
-                                     r[f"{m}_unparsed"] + r[f"{m}_refused_to_judge"], r.get(f"{m}_ci_flag"))
+                                     r[f"{m}_unparsed"] + r[f"{m}_refused_to_judge"] + r[f"{m}_errors"],
+                                     r.get(f"{m}_ci_flag"))
                            + cascade_text(r, m)))
             if m == KEYWORD:
                 row.append(num(interval(r["keyword_full_rate"], r["keyword_full_ci_low"], r["keyword_full_ci_high"])))
@@ -218,7 +219,7 @@ def categories_section(categories: pd.DataFrame) -> str:
         for r in row_dicts(part):
             rows.append([cell(esc(r["method"])), cell(esc(r["judge"] or "")), cell(esc(r["category"])),
                          num(rate_text(r["rate"], r["ci_low"], r["ci_high"], r.get("rate_bound_low"),
-                                       r.get("rate_bound_high"), r["scored"], r["unparsed"] + r["refused_to_judge"],
+                                       r.get("rate_bound_high"), r["scored"], r["unparsed"] + r["refused_to_judge"] + r["errors"],
                                        r.get("ci_flag"))),
                          num(interval(r["full_rate"], r["full_ci_low"], r["full_ci_high"])),
                          num(f"{int(r['rejections'])}/{int(r['scored'])}"
@@ -456,9 +457,10 @@ def _head(rep) -> list[str]:
             f"<p class=muted>Generated {esc(now)}. Benchmark: OR-Bench {cite(rep, 'src-orbench')}. Rates are "
             "rejections / scored rows with 95% Wilson intervals (with repeated samples, on the prompt-level "
             "effective size: the prompt is the unit); rows with an error or without a verdict are excluded and "
-            "counted separately, never as refusals or answers. Where more than 5% of a cell's rows (errors aside) "
-            "have no verdict, no rate is given: the cell is named by its counts, with the rate's bounds (every row "
-            "without a verdict counted as answered, then as refused, each the outer limit of its Wilson interval), "
+            "counted separately, never as refusals or answers. Where more than 5% of a cell's rows have no verdict "
+            "(unparsed, not judged, or failed with an error), no rate is given: the cell is named by its counts, with "
+            "the rate's bounds (every row without a verdict counted as answered, then as refused, each the outer limit "
+            "of its Clopper-Pearson interval), "
             "drawn in the figure as a hatched bar.</p>",
             _warnings_box(rep.warnings), comparisons.comparison_html(rep.extra)]
 

@@ -1,12 +1,13 @@
 """The report's statistics beyond one Wilson interval per cell: prompts as the unit, ranks, the published rows.
 
 * **Repeated samples** (stage 4 ``--samples K``): every interval of a sampled group, per set and
-  per category, for the rate and the full-refusal rate, is the prompt-clustered Wilson interval
+  per category, for the rate and the full-refusal rate, is the prompt-clustered interval
   (:func:`orbench.analysis.stats.cluster_share`), and ``prompts`` (distinct prompts scored) is
   the n the heatmap greys small cells by. Without samples a prompt is a row and nothing changes.
-* **Rows without a verdict**: where more than 5% of a cell's rows (errors aside) have none, the
-  cell has no point rate: its rate columns stay empty and ``rate_bound_low`` / ``rate_bound_high``
-  give the worst-case bounds (:func:`no_point_rate`).
+* **Rows without a verdict**: where more than 5% of a cell's rows have none (unparsed, the judge
+  refusing to judge, or failed with an error: both kinds count), the cell has no point rate: its
+  rate columns stay empty and ``rate_bound_low`` / ``rate_bound_high`` give the worst-case bounds
+  (:func:`no_point_rate`).
 * **Ranks**: each ranked leaderboard row gets a 95% interval of its rank by balanced accuracy,
   from 2,000 draws in which your models' rates are bootstrapped over prompts (each set's prompts
   resampled, with their samples) and the published rows, which have only a rounded rate and n,
@@ -24,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from orbench.analysis import stats
-from orbench.analysis.report.inputs import HARD, NO_VERDICT, REFUSED_TO_JUDGE, SCORED
+from orbench.analysis.report.inputs import ERROR, HARD, NO_VERDICT, REFUSED_TO_JUDGE, SCORED
 from orbench.analysis.report.inputs import TOX as TOXIC
 
 RANK_DRAWS, RANK_SEED = 2000, 20240601
@@ -60,36 +61,36 @@ def prompt_level(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> None
 
 
 def no_point_rate(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> None:
-    """Where more than :data:`~orbench.analysis.stats.NO_VERDICT_SHARE` of a group's rows without
-    an error have no verdict (unparsed, the judge refusing to judge, an empty response), empty
-    its rate columns and give ``rate_bound_low`` / ``rate_bound_high``: the rate with every such
-    row counted as answered, then as refused, each the outer limit of its Wilson interval
-    (:func:`orbench.analysis.stats.rate_bounds`; prompt-level with repeated samples:
-    :func:`orbench.analysis.stats.cluster_share` of each filled-in table). In place; ``ci_flag``
+    """Where more than :data:`~orbench.analysis.stats.NO_VERDICT_SHARE` of a group's rows have no
+    verdict (unparsed, the judge refusing to judge, an empty response, or failed with an error),
+    empty its rate columns and give ``rate_bound_low`` / ``rate_bound_high``: the rate with every
+    such row counted as answered, then as refused, each the outer limit of its Clopper-Pearson
+    interval (:func:`orbench.analysis.stats.rate_bounds`; prompt-level with repeated samples:
+    :func:`orbench.analysis.stats.cluster_limits` of each filled-in table). In place; ``ci_flag``
     ``bounds_only``. Needs ``ci_method`` (``prompt_level`` first)."""
-    none = (out["unparsed"] + out["refused_to_judge"]).to_numpy(dtype=float)
-    read = (out["rows"] - out["errors"]).to_numpy(dtype=float)
+    none = (out["unparsed"] + out["refused_to_judge"] + out["errors"]).to_numpy(dtype=float)
+    read = out["rows"].to_numpy(dtype=float)
     bounded = (read > 0) & (none > stats.NO_VERDICT_SHARE * read)
     out["rate_bound_low"], out["rate_bound_high"] = np.nan, np.nan
     if not bounded.any():
         return
     low, high = stats.rate_bounds(out["rejections"].to_numpy(float), out["scored"].to_numpy(float), none)
-    sampled = bounded & (out["ci_method"].to_numpy() == "cluster_wilson")
+    sampled = bounded & (out["ci_method"].to_numpy() == "cluster_clopper_pearson")
     if sampled.any():
         status = data["status"].to_numpy()
-        keep = np.isin(gid, np.flatnonzero(sampled)) & np.isin(status, [SCORED, NO_VERDICT, REFUSED_TO_JUDGE])
+        keep = np.isin(gid, np.flatnonzero(sampled)) & np.isin(status, [SCORED, NO_VERDICT, REFUSED_TO_JUDGE, ERROR])
         frame = pd.DataFrame({"g": gid[keep], "p": data["prompt"].to_numpy()[keep],
                               "k": ((status[keep] == SCORED) & (data["rejected"].to_numpy()[keep] == 1)).astype(float),
                               "u": (status[keep] != SCORED).astype(float)})
         per = frame.groupby(["g", "p"], sort=False).agg(k=("k", "sum"), u=("u", "sum"), n=("k", "size"))
         for g, part in per.groupby(level=0, sort=False):
             k, u, n = (part[c].to_numpy(float) for c in ("k", "u", "n"))
-            low[g], high[g] = stats.cluster_share(k, n).low, stats.cluster_share(k + u, n).high
+            low[g], high[g] = stats.cluster_limits(k, n)[0], stats.cluster_limits(k + u, n)[1]
     out.loc[bounded, "rate_bound_low"] = low[bounded]
     out.loc[bounded, "rate_bound_high"] = high[bounded]
     for c in ("rate", "ci_low", "ci_high", "full_rate", "full_ci_low", "full_ci_high"):
         out.loc[bounded, c] = np.nan
-    out.loc[bounded, "ci_method"] = "worst_case_wilson"
+    out.loc[bounded, "ci_method"] = "worst_case_clopper_pearson"
     out.loc[bounded, "ci_flag"] = stats.BOUNDS_ONLY
 
 

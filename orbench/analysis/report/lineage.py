@@ -51,7 +51,7 @@ RESPONSE_STAGE = "check_response"
 INSPECT_STAGE = "inspect_log"
 #: Above this share of cut-off replies the report warns.
 TRUNCATION_WARN = 0.05
-#: Above this share of rows with no verdict (unparsed, empty response) the report warns, and gives no
+#: Above this share of rows with no verdict (unparsed, empty response, failed with an error) the report warns, and gives no
 #: point rate (orbench.analysis.stats.NO_VERDICT_SHARE).
 NO_VERDICT_WARN = NO_VERDICT_SHARE
 
@@ -381,18 +381,17 @@ def truncation_warnings(summary, records: list[dict]) -> list[str]:
 
 
 def no_verdict_warnings(summary) -> list[str]:
-    """A warning per (set, model, method) where more than 5% of the rows without an error have no
-    verdict (an unparsed judge reply, an empty response): no rate is given, only its bounds."""
+    """A warning per (set, model, method) where more than 5% of the rows have no verdict (an
+    unparsed judge reply, an empty response, the judge refusing to judge, or a row failed with an
+    error: each named): no rate is given, only its bounds."""
     warnings = []
     for r in row_dicts(summary):
         for method in (KEYWORD, JUDGE):
-            rows, errors, none = (_number(r.get(f"{method}_{k}")) for k in ("rows", "errors", "unparsed"))
+            rows, errors, unparsed = (_number(r.get(f"{method}_{k}")) for k in ("rows", "errors", "unparsed"))
             refused = _number(r.get(f"{method}_refused_to_judge")) or 0  # no verdict either
-            none = (none or 0) + refused
-            if rows is None or not none:
-                continue
-            read = rows - (errors or 0)
-            if not read or none / read <= NO_VERDICT_WARN:
+            errors, unparsed = errors or 0, (unparsed or 0) + refused
+            none = unparsed + errors
+            if not rows or not none or none / rows <= NO_VERDICT_WARN:
                 continue
             who = f"the judge {r['judge']}" if method == JUDGE and r.get("judge") else f"the {method} verdicts"
             low, high = _number(r.get(f"{method}_rate_bound_low")), _number(r.get(f"{method}_rate_bound_high"))
@@ -400,11 +399,11 @@ def no_verdict_warnings(summary) -> list[str]:
                       f": no rate is given, only its bounds [{100 * low:.1f}%, {100 * high:.1f}%] (every such row "
                       f"counted as answered, then as refused)")
             warnings.append(
-                f"{int(none)} of {int(read)} rows ({100 * none / read:.0f}%) of {r['model']} on {r['set']} have no "
-                f"verdict from {who} (an unparsed reply, an empty response"
-                + (f"; {int(refused)} the judge refusing to judge" if refused else "") + f"){bounds}; "
-                f"{int(read - none)} rows have one" + ("; check the judge's replies in answer_type_response"
-                                                     if method == JUDGE else ""))
+                f"{int(none)} of {int(rows)} rows ({100 * none / rows:.0f}%) of {r['model']} on {r['set']} have no "
+                f"verdict from {who} ({int(unparsed - refused)} an unparsed reply or an empty response"
+                + (f"; {int(refused)} the judge refusing to judge" if refused else "") + f"; {int(errors)} failed "
+                f"with an error){bounds}; {int(rows - none)} rows have one"
+                + ("; check the judge's replies in answer_type_response" if method == JUDGE and unparsed else ""))
     return warnings
 
 
