@@ -182,7 +182,7 @@ def test_second_run_is_served_from_the_cache(tmp_path, monkeypatch):
     def no_generation(*args, **kwargs):
         raise AssertionError("the cache should have answered")
 
-    monkeypatch.setattr(LocalModel, "_generate_blocking", no_generation)
+    monkeypatch.setattr(LocalModel, "generate", no_generation)
     client = Client(cache=Cache(cache_path))
     second = ask(client, PROMPTS[1], max_tokens=24)
     assert second.cached and second.text == first.text
@@ -221,7 +221,7 @@ def test_a_temperature_zero_answer_is_the_same_alone_and_among_7_concurrent_requ
 
         async def one(prompt):
             completion = await client.complete(Request.user(SPEC, prompt, max_tokens=32))
-            seen.append(await asyncio.to_thread(local.requests_in_engine, loaded))
+            seen.append(local.requests_in_engine(loaded))
             return completion
 
         return await asyncio.gather(*(one(p) for p in prompts))
@@ -233,26 +233,37 @@ def test_a_temperature_zero_answer_is_the_same_alone_and_among_7_concurrent_requ
 
 
 def test_cancelling_stops_running_and_queued_generations_and_frees_the_slots():
+    asked = 1500
+
     async def scenario():
         client = Client(cache=None, concurrency=16)
         loaded = LocalModel("smollm2")._loaded
+        before = local.engine_metric(loaded, "tokens_predicted_total")
         # More long requests than slots: some run, the rest wait for a slot.
         tasks = [asyncio.ensure_future(client.complete(Request.user(
-            SPEC, f"Write a very long story about dragon number {i}.", max_tokens=1500)))
+            SPEC, f"Write a very long story about dragon number {i}.", max_tokens=asked)))
             for i in range(local.DEFAULT_PARALLEL + 2)]
-        while await asyncio.to_thread(local.requests_in_engine, loaded) < local.DEFAULT_PARALLEL:
+        while local.requests_in_engine(loaded) < local.DEFAULT_PARALLEL:
             await asyncio.sleep(0.05)
         for task in tasks:
             task.cancel()
         results = await asyncio.gather(*tasks, return_exceptions=True)
-        # gather returns only once the engine has let go of every slot
-        busy = await asyncio.to_thread(local.requests_in_engine, loaded)
-        after = await client.complete(Request.user(SPEC, PROMPTS[0], max_tokens=8))
-        return results, busy, after
+        # The engine notices each closed connection between two tokens; wait for it (a bound
+        # only against a hang: without cancellation the slots stay busy for 1,500 tokens each).
+        for _ in range(600):
+            if local.requests_in_engine(loaded) == 0:
+                break
+            await asyncio.sleep(0.1)
+        made = local.engine_metric(loaded, "tokens_predicted_total") - before
+        # A new client: this one's pacer does not get its places back from cancelled rows
+        # (a client matter, not the engine's: reported beside issue 53).
+        after = await Client(cache=None).complete(Request.user(SPEC, PROMPTS[0], max_tokens=8))
+        return results, local.requests_in_engine(loaded), made, after
 
-    results, busy, after = asyncio.run(scenario())
+    results, busy, made, after = asyncio.run(scenario())
     assert all(isinstance(r, asyncio.CancelledError) for r in results)
     assert busy == 0
+    assert made < local.DEFAULT_PARALLEL * asked / 2  # the generations stopped early
     assert after.text.strip()  # the model still works after cancelled generations
 
 
@@ -322,10 +333,12 @@ def test_check_alignment_stage_end_to_end(tmp_path, local_env):
 
     # An output the previous engine made (llama-cpp-python; its meta file recorded no engine) is
     # not continued as this engine's: the settings guard stops before any request.
-    for path in tmp_path.iterdir():
-        if path.name.startswith("aligned.csv") and path.is_file() and path.suffix in (".json", ".jsonl"):
-            path.write_text(path.read_text().replace(f', "engine": "xllamacpp=={version("xllamacpp")}"', "")
-                            .replace(f',"engine":"xllamacpp=={version("xllamacpp")}"', ""))
+    meta["settings"].pop("engine")
+    meta_path.write_text(json.dumps(meta))
+    progress = output.with_name("aligned.csv.progress.jsonl")
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert lines[0]["settings"].pop("engine")  # the header line: the settings of the run
+    progress.write_text("".join(json.dumps(line) + "\n" for line in lines))
     kept = output.read_bytes()
     old = run_check_alignment(local_env, tmp_path, "--output_file", str(output))
     assert old.returncode == 2, old.stderr

@@ -12,8 +12,11 @@ cache, the counters and the run summary exactly as for any provider. Each model 
 own slot in the client (``per_model``), and the cache key records the weights' identity and the
 engine with its version instead of an address.
 
-The engine is llama.cpp's own server (``xllamacpp.Server``), prebuilt, called in process: a
-request goes to its chat-completions handler as a Python dict, not over HTTP. How it behaves:
+The engine is llama.cpp's own server (``xllamacpp.Server``), prebuilt, running in this process;
+requests reach its chat-completions route over its loopback port (``httpx``, streamed). The
+wheel's in-process call (``Server.handle_chat_completions``) cannot be cancelled: a request it
+started runs to its last token even when the caller stops reading, holding its slot; only a
+closed connection stops a generation. How it behaves:
 
 - **Chat template.** The server formats requests with the chat template stored in the GGUF
   (``tokenizer.chat_template``, run by its Jinja engine, ``use_jinja``); nothing is forced.
@@ -30,8 +33,9 @@ request goes to its chat-completions handler as a Python dict, not over HTTP. Ho
   sequence's rows on their own, so an answer is the same alone or batched with others (a test
   checks it among 7 concurrent requests). Sampling (temperature > 0) uses the seed
   ``SEED + request.sample_index``, so sampled runs repeat for the same sample index.
-- **Cancellation.** Answers are streamed token by token to a callback; when the request's task is
-  cancelled (Ctrl-C) the callback tells the server to stop, which frees the slot at once.
+- **Cancellation.** Answers are streamed; when the request's task is cancelled (Ctrl-C), httpx
+  closes the connection and the server stops that generation and frees its slot (it checks the
+  connection between tokens).
 - **No weight repacking, on every host.** llama.cpp can move weights into "extra" CPU buffer
   types at load time (its AMX and repacked layouts). On Intel CPUs with AMX (Sapphire Rapids and
   later) its AMX matrix multiply crashes the process on the first decode (a known upstream
@@ -40,8 +44,8 @@ request goes to its chat-completions handler as a Python dict, not over HTTP. Ho
   kernels, so temperature-0 answers do not depend on the CPU having AMX.
   ``tests/test_local.py`` checks, on weights llama.cpp would repack, that the parameters built
   here (``engine_params``) keep them in plain buffers.
-- **Quiet and closed.** llama.cpp's log is off (``verbosity = 0``). The server also listens on a
-  loopback port (it always does); a random API key that is never shown keeps that port closed.
+- **Quiet and closed.** llama.cpp's log is off (``verbosity = 0``). The server listens on a
+  random loopback port; a random API key, never shown, keeps other local processes out.
 - **Sizes.** ``n_ctx`` per slot is ``ORBENCH_LOCAL_N_CTX`` if set (at least 512), else 4096 (capped
   at what the model was trained for); ``n_threads`` is ``ORBENCH_LOCAL_THREADS`` if set, else half
   the usable CPUs (``default_threads``: all of them is much slower on a busy machine).
@@ -64,6 +68,8 @@ import urllib.request
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from orbench.llm.errors import RowError, UsageError
 from orbench.llm.models import ModelSpec, local_model_path
@@ -196,7 +202,7 @@ def engine_params(path: Path, *, n_ctx: int, n_parallel: int, threads: int, api_
     params.fit_params = False  # load what is asked, not sizes fitted to free memory
     params.warmup = False
     params.verbosity = 0
-    params.n_threads_http = 1
+    params.n_threads_http = n_parallel + 2  # one per request in a slot, and spares for metrics
     params.endpoint_metrics = True  # read in process (start_server, requests_in_engine); the port needs the key
     params.api_keys = [api_key or secrets.token_hex(16)]
     return params
@@ -284,16 +290,17 @@ def engine_info(loaded: _Loaded | None = None) -> dict:
     return info
 
 
+def engine_metric(loaded: _Loaded, name: str) -> float:
+    """One of the engine's Prometheus metrics (``llamacpp:<name>``), read in process."""
+    for line in loaded.server.handle_metrics().splitlines():
+        if line.startswith(f"llamacpp:{name} "):
+            return float(line.split()[1])
+    raise KeyError(f"the engine's metrics have no {name}")
+
+
 def requests_in_engine(loaded: _Loaded) -> int:
     """How many requests the engine is working on now (its ``requests_processing`` gauge)."""
-    for line in loaded.server.handle_metrics().splitlines():
-        if line.startswith("llamacpp:requests_processing "):
-            return int(float(line.split()[1]))
-    raise RuntimeError("the engine's metrics have no requests_processing")
-
-
-class _Cancelled(Exception):
-    """Raised inside the worker thread when its task was cancelled before the engine answered."""
+    return int(engine_metric(loaded, "requests_processing"))
 
 
 class LocalModel(ProviderAPI):
@@ -313,6 +320,7 @@ class LocalModel(ProviderAPI):
         self._loaded = _load(self.path)
         # The cache key's "endpoint": a replaced GGUF file or another engine must not hit the old answers.
         self.endpoint = f"{self.identity} engine:{engine_id()}"
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @classmethod
     def connect(cls, spec: ModelSpec, *, base_url: str | None, timeout: float,
@@ -338,6 +346,18 @@ class LocalModel(ProviderAPI):
         """What the meta file records: the weights, the engine, and how the model was loaded."""
         return {"weights": self.identity, **engine_info(self._loaded)}
 
+    def _http(self) -> httpx.AsyncClient:
+        """This instance's HTTP client for the running event loop (httpx clients belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        http = self._clients.get(loop)
+        if http is None:
+            # no timeout: a long answer on a busy machine takes minutes, and a run stops by
+            # cancellation; no proxy from the environment: the engine is on this host.
+            http = self._clients[loop] = httpx.AsyncClient(
+                base_url=self._loaded.server.listening_address, timeout=None, trust_env=False,
+                headers={"Authorization": f"Bearer {self._loaded.api_key}"})
+        return http
+
     async def generate(self, request: Request) -> Completion:
         """Answer one chat request in one of the engine's parallel slots."""
         messages = [{"role": "system", "content": request.system}] if request.system else []
@@ -345,62 +365,52 @@ class LocalModel(ProviderAPI):
         body = {"messages": messages, "temperature": request.temperature, "max_tokens": request.max_tokens,
                 "seed": SEED + (request.sample_index if request.temperature > 0 else 0),
                 "stream": True, "stream_options": {"include_usage": True}}
-        stop = threading.Event()
-        async with self._loaded.slots():
-            # shield: on cancellation the engine keeps the slot until the callback says stop;
-            # we wait for that so the semaphore is released only when the slot is free again.
-            task = asyncio.ensure_future(asyncio.to_thread(self._generate_blocking, body, stop))
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                stop.set()
-                await asyncio.gather(task, return_exceptions=True)
-                raise
-
-    def _generate_blocking(self, body: dict, stop: threading.Event) -> Completion:
-        """Run one request on the engine, streamed, in a worker thread; ``stop`` ends it early."""
-        if stop.is_set():
-            raise _Cancelled()
         text: list[str] = []
-        finish: list[str | None] = [None]
+        finish = None
         usage: dict = {}
-        errors: list[dict] = []
-
-        def on_chunk(chunk: dict) -> bool:
-            # Called by the engine with the GIL held, per token; True tells it to stop.
-            # It must not raise: the engine would take that as "stop" and say nothing.
-            if "error" in chunk:
-                errors.append(chunk["error"] if isinstance(chunk["error"], dict) else {"message": str(chunk)})
-                return True
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta") or {}
-                if delta.get("content"):
-                    text.append(delta["content"])
-                if choice.get("finish_reason"):
-                    finish[0] = choice["finish_reason"]
-            if chunk.get("usage"):
-                usage.update(chunk["usage"])
-            return stop.is_set()
-
-        self._loaded.server.handle_chat_completions(body, on_chunk)
-        if errors:
-            error = errors[0]
-            message = str(error.get("message") or error).splitlines()[0]
-            if error.get("type") == "exceed_context_size_error":
-                raise RowError(f"local model: {message} (context window {self._loaded.n_ctx} tokens "
-                               "per slot; ORBENCH_LOCAL_N_CTX sets it)")
-            raise RowError(f"local model failed: {message}")
-        if stop.is_set():
-            raise _Cancelled()
+        async with self._loaded.slots():
+            try:
+                # Cancelling this task closes the connection, which stops the generation.
+                async with self._http().stream("POST", "/v1/chat/completions", json=body) as reply:
+                    if reply.status_code != 200:
+                        await reply.aread()
+                        self._fail(reply.text)
+                    async for line in reply.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        chunk = json.loads(line[len("data: "):])
+                        if "error" in chunk:
+                            self._fail(line[len("data: "):])
+                        for choice in chunk.get("choices") or ():
+                            text.append((choice.get("delta") or {}).get("content") or "")
+                            finish = choice.get("finish_reason") or finish
+                        usage.update(chunk.get("usage") or {})
+            except httpx.HTTPError as exc:
+                raise RowError(f"local model failed: the engine did not answer ({type(exc).__name__}: {exc})") from None
         return Completion(
             text="".join(text),
-            finish_reason=finish[0],
+            finish_reason=finish,
             input_tokens=usage.get("prompt_tokens", 0) or 0,
             output_tokens=usage.get("completion_tokens", 0) or 0,
         )
 
+    def _fail(self, body: str):
+        """``RowError`` from the engine's error reply (``{"error": {"type", "message"}}``)."""
+        try:
+            error = json.loads(body).get("error") or {}
+        except (ValueError, AttributeError):
+            error = {}
+        message = str(error.get("message") or body or "no reply").splitlines()[0] if isinstance(error, dict) else str(error)
+        if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+            raise RowError(f"local model: {message} (context window {self._loaded.n_ctx} tokens "
+                           "per slot; ORBENCH_LOCAL_N_CTX sets it)")
+        raise RowError(f"local model failed: {message}")
+
     async def close(self) -> None:
-        """Nothing to release per client: the model stays loaded for the rest of the process."""
+        """Close this instance's HTTP client of the running loop; the model stays loaded."""
+        http = self._clients.pop(asyncio.get_running_loop(), None)
+        if http is not None:
+            await http.aclose()
 
     @classmethod
     def parameters_sent(cls, spec: ModelSpec) -> list[str] | None:
