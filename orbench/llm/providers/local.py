@@ -351,10 +351,14 @@ class LocalModel(ProviderAPI):
         loop = asyncio.get_running_loop()
         http = self._clients.get(loop)
         if http is None:
-            # no timeout: a long answer on a busy machine takes minutes, and a run stops by
-            # cancellation; no proxy from the environment: the engine is on this host.
+            # No timeout: a long answer on a busy machine takes minutes, and a run stops by
+            # cancellation. No proxy from the environment: the engine is on this host. No
+            # kept-alive connections: the server closes idle ones after a few seconds, and a request
+            # sent on one it is closing fails ("Server disconnected"; seen under load); a new
+            # loopback connection per request costs nothing next to a generation.
             http = self._clients[loop] = httpx.AsyncClient(
                 base_url=self._loaded.server.listening_address, timeout=None, trust_env=False,
+                limits=httpx.Limits(max_keepalive_connections=0),
                 headers={"Authorization": f"Bearer {self._loaded.api_key}"})
         return http
 
