@@ -120,7 +120,8 @@ class Request:
 class RealTime:
     """The real time a simulated moment stands for: ``TIME_SCALE`` x the simulation's (the shapes
     run ``bench/rate_limits.py``'s ``SCALE`` times faster than the real ones they model). The
-    controllers' constants in seconds (CUBIC's ``C``, inspect's 15 s cooldown) are real seconds."""
+    controllers' constants in seconds (inspect's 15 s cooldown) are real seconds; this pacer has
+    none (it counts answers and round trips), only the waits that servers ask."""
 
     def __init__(self, clock: Clock):
         self.clock = clock

@@ -149,22 +149,31 @@ def test_a_429_cuts_the_window_once_a_round_trip(clock):
     assert pacer.describe()["cuts"] == 2
 
 
-def test_a_cut_goes_to_the_share_admitted_since_the_last_cut_at_least_to_0_7(clock):
+def test_a_cut_takes_one_request_per_429_since_the_last_cut_and_at_most_0_3(clock):
     pacer = Pacer(clock=clock)
-    for _ in range(6):
-        answered(pacer, clock, rtt=0.1)  # a window of 10
-    pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: 0.7, to 7
+    for _ in range(12):
+        answered(pacer, clock, rtt=0.1)  # slow start: a window of 16, srtt 0.1 s
+    old = pacer.take(COSTS)
+    clock.now += 0.01
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: 0.7, to 11.2
+    assert pacer.window == pytest.approx(11.2)
     clock.now += 0.2
-    for _ in range(39):
-        answered(pacer, clock, rtt=0.0, full=False)  # 39 answers, the window untested
-    pacer.refused(pacer.take(COSTS), wait=0.1)  # 1 refused in 40 since the cut: to 0.975
-    assert pacer.window == pytest.approx(7 * 0.975)
-    clock.now += 0.2
-    tickets = [pacer.take(COSTS) for _ in range(4)]
-    pacer.admitted(tickets[0])
-    for ticket in tickets[1:]:
-        pacer.refused(ticket, wait=0.1)  # 3 in 4: no deeper than 0.7
-    assert pacer.window == pytest.approx(7 * 0.975 * 0.7)
+    pacer.refused(old, wait=0.1)  # sent before that cut: its congestion, not counted
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # one 429 since the cut: one request off
+    assert pacer.window == pytest.approx(10.2)
+    clock.now += 0.05
+    for ticket in [pacer.take(COSTS) for _ in range(2)]:
+        pacer.refused(ticket, wait=0.1)  # within a round trip of the cut: counted, no cut
+    assert pacer.window == pytest.approx(10.2)
+    clock.now += 0.1
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # the third since the cut: three off
+    assert pacer.window == pytest.approx(7.2) and pacer.describe()["cuts"] == 3
+    clock.now += 0.05
+    for ticket in [pacer.take(COSTS) for _ in range(6)]:
+        pacer.refused(ticket, wait=0.1)
+    clock.now += 0.1
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # seven in all: no deeper than 0.7
+    assert pacer.window == pytest.approx(7.2 * 0.7)
 
 
 def test_429s_at_a_share_that_does_not_fall_keep_cutting_every_round_trip(clock):
@@ -186,38 +195,57 @@ def test_429s_at_a_share_that_does_not_fall_keep_cutting_every_round_trip(clock)
     assert pacer.window < 1
 
 
-def _cut_at_ten(pacer: Pacer, clock: Clock) -> None:
+def _cut_at_ten(pacer: Pacer, clock: Clock, rtt: float) -> None:
     for _ in range(6):
-        answered(pacer, clock, rtt=0.1)  # a window of 10
-    pacer.refused(pacer.take(COSTS), wait=0.1)  # w_max 10, window 7
+        answered(pacer, clock, rtt=rtt)  # a window of 10
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: to 7
 
 
-def test_after_a_cut_the_window_grows_back_to_where_it_was_cut_in_k_seconds_then_past(clock):
-    """CUBIC: W(t) = 0.4 (t - K)^3 + 10, K = cbrt(10 x 0.3 / 0.4) = 1.957 s. Answers of a full
-    window every 0.1 s: the window climbs toward W(t + 0.1), flat near 10, then past it."""
+def test_after_a_cut_the_window_grows_one_request_per_20_answers_below_20(clock):
     pacer = Pacer(clock=clock)
-    _cut_at_ten(pacer, clock)  # at 100.6 s
+    _cut_at_ten(pacer, clock, rtt=0.1)
     assert pacer.window == pytest.approx(7.0)
-    seen = {}
-    while clock.now < 100.6 + 4.0:  # a full window each round trip, all answered
-        tickets = [pacer.take(COSTS, True) for _ in range(int(pacer.window))]
-        clock.now += 0.1
-        for ticket in tickets:
-            pacer.admitted(ticket)
-        seen[round(clock.now - 100.6, 1)] = pacer.window
-    assert seen[0.1] == pytest.approx(7.0)  # the round trip the cut takes to tell: no growth
-    assert 7.0 < seen[0.5] < seen[1.0] < 9.9 and 9.5 < seen[2.0] < 10.3
-    assert seen[1.9] - seen[1.3] < seen[1.3] - seen[0.7]  # concave: fast, then flat near 10
-    # past K it probes beyond: W(3.3 + 0.1) = 0.4 (3.4 - 1.957)^3 + 10 = 11.2
-    assert 10.6 < seen[3.3] < 11.3
+    for _ in range(2):
+        answered(pacer, clock, rtt=0.03)  # sent within a round trip of the cut: no growth
+    assert pacer.window == pytest.approx(7.0)
+    clock.now += 0.1
+    for _ in range(20):
+        answered(pacer, clock, rtt=0.1)
+    assert pacer.window == pytest.approx(8.0)  # 20 answers of a full window: one request
+    answered(pacer, clock, rtt=0.1, full=False)  # the window was not full: not tested
+    assert pacer.window == pytest.approx(8.0)
 
 
-def test_a_second_cut_below_the_last_maximum_lowers_it_fast_convergence(clock):
-    pacer = Pacer(clock=clock)
-    _cut_at_ten(pacer, clock)
+def test_from_20_requests_the_window_grows_one_request_a_round_trip(clock):
+    pacer = Pacer(clock=clock, ceiling=64)
+    for _ in range(36):
+        answered(pacer, clock, rtt=0.1)  # a window of 40
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # to 28
     clock.now += 0.2
-    pacer.refused(pacer.take(COSTS), wait=0.1)  # at 7, below w_max 10: w_max 7 x 1.7 / 2
-    assert pacer.w_max == pytest.approx(5.95) and pacer.window == pytest.approx(4.9)
+    answered(pacer, clock, rtt=0.1)
+    assert pacer.window == pytest.approx(28 + 1 / 28)
+    while pacer.window < 29:  # about a window's worth of answers: one round trip
+        answered(pacer, clock, rtt=0.1)
+    assert pacer.counts.admitted - 37 == 28
+
+
+def test_the_window_moves_the_same_at_any_round_trip(clock):
+    """Growth counts answers, not seconds: replies of 50 ms and of 2 s give the same windows."""
+    windows = []
+    for rtt in (0.05, 2.0):
+        pacer = Pacer(clock=clock)
+        _cut_at_ten(pacer, clock, rtt=rtt)
+        clock.now += 2 * rtt
+        seen = []
+        for round_trip in range(40):
+            for _ in range(int(pacer.window)):
+                answered(pacer, clock, rtt=rtt)
+            if round_trip % 10 == 9:
+                pacer.refused(pacer.take(COSTS), wait=0.1)
+                clock.now += 2 * rtt
+            seen.append(round(pacer.window, 9))
+        windows.append(seen)
+    assert windows[0] == windows[1] and windows[0][-1] != 7.0
 
 
 def test_two_clients_on_one_limit_end_near_equal_shares(clock):

@@ -11,19 +11,19 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    request sent less than a smoothed round trip (``srtt``) after the last cut is that cut's
    congestion; any later one cuts again. There is no state in which 429s stop cutting: a client
    that stops takes a shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914).
-   The cut takes the window to the share of the answers since the last cut that were admitted,
-   and at least to ``BETA`` of itself (and to ``BETA`` at the end of the slow start, RFC 9438
-   4.6): what the server admitted is what it admits. One 429 in 40 answers cuts 2.5 %; a limit
-   exceeded by half, in the round trip after a cut, 30 %. The window before the cut is
-   remembered as ``w_max``, lowered to ``(1 + b) / 2`` of it (``b`` the cut's factor) when it is
-   below the last ``w_max`` (RFC 9438 4.7, fast convergence: a newcomer on a shared limit
-   catches up).
-3. **Recovery is CUBIC's** (RFC 9438 4.2), as in the AWS SDKs' "adaptive" retry mode: after a
-   cut, the window follows ``W(t) = C (t - K)^3 + w_max``, ``t`` the seconds since the cut and
-   ``K = cbrt((w_max - window after the cut) / C)``: back quickly to where the last cut
-   happened, flat near it, probing carefully past it. Each answer of a full window, sent at
-   least a round trip after the cut, moves the window ``(W(t + srtt) - window) / window``
-   toward it, the target no more than 1.5 times the window (RFC 9438 4.4).
+   The cut takes one request off the window for each 429 of a request sent since the last cut
+   (each is a request the limit had no room for), and at most ``1 - BETA`` of it (to ``BETA``
+   at the end of the slow start, RFC 9438 4.6). On a shared limit the 429s fall on each client
+   in proportion to what it sends, so each loses the same share: a multiplicative decrease, the
+   half of AIMD that brings clients to equal shares (Chiu and Jain 1989).
+3. **Recovery is additive** (Chiu and Jain's AIMD, TCP's congestion avoidance, RFC 5681 3.1):
+   each answer of a full window, sent at least a round trip after the last cut, adds
+   ``1 / max(window, PROBE)``: one request a round trip, and below ``PROBE`` requests one
+   request per ``PROBE`` answers. It counts answers, not seconds: the same at any round trip
+   (CUBIC's growth in seconds, RFC 9438, probes past a limit within a few round trips of a
+   second). A step past a limit costs about two 429s before its cut takes hold (its own, and one
+   sent in the round trip before the cut is heard); one step per ``PROBE`` = 20 answers keeps
+   that to one 429 per ten answers, issue 52's bound for a limit.
 4. **Requests go out spread over the round trip** once a 429 came: ``srtt / (PACING x window)``
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
    a window of one, one request goes at a time, spaced further apart, but never more than
@@ -44,11 +44,10 @@ rate limit (an exhausted quota, an overload sent as a 429) is sorted by the prov
 frees its place in the window. One ``Retry-After`` on a 429 sets how long that request waits
 (``orbench.llm.retry``), and holds every send only under rule 5.
 
-The tunables: ``INITIAL_WINDOW`` 4, RFC 5681's largest initial window (3.1); ``BETA`` 0.7 and
-``C`` 0.4, RFC 9438's (and the AWS SDKs'); ``PACING`` 1.25, RFC 9002's ``N`` (7.7), so pacing
-never holds the window below itself; ``RTT_GAIN`` 1/8, the smoothed round trip's gain of RFC
-6298 (2). CUBIC's Reno-friendly region (RFC 9438 4.3) is left out: the flows it is fair to are
-TCP's, not other clients of an API's limit.
+The tunables: ``INITIAL_WINDOW`` 4, RFC 5681's largest initial window (3.1); ``BETA`` 0.7, RFC
+9438's deepest cut (and the AWS SDKs'); ``PROBE`` 20 answers a step below a window of 20 (rule 3);
+``PACING`` 1.25, RFC 9002's ``N`` (7.7), so pacing never holds the window below itself;
+``RTT_GAIN`` 1/8, the smoothed round trip's gain of RFC 6298 (2).
 """
 
 from __future__ import annotations
@@ -62,7 +61,7 @@ from dataclasses import dataclass, field
 
 INITIAL_WINDOW = 4
 BETA = 0.7
-C = 0.4
+PROBE = 20
 PACING = 1.25
 RTT_GAIN = 1 / 8
 
@@ -132,11 +131,8 @@ class Pacer:
     window: float = 0.0  # requests in flight allowed (rule 1)
     slow_start: bool = True
     srtt: float | None = None  # the smoothed round trip, seconds (None: nothing answered yet)
-    w_max: float = 0.0  # the window at the last cut (rule 2)
     epoch: float = -math.inf  # when the last cut happened
-    k: float = 0.0  # seconds from the last cut until the window is back at w_max (rule 3)
-    answers_since_cut: int = 0  # answers and 429s that came since the last cut (rule 2)
-    refused_since_cut: int = 0
+    refused_since_cut: int = 0  # 429s of requests sent since the last cut (rule 2)
     in_flight: int = 0
     next_send: float = 0.0  # rule 4
     next_rpm: float = 0.0  # rule 6
@@ -204,36 +200,26 @@ class Pacer:
         rtt = max(0.0, now - ticket.sent_at)
         self.srtt = rtt if self.srtt is None else self.srtt + RTT_GAIN * (rtt - self.srtt)
         self.counts.admitted += 1
-        self.answers_since_cut += 1
         if not ticket.full or ticket.sent_at < self.epoch + self.srtt:
             return  # the window was not tested, or this was sent before the cut told
-        if self.slow_start:
-            target = self.window + 1
-        else:
-            t = now - self.epoch + self.srtt
-            cubic = C * (t - self.k) ** 3 + self.w_max
-            target = self.window + (min(cubic, 1.5 * self.window) - self.window) / self.window
-        self.window = min(self.ceiling, max(self.window, target))
+        growth = 1.0 if self.slow_start else 1 / max(self.window, PROBE)
+        self.window = min(self.ceiling, self.window + growth)
 
     def refused(self, ticket: Ticket, wait: float | None = None, budgets_seen=()) -> None:
         """A 429, whose request asked to wait ``wait`` seconds (None: not said) (rules 2, 5)."""
         self.released(ticket, budgets_seen)
         now = self.clock()
         self.counts.refused += 1
-        self.answers_since_cut += 1
-        self.refused_since_cut += 1
+        self.refused_since_cut += ticket.sent_at >= self.epoch
         span = self.srtt or 0.0
         if self.window <= 1 and wait and now - self.last_admitted >= span:
             self._hold(wait)  # a fixed window shut: nothing got in for a round trip
         if ticket.sent_at < self.epoch + span:
             return  # the congestion the last cut answered, or met before it told
-        admitted = 1 - self.refused_since_cut / self.answers_since_cut
-        beta = BETA if self.slow_start else max(BETA, admitted)
-        fast = self.window < self.w_max and not self.slow_start  # RFC 9438 4.7
-        self.w_max = self.window * (1 + beta) / 2 if fast else self.window
+        kept = 1 - self.refused_since_cut / self.window if self.window > 0 else 0.0
+        beta = BETA if self.slow_start else max(BETA, kept)
         self.window, self.epoch, self.slow_start = self.window * beta, now, False
-        self.k = math.cbrt((self.w_max - self.window) / C)  # RFC 9438 (2)
-        self.answers_since_cut = self.refused_since_cut = 0
+        self.refused_since_cut = 0
         self.counts.cuts += 1
 
     def _hold(self, seconds: float) -> None:
