@@ -16,7 +16,7 @@ without a verdict, ranks, the published rows.
   resampled, with their samples) and the published rows, which have only a rounded rate and n,
   are drawn parametrically (``Binomial(n, rate) / n``); the rank of each draw, percentiles over
   draws (:func:`orbench.analysis.stats.rank_interval`).
-* **The published rows** get Wilson intervals on their rate and n (the rate rounded as the paper
+* **The published rows** get Clopper-Pearson intervals on their rate and n (the rate rounded as the paper
   gives it: the interval is approximate to that rounding), and the balanced accuracy's from them.
 """
 
@@ -162,7 +162,7 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
         n = board[f"{s}_scored"].to_numpy(dtype=float, na_value=np.nan)
         rows = published & np.isfinite(rate) & np.isfinite(n)
         # the paper gives a rounded rate and n: k is the whole count nearest to rate x n
-        low, high = stats.wilson_arrays(np.round(rate[rows] / 100 * n[rows]), n[rows])
+        low, high = stats.clopper_pearson_arrays(np.round(rate[rows] / 100 * n[rows]), n[rows])
         board.loc[rows, f"{s}_ci_low_pct"] = 100 * low
         board.loc[rows, f"{s}_ci_high_pct"] = 100 * high
     if {f"{HARD}_ci_low_pct", f"{TOXIC}_ci_low_pct"} <= set(board.columns):
@@ -179,7 +179,7 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
 
 def _pct_estimate(board: pd.DataFrame, i, s: str) -> stats.Estimate:
     return stats.Estimate(board.at[i, f"{s}_rate_pct"] / 100, board.at[i, f"{s}_ci_low_pct"] / 100,
-                          board.at[i, f"{s}_ci_high_pct"] / 100, "wilson")
+                          board.at[i, f"{s}_ci_high_pct"] / 100, "clopper_pearson")
 
 
 def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
