@@ -1,4 +1,4 @@
-"""Report over-refusal results: rejection rates with 95% Wilson intervals, plots, a leaderboard and report.html.
+"""Report over-refusal results: rejection rates with 95% intervals, plots, a leaderboard and report.html.
 
 Reads any number of alignment-checker outputs (keyword verdicts: ``is_rejected``) and
 response-checker outputs (LLM-judge verdicts: ``answer_category``/``is_rejected`` and the judge's
@@ -41,7 +41,7 @@ Writes to ``--output_dir`` (default ``./report``): ``summary.csv`` (per set, mod
 ``categories.csv``, ``leaderboard.csv``/``.md`` (your models among the paper's 32 published
 ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refused %, y = unsafe
 prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
-point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
+point per model; Clopper-Pearson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
 figures, provenance from each input's ``.meta.json``, example prompts with their verdicts), and
 ``every_eval_ever/`` (the results as Every Eval Ever records, per model and benchmark with their
