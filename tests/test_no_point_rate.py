@@ -149,6 +149,34 @@ def test_bounds_with_repeated_samples_count_prompts(tmp_path):
     assert samples.rate_bound_low == pytest.approx(row.keyword_rate_bound_low, abs=1e-6)
 
 
+def test_a_few_rows_without_a_verdict_widen_the_clustered_interval(tmp_path):
+    """Repeated samples, 2 of 120 rows without a verdict: the rate over the decided rows, its
+    interval widened to each filled-in table's prompt-clustered Clopper-Pearson limit."""
+    rng = np.random.default_rng(5)
+    rows, k, u = [], np.zeros(30), np.zeros(30)
+    for p in range(30):
+        share = rng.beta(1, 2)
+        for s in range(4):
+            missing = (p, s) in ((0, 0), (7, 2))
+            refused = rng.random() < share
+            k[p] += (not missing) and refused
+            u[p] += missing
+            rows.append({"prompt": f"p{p}", "sample": s, "category": "hate", "model": "m", "response": "r",
+                         "is_rejected": "" if missing else str(refused)})
+    write(tmp_path / "m_hard.csv", rows)
+    row = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False,
+                              figures=False).summary.iloc[0]
+    n = np.full(30, 4.0)
+    assert row.keyword_rate == pytest.approx(k.sum() / 118) and pd.isna(row.keyword_rate_bound_low)
+    assert row.keyword_ci_method == "cluster_clopper_pearson" and "widened_missing" in row.keyword_ci_flag
+    low, high = stats.cluster_share(k, n), stats.cluster_share(k + u, n)  # each filled-in table
+    assert row.keyword_ci_low == pytest.approx(beta.ppf(0.025, low.value * low.n_eff, (1 - low.value) * low.n_eff + 1))
+    assert row.keyword_ci_high == pytest.approx(beta.ppf(0.975, high.value * high.n_eff + 1,
+                                                         (1 - high.value) * high.n_eff))
+    own = stats.cluster_share(k, n - u)  # the decided rows' own interval: inside the widened one
+    assert row.keyword_ci_low <= own.low and own.high <= row.keyword_ci_high
+
+
 def test_a_comparison_says_when_a_side_has_no_rate(tmp_path):
     write(tmp_path / "a_hard.csv", [{"prompt": f"p{i}", "model": "A", "response": "r",
                                      "is_rejected": "" if i < 3 else str(i % 2 == 0)} for i in range(20)])
