@@ -164,8 +164,8 @@ def test_a_few_rows_without_a_verdict_widen_the_clustered_interval(tmp_path):
             rows.append({"prompt": f"p{p}", "sample": s, "category": "hate", "model": "m", "response": "r",
                          "is_rejected": "" if missing else str(refused)})
     write(tmp_path / "m_hard.csv", rows)
-    row = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False,
-                              figures=False).summary.iloc[0]
+    rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False)
+    row = rep.summary.iloc[0]
     n = np.full(30, 4.0)
     assert row.keyword_rate == pytest.approx(k.sum() / 118) and pd.isna(row.keyword_rate_bound_low)
     assert row.keyword_ci_method == "cluster_clopper_pearson" and "widened_missing" in row.keyword_ci_flag
@@ -175,6 +175,9 @@ def test_a_few_rows_without_a_verdict_widen_the_clustered_interval(tmp_path):
                                                          (1 - high.value) * high.n_eff))
     own = stats.cluster_share(k, n - u)  # the decided rows' own interval: inside the widened one
     assert row.keyword_ci_low <= own.low and own.high <= row.keyword_ci_high
+    samples = pd.read_csv(rep.outputs["samples"]).iloc[0]  # samples.csv: the same interval, the same flag
+    assert (samples.ci_low, samples.ci_high) == pytest.approx((row.keyword_ci_low, row.keyword_ci_high), abs=1e-6)
+    assert "widened_missing" in samples.ci_flag and samples.no_verdict == 2
 
 
 def test_a_comparison_says_when_a_side_has_no_rate(tmp_path):
