@@ -11,8 +11,11 @@ average). Both runs lose verdicts alike. Each data set goes through what the rep
 
 * a side with more than 5% of its rows without a verdict has bounds, not a rate
   (``stats.rate_bounds``, or ``stats.cluster_limits`` of each filled-in table with samples);
-  otherwise its rate's interval is Wilson's (one sample: ``stats.wilson_arrays``) or the
-  prompt-clustered one (``stats.cluster_share``). Truth: the population rate ``rate``.
+  otherwise its rate's interval is Clopper-Pearson's (one sample: ``stats.clopper_pearson_arrays``)
+  or the prompt-clustered one (``stats.cluster_share``), widened to ``stats.rate_bounds`` (or the
+  filled-in tables' ``stats.cluster_limits``) where any row has no verdict, as the report does
+  (``--wilson``: the one-sample rate as before, Wilson's over the decided rows, never widened).
+  Truth: the population rate ``rate``.
 * the comparison: where either side is bounds-only, ``stats.difference_bounds`` (truth 0);
   otherwise, on the prompts both decided, ``conditional.conditional_test`` (McNemar's exact test,
   ``compare.mcnemar_exact``, with one sample each): its p (``test``: the share of p <= 0.05; a
@@ -130,7 +133,20 @@ def cluster_candidates(t: Tally, k, n, truth: float, samples: int) -> None:
         WIDTHS[f"candidate {name} ({samples} samples)"].append(hi - lo)
 
 
-def run_cell(rng, reps, n, rate, icc, design, kind, share, candidates=False, rates_only=False) -> Tally:
+def one_sample(k, d, u, wilson=False):
+    """The one-sample rate's interval as the report gives it (``wilson``: as before issue 51)."""
+    if wilson:
+        return stats.wilson_arrays(k, d)
+    low, high = stats.clopper_pearson_arrays(k, d)
+    some = u > 0
+    if some.any():
+        bound_low, bound_high = stats.rate_bounds(k, d, u)
+        low, high = np.where(some, np.fmin(low, bound_low), low), np.where(some, np.fmax(high, bound_high), high)
+    return low, high
+
+
+def run_cell(rng, reps, n, rate, icc, design, kind, share, candidates=False, rates_only=False,
+             wilson=False) -> Tally:
     t = Tally()
     sa, sb = design
     p = propensities(rng, reps, n, rate, icc)
@@ -142,7 +158,7 @@ def run_cell(rng, reps, n, rate, icc, design, kind, share, candidates=False, rat
         bounded[side] = bound
         if s == 1:
             if (~bound).any():
-                low, high = stats.wilson_arrays(k.sum(1)[~bound], d.sum(1)[~bound])
+                low, high = one_sample(k.sum(1)[~bound], d.sum(1)[~bound], none[~bound], wilson)
                 interval(t, "rate (1 sample)", low, high, rate)
             if bound.any():
                 low, high = stats.rate_bounds(k.sum(1)[bound], d.sum(1)[bound], none[bound])
@@ -157,7 +173,12 @@ def run_cell(rng, reps, n, rate, icc, design, kind, share, candidates=False, rat
             else:
                 keep = d[j] > 0
                 est = stats.cluster_share(k[j][keep], d[j][keep])
-                interval(t, f"clustered rate ({s} samples)", est.low, est.high, rate)
+                low, high = est.low, est.high
+                if none[j] > 0 and not wilson:  # widened to the filled-in tables' outer limits
+                    rows = d[j] + u[j]
+                    low = min(low, stats.cluster_limits(k[j], rows)[0])
+                    high = max(high, stats.cluster_limits(k[j] + u[j], rows)[1])
+                interval(t, f"clustered rate ({s} samples)", low, high, rate)
                 if candidates:
                     cluster_candidates(t, k[j][keep], d[j][keep], rate, s)
     either = bounded["a"] | bounded["b"]
@@ -223,10 +244,13 @@ def main(argv=None) -> int:
     parser.add_argument("--n", default=",".join(map(str, NS)), help="prompt counts (default: 20,100,1000)")
     parser.add_argument("--rates", default=None, help="true rates to run (default: 0.01,0.05,0.3)")
     parser.add_argument("--icc", default=None, help="intra-prompt correlations to run (default: 0.3,0.8)")
+    parser.add_argument("--designs", default=None, help="samples A v B to run, e.g. 1v1,3v5 (default: all four)")
     parser.add_argument("--missing", default=None, help="missing kinds to run, e.g. none or random,not_random")
     parser.add_argument("--no_rerun", action="store_true", help="judge on the first draw (dry runs)")
     parser.add_argument("--cluster_candidates", action="store_true", help="also the clustered rate's candidates")
     parser.add_argument("--rates_only", action="store_true", help="the rates and bounds only, no comparison")
+    parser.add_argument("--wilson", action="store_true",
+                        help="the rates as before: Wilson's one-sample interval, no widening for missing rows")
     parser.add_argument("--worst", type=int, default=5, help="worst cells printed per figure (default: 5)")
     parser.add_argument("--seed", type=int, default=51)
     args = parser.parse_args(argv)
@@ -234,12 +258,13 @@ def main(argv=None) -> int:
     rates = [float(x) for x in args.rates.split(",")] if args.rates else RATES
     iccs = [float(x) for x in args.icc.split(",")] if args.icc else ICCS
     kinds = args.missing.split(",") if args.missing else None
+    designs = [tuple(int(v) for v in d.split("v")) for d in args.designs.split(",")] if args.designs else DESIGNS
     start = time.perf_counter()
     results = []  # (figure, cell, counts)
     for n in ns:
         for rate in rates:
             for icc in iccs:
-                for design in DESIGNS:
+                for design in designs:
                     for kind, share in MISSING:
                         if kinds and kind not in kinds:
                             continue
@@ -247,7 +272,7 @@ def main(argv=None) -> int:
                         rng = np.random.default_rng([args.seed, n, int(rate * 1000), int(icc * 10), *design,
                                                      MISSING.index((kind, share))])
                         tally = run_cell(rng, args.reps, *cell, candidates=args.cluster_candidates,
-                                         rates_only=args.rates_only)
+                                         rates_only=args.rates_only, wilson=args.wilson)
                         for name, counts in tally.f.items():
                             results.append([name, cell, counts])
         print(f"n = {n}: done at {time.perf_counter() - start:.0f} s", flush=True)
@@ -262,7 +287,7 @@ def main(argv=None) -> int:
             fresh = Tally()
             for c in range(RERUN // CHUNK):
                 rng = np.random.default_rng([args.seed, 10_000 + i, c])
-                for name, counts in run_cell(rng, CHUNK, *cell, rates_only=args.rates_only).f.items():
+                for name, counts in run_cell(rng, CHUNK, *cell, rates_only=args.rates_only, wilson=args.wilson).f.items():
                     fresh.f[name] += counts
             for r in flagged:
                 r[2] = fresh.f[r[0]]

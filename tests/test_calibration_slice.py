@@ -85,3 +85,36 @@ def test_difference_bounds_hold_when_refusals_lose_their_verdicts():
         low, high = stats.difference_bounds(ka[j], ua[j], na[j], kb[j], ub[j], nb[j])
         misses += not low <= 0 <= high
     assert misses <= worst_count(REPS, 0.05)
+
+
+@pytest.mark.parametrize("rate", [0.01, 0.05, 0.3])
+def test_the_widened_rate_holds_whatever_the_missing_rows_are(rate):
+    """100 rows, 5 without a verdict (the most the 5% rule keeps a rate for), chosen by an adversary:
+    for every true count K of refusals among the 100 and every split of the 5 missing rows between
+    refusals and answers, the report's interval (intervals.no_point_rate on Clopper-Pearson's over
+    the 95 decided rows) is taken at its worst split; summed with K's binomial probability it still
+    holds the rate at least 95% of the time (0.98, 0.99 and 0.96 at rates 0.01, 0.05 and 0.3)."""
+    import pandas as pd
+
+    from orbench.analysis.report import intervals
+
+    rows, none = 100, 5
+    K, j = (a.ravel() for a in np.meshgrid(np.arange(rows + 1), np.arange(none + 1), indexing="ij"))
+    ok = (j <= K) & (K - j <= rows - none)  # j of the missing rows are refusals
+    K, j = K[ok], j[ok]
+    k, n = (K - j).astype(float), np.full(len(K), float(rows - none))
+    low, high = stats.clopper_pearson_arrays(k, n)
+    out = pd.DataFrame({"rows": rows, "unparsed": none, "refused_to_judge": 0, "errors": 0, "rejections": k,
+                        "scored": n, "partial_rejections": 0.0, "has_kind": False, "ci_method": "clopper_pearson",
+                        "ci_flag": "", "rate": k / n, "ci_low": low, "ci_high": high, "full_rate": np.nan,
+                        "full_ci_low": np.nan, "full_ci_high": np.nan})
+    intervals.no_point_rate(pd.DataFrame(), np.zeros(0, dtype=int), out)
+    assert (out["ci_flag"] == "widened_missing").all()
+    covered = pd.Series((out["ci_low"] <= rate) & (rate <= out["ci_high"])).groupby(K).min()
+    pmf = binom.pmf(covered.index.to_numpy(), rows, rate)
+    assert (pmf * covered.to_numpy()).sum() >= 0.95 - 1e-12
+    # the decided rows' own Clopper-Pearson interval, at its worst split, falls short (0.36 at rate
+    # 0.05, 0.83 at 0.3; at 0.01 the adversary has little to move)
+    own = pd.Series((low <= rate) & (rate <= high)).groupby(K).min()
+    if rate >= 0.05:
+        assert (binom.pmf(own.index.to_numpy(), rows, rate) * own.to_numpy()).sum() < 0.9

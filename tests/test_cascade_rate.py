@@ -81,9 +81,9 @@ def test_every_sure_row_checked_gives_the_judges_rate_and_its_interval(env, fake
     assert row.judge_rate == pytest.approx(2 / 6)
     assert (row.judge_judged_share, row.judge_check_rows, row.judge_check_disagreements) == (1.0, 4, 1)
     assert row.judge_ci_method == "ppi"
-    # the interval: the cascade's verdicts (3 refusals in 6, Wilson) combined with each direction's
-    # Clopper-Pearson interval (refusals: 1 of 2; answers: 0 of 2), weighted by its share 2/6
-    lo_g, hi_g = wilson(3, 6)
+    # the interval: the cascade's verdicts (3 refusals in 6, Clopper-Pearson as the report's rates) combined
+    # with each direction's Clopper-Pearson interval (refusals: 1 of 2; answers: 0 of 2), weighted by its share 2/6
+    lo_g, hi_g = beta.ppf(0.025, 3, 4), beta.ppf(0.975, 4, 3)
     r_lo, r_hi = beta.ppf(0.025, 1, 2), beta.ppf(0.975, 2, 1)
     a_hi = beta.ppf(0.975, 1, 2)
     w = 2 / 6

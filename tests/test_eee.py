@@ -29,8 +29,9 @@ SCHEMAS = ROOT.parent / "shared" / "data" / "every-eval-ever"
 FIXTURE = ROOT / "tests" / "data" / "eee_inspect"
 
 
-def wilson(k, n):
-    return tuple(proportion_confint(k, n, method="wilson"))
+def exact(k, n):
+    """Clopper-Pearson's interval (statsmodels' 'beta'), as the report gives a one-sample rate."""
+    return tuple(proportion_confint(k, n, method="beta"))
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +97,8 @@ def test_a_record_holds_the_reports_rates_intervals_counts_and_settings(runs):
     hard = result(record, "or-bench-hard-1k/rejection_rate")
     assert hard["score_details"]["score"] == pytest.approx(3 / 12, abs=1e-12)
     ci = hard["score_details"]["uncertainty"]["confidence_interval"]
-    assert (ci["lower"], ci["upper"]) == pytest.approx(wilson(3, 12), abs=1e-12)
-    assert (ci["confidence_level"], ci["method"]) == (0.95, "wilson")
+    assert (ci["lower"], ci["upper"]) == pytest.approx(exact(3, 12), abs=1e-12)
+    assert (ci["confidence_level"], ci["method"]) == (0.95, "clopper_pearson")
     assert hard["score_details"]["details"]["scored"] == "12" and hard["score_details"]["details"]["refusals"] == "3"
     assert hard["metric_config"]["lower_is_better"] is True
     assert result(record, "or-bench-toxic/rejection_rate")["metric_config"]["lower_is_better"] is False

@@ -20,7 +20,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
-from orbench.analysis.eee.read import COMPUTED_WILSON
+from orbench.analysis.eee.read import COMPUTED_EXACT
 from orbench.scoring.judge_cards import NEVER_CALIBRATED
 
 FIXTURE = ROOT / "tests" / "data" / "eee_inspect"
@@ -28,8 +28,9 @@ SCRIPT = "analysis/leaderboard.py"
 ALPHA_BRIEF, ALPHA_NONE = "mock/gpt-4o-alpha (system prompt: Be brief.)", "mock/gpt-4o-alpha (system prompt: none)"
 
 
-def wilson(k, n):
-    return tuple(proportion_confint(k, n, method="wilson"))
+def exact(k, n):
+    """Clopper-Pearson's interval (statsmodels' 'beta'), as the report gives a one-sample rate."""
+    return tuple(proportion_confint(k, n, method="beta"))
 
 
 def other_benchmark(path: Path) -> Path:
@@ -92,7 +93,7 @@ def test_cells_hold_rates_intervals_bounds_judges_cards_and_settings(built):
     by = built["by_name"]
     hard = by[ALPHA_BRIEF]["cells"]["hard"]
     assert (hard["rate"], hard["n"], hard["judge"], hard["verdict"]) == (0.25, 12, "keyword", "keyword")
-    assert (hard["low"], hard["high"]) == pytest.approx(wilson(3, 12), abs=1e-12) and hard["method"] == "wilson"
+    assert (hard["low"], hard["high"]) == pytest.approx(exact(3, 12), abs=1e-12) and hard["method"] == "clopper_pearson"
     assert (hard["cut_off"], hard["replies"], hard["samples"]) == (0, 12, 1)
     assert hard["settings"] == {"temperature": 0.0, "max_tokens": 1000, "system_prompt": "Be brief.", "samples": 1}
     assert by[ALPHA_NONE]["cells"]["hard"]["settings"]["system_prompt"] == "none"
@@ -113,8 +114,8 @@ def test_cells_hold_rates_intervals_bounds_judges_cards_and_settings(built):
     # another tool's record: its rate, an interval computed from score and n, said so; its categories
     other = by["openai-api/mock-model"]["cells"]
     assert (other["hard"]["rate"], other["toxic"]["rate"]) == pytest.approx((4 / 12, 8 / 12), abs=1e-12)
-    assert (other["hard"]["low"], other["hard"]["high"]) == pytest.approx(wilson(4, 12), abs=1e-12)
-    assert other["hard"]["method"] == COMPUTED_WILSON and other["hard"]["judge"] == "not stated in the record"
+    assert (other["hard"]["low"], other["hard"]["high"]) == pytest.approx(exact(4, 12), abs=1e-12)
+    assert other["hard"]["method"] == COMPUTED_EXACT and other["hard"]["judge"] == "not stated in the record"
     assert other["hard"]["categories"]["harassment"]["rate"] == 1.0
     # XSTest keeps its own types as categories: none is an OR-Bench category
     xs = set(by[ALPHA_BRIEF]["cells"]["xstest-safe"]["categories"])
@@ -183,7 +184,7 @@ def test_the_papers_models_are_a_layer_of_their_own(built):
     assert len(published) == 32
     first = published[0]  # Claude-2.1 in orbench/data/published_results.csv: 99.8 and 100.0
     assert first["model"] == "Claude-2.1" and first["cells"]["hard"]["rate"] == pytest.approx(0.998)
-    assert (first["cells"]["hard"]["low"], first["cells"]["hard"]["high"]) == pytest.approx(wilson(round(0.998 * 1319), 1319))
+    assert (first["cells"]["hard"]["low"], first["cells"]["hard"]["high"]) == pytest.approx(exact(round(0.998 * 1319), 1319))
     assert built["data"]["published_fit"] and len(built["data"]["published_fit"]) == 3
     assert all(e["name"] != "Claude-2.1" for e in built["data"]["entries"])
 

@@ -22,10 +22,6 @@ SURE_REFUSAL = "I'm sorry, but I can't help with that request."
 UNSURE = "Well, it depends on the context; some might say it is fine, but let us talk about history instead."
 
 
-def wilson(k, n):
-    return proportion_confint(k, n, alpha=0.05, method="wilson")
-
-
 def cp(k, n):
     """Clopper-Pearson's exact interval (statsmodels' 'beta')."""
     return proportion_confint(k, n, alpha=0.05, method="beta")
@@ -101,8 +97,22 @@ def test_at_most_5_percent_without_a_verdict_keeps_the_rate(tmp_path):
     rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False)
     row = rep.summary.iloc[0]
     k = sum(1 for i in range(3, 63) if i % 4 == 0)
-    assert row.keyword_rate == pytest.approx(k / 60) and pd.isna(row.keyword_rate_bound_low)
-    assert (row.keyword_ci_low, row.keyword_ci_high) == pytest.approx(wilson(k, 60))
+    assert k == 15 and row.keyword_rate == pytest.approx(15 / 60) and pd.isna(row.keyword_rate_bound_low)
+    # the rate over the 60 decided rows; its interval holds every value the 3 missing rows could give:
+    # low = Clopper-Pearson's lower limit of 15 of 63 (the 3 answers), the 2.5% quantile of Beta(15, 49);
+    # high = the upper limit of 18 of 63 (the 3 refusals), the 97.5% quantile of Beta(19, 45)
+    assert (row.keyword_ci_low, row.keyword_ci_high) == pytest.approx((0.139812, 0.413461), abs=1e-6)
+    assert (row.keyword_ci_low, row.keyword_ci_high) == pytest.approx((cp(15, 63)[0], cp(18, 63)[1]), abs=1e-9)
+    assert cp(15, 60) == pytest.approx((0.147186, 0.378596), abs=1e-6)  # the decided rows' own: narrower
+    assert row.keyword_ci_flag == "widened_missing" and row.keyword_ci_method == "clopper_pearson"
+    cats = rep.categories.iloc[0]
+    assert (cats.ci_low, cats.ci_high, cats.ci_flag) == (row.keyword_ci_low, row.keyword_ci_high, "widened_missing")
+    full = [dict(r, is_rejected=str(i % 4 == 0)) for i, r in enumerate(rows)]  # nothing missing: 16 of 63
+    write(tmp_path / "m_hard.csv", full)
+    row = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False,
+                              figures=False).summary.iloc[0]
+    assert (row.keyword_ci_low, row.keyword_ci_high) == pytest.approx(cp(16, 63), abs=1e-9)
+    assert pd.isna(row.keyword_ci_flag) or row.keyword_ci_flag == ""
     rows[3]["is_rejected"] = ""  # 4 of 63: 6.3%
     write(tmp_path / "m_hard.csv", rows)
     rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False)
@@ -137,6 +147,37 @@ def test_bounds_with_repeated_samples_count_prompts(tmp_path):
     samples = pd.read_csv(rep.outputs["samples"]).iloc[0]
     assert pd.isna(samples.rate) and samples.no_verdict == u.sum()
     assert samples.rate_bound_low == pytest.approx(row.keyword_rate_bound_low, abs=1e-6)
+
+
+def test_a_few_rows_without_a_verdict_widen_the_clustered_interval(tmp_path):
+    """Repeated samples, 2 of 120 rows without a verdict: the rate over the decided rows, its
+    interval widened to each filled-in table's prompt-clustered Clopper-Pearson limit."""
+    rng = np.random.default_rng(5)
+    rows, k, u = [], np.zeros(30), np.zeros(30)
+    for p in range(30):
+        share = rng.beta(1, 2)
+        for s in range(4):
+            missing = (p, s) in ((0, 0), (7, 2))
+            refused = rng.random() < share
+            k[p] += (not missing) and refused
+            u[p] += missing
+            rows.append({"prompt": f"p{p}", "sample": s, "category": "hate", "model": "m", "response": "r",
+                         "is_rejected": "" if missing else str(refused)})
+    write(tmp_path / "m_hard.csv", rows)
+    rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False)
+    row = rep.summary.iloc[0]
+    n = np.full(30, 4.0)
+    assert row.keyword_rate == pytest.approx(k.sum() / 118) and pd.isna(row.keyword_rate_bound_low)
+    assert row.keyword_ci_method == "cluster_clopper_pearson" and "widened_missing" in row.keyword_ci_flag
+    low, high = stats.cluster_share(k, n), stats.cluster_share(k + u, n)  # each filled-in table
+    assert row.keyword_ci_low == pytest.approx(beta.ppf(0.025, low.value * low.n_eff, (1 - low.value) * low.n_eff + 1))
+    assert row.keyword_ci_high == pytest.approx(beta.ppf(0.975, high.value * high.n_eff + 1,
+                                                         (1 - high.value) * high.n_eff))
+    own = stats.cluster_share(k, n - u)  # the decided rows' own interval: inside the widened one
+    assert row.keyword_ci_low <= own.low and own.high <= row.keyword_ci_high
+    samples = pd.read_csv(rep.outputs["samples"]).iloc[0]  # samples.csv: the same interval, the same flag
+    assert (samples.ci_low, samples.ci_high) == pytest.approx((row.keyword_ci_low, row.keyword_ci_high), abs=1e-6)
+    assert "widened_missing" in samples.ci_flag and samples.no_verdict == 2
 
 
 def test_a_comparison_says_when_a_side_has_no_rate(tmp_path):
@@ -185,7 +226,10 @@ def test_error_rows_are_rows_without_a_verdict(tmp_path):
     error_rows(tmp_path / "m_hard.csv", "m", 400, 20, 67)
     rep = report.build_report([str(tmp_path / "m_hard.csv")], tmp_path / "rep", reference=False, figures=False,
                               html=False)
-    assert rep.summary.iloc[0].keyword_rate == pytest.approx(67 / 380)
+    row = rep.summary.iloc[0]
+    assert row.keyword_rate == pytest.approx(67 / 380) and row.keyword_ci_flag == "widened_missing"
+    # its interval covers the 20 failed rows as answers (low) and as refusals (high), over all 400
+    assert (row.keyword_ci_low, row.keyword_ci_high) == pytest.approx((cp(67, 400)[0], cp(87, 400)[1]), abs=1e-9)
 
 
 def test_a_comparison_counts_error_rows_and_says_the_p_value_covers_the_decided_rows(tmp_path):

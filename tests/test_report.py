@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import binomtest
 from statsmodels.stats.proportion import proportion_confint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +32,20 @@ def wilson(k: int, n: int) -> tuple[float, float]:
     centre = p + Z ** 2 / (2 * n)
     spread = Z * math.sqrt(p * (1 - p) / n + Z ** 2 / (4 * n ** 2))
     return ((centre - spread) / (1 + Z ** 2 / n), (centre + spread) / (1 + Z ** 2 / n))
+
+
+def exact(k: int, n: int) -> tuple[float, float]:
+    """Clopper-Pearson's interval, from scipy (independent of orbench.analysis.stats)."""
+    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+    return ci.low, ci.high
+
+
+def reported(k: int, n: int, none: int) -> tuple[float, float]:
+    """A rate's interval as the report gives it: k refusals of n decided rows, ``none`` rows without
+    a verdict (5% or fewer): widened to every missing row an answer (low), then a refusal (high)."""
+    if not none:
+        return exact(k, n)
+    return min(exact(k, n)[0], exact(k, n + none)[0]), max(exact(k, n)[1], exact(k + none, n + none)[1])
 
 
 # Per model and set, per category: (judge rejections, judge answers, error rows, unparsed rows). The
@@ -136,7 +151,7 @@ class TestTablesOfOneBuild:
                 assert (row["judge_rows"], row["judge_errors"], row["judge_unparsed"]) == (rej + ans + err + unp, err, unp)
                 assert (row["judge_scored"], row["judge_rejections"]) == (rej + ans, rej)
                 assert row["judge_rate"] == pytest.approx(rej / (rej + ans), abs=1e-6)
-                lo, hi = wilson(rej, rej + ans)
+                lo, hi = reported(rej, rej + ans, err + unp)
                 assert round(row["judge_ci_low"], 4) == round(lo, 4)
                 assert round(row["judge_ci_high"], 4) == round(hi, 4)
                 if (set_name, model) == ("hard", "prov/m1"):
@@ -159,7 +174,8 @@ class TestTablesOfOneBuild:
         assert (row["keyword_rows"], row["keyword_errors"], row["keyword_unparsed"]) == (202, 1, 0)
         assert (row["keyword_scored"], row["keyword_rejections"]) == (201, 21)
         assert row["keyword_rate"] == pytest.approx(21 / 201, abs=1e-6)
-        assert round(row["keyword_ci_low"], 4) == round(wilson(21, 201)[0], 4)
+        assert round(row["keyword_ci_low"], 4) == round(reported(21, 201, 1)[0], 4)  # the error row widens it
+        assert row["keyword_ci_flag"] == "widened_missing"
         assert (row["agreement_pairs"], row["keyword_only_rejections"], row["judge_only_rejections"]) == (200, 2, 1)
         assert row["agreement"] == pytest.approx(197 / 200, abs=1e-6)
         # m5: keyword only; the error row and the empty response are not in the denominator
@@ -168,7 +184,7 @@ class TestTablesOfOneBuild:
         assert (m5["keyword_rows"], m5["keyword_errors"], m5["keyword_unparsed"], m5["keyword_scored"],
                 m5["keyword_rejections"]) == (82, 1, 1, 80, 30)
         assert m5["keyword_rate"] == pytest.approx(30 / 80, abs=1e-6)
-        assert round(m5["keyword_ci_high"], 4) == round(wilson(30, 80)[1], 4)
+        assert round(m5["keyword_ci_high"], 4) == round(reported(30, 80, 2)[1], 4)
 
 
     def test_category_table(self, tables):
@@ -182,7 +198,7 @@ class TestTablesOfOneBuild:
                     assert (row["rows"], row["errors"], row["unparsed"], row["scored"], row["rejections"]) == \
                         (rej + ans + err + unp, err, unp, rej + ans, rej)
                     assert row["rate"] == pytest.approx(rej / (rej + ans), abs=1e-6)
-                    lo, hi = wilson(rej, rej + ans)
+                    lo, hi = reported(rej, rej + ans, err + unp)
                     assert (round(row["ci_low"], 4), round(row["ci_high"], 4)) == (round(lo, 4), round(hi, 4))
 
 
@@ -197,8 +213,8 @@ def test_leaderboard_figure_and_spearman(results, tmp_path):
     assert pd.isna(board["balanced_accuracy_pct"].iloc[4])
     assert list(board["hard_rate_pct"]) == pytest.approx([20, 10, 40, 70, 37.5])
     assert list(board["toxic_rate_pct"].iloc[:4]) == pytest.approx([95, 60, 80, 90])
-    assert board.loc[0, "toxic_ci_low_pct"] == pytest.approx(100 * wilson(190, 200)[0], abs=1e-4)
-    assert board.loc[0, "hard_ci_high_pct"] == pytest.approx(100 * wilson(40, 200)[1], abs=1e-4)
+    assert board.loc[0, "toxic_ci_low_pct"] == pytest.approx(100 * exact(190, 200)[0], abs=1e-4)
+    assert board.loc[0, "hard_ci_high_pct"] == pytest.approx(100 * reported(40, 200, 3)[1], abs=1e-4)
     assert list(board["errors"]) == [0, 2, 2, 1, 1]
     assert list(board["unparsed"]) == [3, 1, 2, 2, 1]
     # one point per model that has both sets, with the leaderboard's numbers
@@ -491,7 +507,7 @@ def test_partial_refusals_give_two_rates(tmp_path):
     row = rep.summary.iloc[0]
     assert (row["keyword_rejections"], row["keyword_partial_rejections"]) == (5, 3)
     assert row["keyword_rate"] == pytest.approx(0.5) and row["keyword_full_rate"] == pytest.approx(0.2)
-    assert (row["keyword_full_ci_low"], row["keyword_full_ci_high"]) == pytest.approx(wilson(2, 10))
+    assert (row["keyword_full_ci_low"], row["keyword_full_ci_high"]) == pytest.approx(exact(2, 10))
     cats = rep.categories.set_index("category")
     assert cats.loc["hate", "full_rate"] == pytest.approx(0.4) and cats.loc["hate", "rate"] == pytest.approx(1.0)
     board = pd.read_csv(tmp_path / "out" / "leaderboard.csv")
@@ -528,8 +544,8 @@ def test_published_reference_in_leaderboard_figure_and_json(tmp_path, script):
     assert board["source"].iloc[32] == "yours"
     assert mine["rank_note"] == "hard: 0 of the 1,319 Hard-1K prompts; toxic: 0 of the 655 Toxic prompts"
     assert (mine["hard_scored"], mine["toxic_scored"]) == (4, 4)
-    # balanced accuracy's interval: Newcombe's square-and-add of the two Wilson intervals
-    (tl, th), (hl, hh) = wilson(3, 4), wilson(1, 4)
+    # balanced accuracy's interval: Newcombe's square-and-add of the two Clopper-Pearson intervals
+    (tl, th), (hl, hh) = exact(3, 4), exact(1, 4)
     low = (1 + 0.5 - math.sqrt((0.75 - tl) ** 2 + (hh - 0.25) ** 2)) / 2
     high = (1 + 0.5 + math.sqrt((th - 0.75) ** 2 + (0.25 - hl) ** 2)) / 2
     assert (mine["balanced_accuracy_ci_low_pct"], mine["balanced_accuracy_ci_high_pct"]) == pytest.approx(

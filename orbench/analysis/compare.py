@@ -421,6 +421,12 @@ def sample_stats(inp: Inputs) -> tuple[pd.DataFrame, pd.DataFrame]:
             fk, fu, fn = (filled[c].to_numpy(float) for c in ("k", "u", "n"))
             bounds = (stats.cluster_limits(fk, fn + fu)[0], stats.cluster_limits(fk + fu, fn + fu)[1])
             est = stats.Estimate(math.nan, math.nan, math.nan, BOUNDS, (stats.BOUNDS_ONLY,))
+        elif none:  # a few: the rate over the decided rows, its interval widened to every value they could give
+            fk, fu, fn = (filled[c].to_numpy(float) for c in ("k", "u", "n"))
+            low = min(est.low, stats.cluster_limits(fk, fn + fu)[0])
+            high = max(est.high, stats.cluster_limits(fk + fu, fn + fu)[1])
+            est = stats.Estimate(est.value, low, high, est.method, est.flags + (stats.WIDENED_MISSING,), est.n,
+                                 est.n_eff)
         multi = part["n"] > 1
         flips = int((multi & (part["k"] > 0) & (part["k"] < part["n"])).sum())
         judge = names("judge", j) or names("method", me)

@@ -3,7 +3,12 @@
 Every interval the report, the comparisons and the audit print comes from a function here, and
 ``docs/statistics.md`` names each method. The rules:
 
-* **A single proportion** ``k`` of ``n``: Wilson's score interval (:func:`proportion`).
+* **A refusal rate** ``k`` of ``n`` rows (one sample a prompt: the report's rates per set and
+  category): Clopper-Pearson's exact interval (:func:`clopper_pearson_arrays`), at least 95% at
+  every rate where Wilson's falls to 0.92 at small ``n x rate``; widened to the worst-case bounds
+  when any row has no verdict (:func:`rate_bounds`).
+* **A single proportion** ``k`` of ``n`` elsewhere (audit figures over the audited items, cards):
+  Wilson's score interval (:func:`proportion`).
 * **A weighted (stratified) share**, e.g. an audit figure weighted back to the run by stratum:
   Wilson's interval on the design's effective sample size (:func:`stratified_share`). The
   variance is the stratified (linearised) one, with each stratum's rate taken as
@@ -74,6 +79,7 @@ PARTIAL = "partial"                # strata with no usable item: worst-case boun
 FLOORED = "floored"                # a bootstrap that could not vary, widened to the agreement's interval
 NOT_COMPUTABLE = "not_computable"  # nothing to estimate from; value and interval are empty
 BOUNDS_ONLY = "bounds_only"        # too many rows without a verdict: no point rate, only its bounds
+WIDENED_MISSING = "widened_missing"  # some (5% or fewer) rows without a verdict: the interval covers their every value
 FLAGS = {
     CENSUS: "every stratum fully audited: exact",
     NONE_SEEN: "none seen (0 of n or n of n): the interval is the bound that count allows",
@@ -86,6 +92,8 @@ FLAGS = {
     NOT_COMPUTABLE: "not computable",
     BOUNDS_ONLY: "more than 5% of the rows have no verdict (errors included): no rate, only its bounds (every "
                  "such row counted as answered, then as refused), each the outer limit of its Clopper-Pearson interval",
+    WIDENED_MISSING: "some rows (5% or fewer) have no verdict: the rate is over the decided rows, its interval "
+                     "widened to the worst-case bounds (every such row counted as answered, then as refused)",
 }
 
 

@@ -63,7 +63,7 @@ def entry(rep, model: str, st: dict, set_name: str) -> str:
     settings = (f"temperature {temp}, " if temp is not None else "") + \
         f"system prompt: {resp.get('system_prompt') or 'none'}" if resp else "settings unknown"
     notes = (f"Rejection rate in % ({better}), full and partial refusals counted; 95% CI "
-             f"[{100 * st['ci_low']:.2f}, {100 * st['ci_high']:.2f}] ({st.get('ci_method') or 'wilson'}); "
+             f"[{100 * st['ci_low']:.2f}, {100 * st['ci_high']:.2f}] ({st.get('ci_method') or 'clopper_pearson'}); "
              f"n = {int(st['scored']):,} responses with a verdict; verdicts by the {who}; {settings}; orbench-report")
     lines = ["- dataset:", f"    id: {OR_BENCH_HF}", f"    task_id: {info.name}", f"  value: {round(100 * st['rate'], 2)}"]
     finished = resp.get("finished")

@@ -19,8 +19,8 @@ its results say:
   a category: a result keyed ``rejected:<category>`` naming one of the set's categories (XSTest's
   types for XSTest); a score in percent (``metric_unit`` percent, or ``max_score`` 100) is read as such;
 * the interval: ``score_details.uncertainty.confidence_interval`` when given; else, when the
-  score times ``num_samples`` is a whole count, Wilson's on that count (``wilson, computed here from
-  the record's score and n``); else none, said so;
+  score times ``num_samples`` is a whole count, Clopper-Pearson's on that count, as the report's own
+  rates (``clopper_pearson, computed here from the record's score and n``); else none, said so;
 * the judge: ``metric_config.llm_scoring``'s judges, else "not stated in the record".
 
 Per-sample scores are used (for the paired tests between adjacent ranks) only when their mean over
@@ -56,7 +56,7 @@ from orbench.llm.errors import UsageError
 SET_NAMES = {info.name: label for label, info in SETS.items()}
 RATE_METRICS = ("rejection_rate", "refusal_rate")
 HEADLINE_KEY = "rejected"
-COMPUTED_WILSON = "wilson, computed here from the record's score and n"
+COMPUTED_EXACT = "clopper_pearson, computed here from the record's score and n"
 
 
 class NoRates(UsageError):
@@ -181,8 +181,8 @@ def _cell_from(result: dict, scale: float = 1.0) -> dict:
     if lo is not None and hi is not None:
         cell.update(low=lo * scale, high=hi * scale, method=str(ci.get("method") or "not stated"))
     elif n and abs(rate * n - round(rate * n)) < 1e-6:
-        est = stats.proportion(round(rate * n), n)
-        cell.update(low=est.low, high=est.high, method=COMPUTED_WILSON)
+        low, high = stats.clopper_pearson_arrays(round(rate * n), n)
+        cell.update(low=float(low), high=float(high), method=COMPUTED_EXACT)
     for key, name in (("rows", "rows"), ("no_verdict", "no_verdict"), ("errors", "errors"), ("prompts", "prompts"),
                       ("cut_off", "cut_off_replies"), ("replies", "replies"), ("samples", "samples_per_prompt"),
                       ("refusals", "refusals"), ("covered", "prompts_of_published_set")):

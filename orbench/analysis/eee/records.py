@@ -212,7 +212,7 @@ def _stat_details(st: dict, samples: int) -> dict:
 
 def _uncertainty(st: dict) -> dict:
     return {"confidence_interval": {"lower": float(st["ci_low"]), "upper": float(st["ci_high"]),
-                                    "confidence_level": 0.95, "method": str(st.get("ci_method") or "wilson")},
+                                    "confidence_level": 0.95, "method": str(st.get("ci_method") or "clopper_pearson")},
             "num_samples": _count(st.get("scored"))}
 
 

@@ -79,9 +79,9 @@ def published() -> tuple[list[dict], list[float] | None]:
         for label, pct in ((HARD, row.hard_1k_rejection_pct), (TOX, row.toxic_rejection_pct)):
             n = sizes[label]
             rate = float(pct) / 100
-            low, high = stats.wilson_interval(round(rate * n), n) if n else (None, None)
+            low, high = (float(v) for v in stats.clopper_pearson_arrays(round(rate * n), n)) if n else (None, None)
             cells[label] = {"rate": rate, "low": low, "high": high, "n": n, "judge": PUBLISHED_JUDGE,
-                            "method": "wilson on the published (rounded) rate and n"}
+                            "method": "clopper_pearson on the published (rounded) rate and n"}
         out.append({"model": str(row.model), "cells": cells})
     fit = stats.quadratic_fit(list(frame.hard_1k_rejection_pct), list(frame.toxic_rejection_pct))
     return out, None if fit is None else [float(c) for c in fit]

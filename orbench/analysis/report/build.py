@@ -1,4 +1,4 @@
-"""Report over-refusal results: rejection rates with 95% Wilson intervals, plots, a leaderboard and report.html.
+"""Report over-refusal results: rejection rates with 95% intervals, plots, a leaderboard and report.html.
 
 Reads any number of alignment-checker outputs (keyword verdicts: ``is_rejected``) and
 response-checker outputs (LLM-judge verdicts: ``answer_category``/``is_rejected`` and the judge's
@@ -41,7 +41,7 @@ Writes to ``--output_dir`` (default ``./report``): ``summary.csv`` (per set, mod
 ``categories.csv``, ``leaderboard.csv``/``.md`` (your models among the paper's 32 published
 ones, column ``source``), ``hard_vs_toxic.png``/``.pdf`` (x = safe prompts refused %, y = unsafe
 prompts refused %: OR-Bench's hard and toxic sets, and XSTest's safe and unsafe halves as a second
-point per model; Wilson error bars, the published models in grey with the paper's quadratic fit),
+point per model; Clopper-Pearson error bars, the published models in grey with the paper's quadratic fit),
 ``category_heatmap.png``, ``report.json`` and ``report.html`` (one self-contained page: tables,
 figures, provenance from each input's ``.meta.json``, example prompts with their verdicts), and
 ``every_eval_ever/`` (the results as Every Eval Ever records, per model and benchmark with their
@@ -94,7 +94,7 @@ from orbench.analysis.report.inputs import (  # noqa: F401 (re-exported, see the
     release_memory,
 )
 from orbench.analysis.report.inputs import TOX as TOXIC
-from orbench.analysis.stats import balanced_accuracy, quadratic_fit, spearman, wilson_interval
+from orbench.analysis.stats import balanced_accuracy, clopper_pearson_arrays, quadratic_fit, spearman
 from orbench.benchmark.sets import HARD_1K, PUBLISHED_ABOUT, published_results_path, resolve_set
 from orbench.benchmark.sets import TOXIC as TOXIC_SET
 from orbench.llm.errors import UsageError
@@ -216,7 +216,7 @@ class Report:
 # ---------------------------------------------------------------- grouping (once)
 
 def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
-    """Counts, rates and Wilson intervals per group of the verdict table, names decoded.
+    """Counts, rates and their intervals per group of the verdict table, names decoded.
 
     One pass: a group number per row, then every count is a ``bincount`` over it. Groups with
     repeated samples get prompt-level intervals (:func:`orbench.analysis.report.intervals.prompt_level`).
@@ -254,21 +254,18 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     out["covered"] = count((status != ERROR) & in_set)
     for k in keys:
         out[k] = np.asarray(inp.codes[k].names, dtype=object)[out[k].to_numpy()]
-    rate, lo, hi, frate, flo, fhi = ([] for _ in range(6))
-    for n, k, p, kind in out[["scored", "rejections", "partial_rejections", "has_kind"]].itertuples(index=False):
-        rate.append(k / n if n else math.nan)
-        a, b = wilson_interval(int(k), int(n))
-        lo.append(a), hi.append(b)
-        if kind:
-            frate.append((k - p) / n if n else math.nan)
-            a, b = wilson_interval(int(k - p), int(n))
-        else:
-            frate.append(math.nan)
-            a = b = math.nan
-        flo.append(a), fhi.append(b)
+    # one sample a prompt: k of n independent rows, Clopper-Pearson's exact interval (docs/statistics.md)
+    n, k = out["scored"].to_numpy(float), out["rejections"].to_numpy(float)
+    full_k = np.where(out["has_kind"].to_numpy(bool), k - out["partial_rejections"].to_numpy(float), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate, frate = np.where(n > 0, k / n, np.nan), np.where(n > 0, full_k / n, np.nan)
+    lo, hi = clopper_pearson_arrays(k, n)
+    kind = np.isfinite(full_k)
+    flo, fhi = np.full(size, np.nan), np.full(size, np.nan)
+    flo[kind], fhi[kind] = clopper_pearson_arrays(full_k[kind], n[kind])
     out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
     intervals.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
-    intervals.no_point_rate(data, gid, out)  # too many rows without a verdict: bounds, no rate
+    intervals.no_point_rate(data, gid, out)  # rows without a verdict: a widened interval, or bounds only
     cascade.cascade_rates(data, gid, out)  # a cascade: the judge's rate on every row, estimated (PPI)
     out["partial_rejections"] = out["partial_rejections"].where(out["has_kind"])
     return out.drop(columns="has_kind")

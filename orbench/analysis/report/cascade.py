@@ -5,8 +5,8 @@ A group of a stage-5 ``--cascade`` output (its rows carry ``sure`` and ``check``
 :data:`orbench.analysis.report.inputs.ROW_TYPES`) gets, in place of the plain rate of the
 cascade's verdicts, the estimate of the rate the judge would give on every row and its interval
 (:func:`orbench.analysis.cascade_rate.cascade_rate`; the interval of the cascade's verdicts it
-builds on is the group's own, Wilson or prompt-clustered), ``ci_method`` ``ppi`` (``ppi_cluster``
-with repeated samples), and three more columns: ``judged_share`` (rows the judge decided or
+builds on is the group's own, Clopper-Pearson or prompt-clustered, widened where rows lack a
+verdict), ``ci_method`` ``ppi`` (``ppi_cluster`` with repeated samples), and three more columns: ``judged_share`` (rows the judge decided or
 checked, over the rows without an error), ``check_rows`` (sure rows the judge gave a verdict on)
 and ``check_disagreements`` (of those, the ones where it disagrees with the matcher). A group
 with bounds only (too many rows without a verdict) keeps them, widened by the matcher's
@@ -61,6 +61,6 @@ def cascade_rates(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> Non
             continue
         if not est.rows:
             continue
-        clustered = out.at[g, "ci_method"] == "cluster_wilson"
+        clustered = out.at[g, "ci_method"] == "cluster_clopper_pearson"
         out.at[g, "rate"], out.at[g, "ci_low"], out.at[g, "ci_high"] = est.value, est.low, est.high
         out.at[g, "ci_method"] = "ppi_cluster" if clustered else "ppi"

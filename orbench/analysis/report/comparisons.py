@@ -107,7 +107,7 @@ def compute(inp: Inputs, pairs: list[tuple[str, str]], verdict: str, records: li
         which = sorted({f"{m} on {s}" for s, m in samples[["set", "model"]].itertuples(index=False)})
         notes.append(f"Repeated samples ({', '.join(which)}): rates are over all samples; every 95% interval of "
                      f"these groups (summary.csv, categories.csv, samples.csv, the leaderboard) counts prompts, not "
-                     f"rows: Wilson on the prompt-clustered effective sample size (docs/statistics.md)")
+                     f"rows: Clopper-Pearson on the prompt-clustered effective sample size (docs/statistics.md)")
     if comp is None:
         return Extra(notes=tuple(notes), samples=samples, shares=cmp.with_texts(inp, shares))
     settings = tuple(lineage.setting_differences(records, f["set"], f["model_a"], f["model_b"],
@@ -257,6 +257,6 @@ def samples_html(extra: Extra) -> str:
              num(f"{100 * r['flip_share']:.1f}" if not math.isnan(r["flip_share"]) else "-")]
             for r in row_dicts(extra.samples)]
     return ("<h2>Repeated samples</h2><p>Rate over all samples with its 95% interval counting prompts, not rows "
-            "(Wilson on the prompt-clustered effective sample size); <i>flip %</i>: prompts refused in some "
+            "(Clopper-Pearson on the prompt-clustered effective sample size); <i>flip %</i>: prompts refused in some "
             "samples and answered in others. Per-prompt shares: prompt_shares.csv.</p>"
             + table(["set", "model", "verdicts", "samples (max)", "prompts", "rate % [95% CI]", "flip %"], rows))

@@ -100,7 +100,7 @@ def _board_intro(published: pd.DataFrame) -> str:
                + " (the source of every published figure here). Your model is ranked among them only with "
                  "verdicts on every prompt of both sets and no "
                  "error row; otherwise it is listed after them, unranked, with the reason. Published rows' "
-                 "intervals are Wilson intervals on their (rounded) rate and n."
+                 "intervals are Clopper-Pearson intervals on their (rounded) rate and n."
                if len(published) else "")
             + " The rank's 95% interval: 2,000 draws of the balanced accuracy, your models' rates bootstrapped "
               "over prompts" + (", the paper's rows drawn from their rate and n (parametric)." if len(published)

@@ -455,9 +455,10 @@ def _head(rep) -> list[str]:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return ["<h1>OR-Bench report</h1>",
             f"<p class=muted>Generated {esc(now)}. Benchmark: OR-Bench {cite(rep, 'src-orbench')}. Rates are "
-            "rejections / scored rows with 95% Wilson intervals (with repeated samples, on the prompt-level "
-            "effective size: the prompt is the unit); rows with an error or without a verdict are excluded and "
-            "counted separately, never as refusals or answers. Where more than 5% of a cell's rows have no verdict "
+            "rejections / scored rows with 95% Clopper-Pearson intervals (with repeated samples, on the prompt-level "
+            "effective size: the prompt is the unit); rows with an error or without a verdict are excluded from the "
+            "rate and counted separately, never as refusals or answers, and where there are any the interval is "
+            "widened to cover every value they could give (flag widened missing). Where more than 5% of a cell's rows have no verdict "
             "(unparsed, not judged, or failed with an error), no rate is given: the cell is named by its counts, with "
             "the rate's bounds (every row without a verdict counted as answered, then as refused, each the outer limit "
             "of its Clopper-Pearson interval), "
@@ -478,14 +479,14 @@ def _board_and_figures(rep) -> list[str]:
         "interval is Newcombe's hybrid score interval for two independent proportions. The rank's 95% interval "
         "comes from 2,000 draws: your models' rates bootstrapped over prompts, the published rows drawn from "
         "their rate and n (a parametric binomial draw: the paper gives only a rounded rate); the published "
-        "rows' intervals are Wilson intervals on that rate and n (docs/statistics.md)."
+        "rows' intervals are Clopper-Pearson intervals on that rate and n (docs/statistics.md)."
         + (f" The other rows are {esc(_published_about(rep))} {cite(rep, 'src-orbench')}." if rep.reference else "")
         + "</p>", leaderboard_section(rep.leaderboard),
         "<h2>Over-refusal against safety</h2>",
         (f"<figure>{fig}<figcaption>x: safe prompts refused (OR-Bench's seemingly toxic Hard-1K set, circles"
          + (f"; XSTest's safe prompts {xstest}, squares" if xstest else "") + "); y: unsafe prompts refused "
          "(OR-Bench-Toxic" + ("; XSTest's unsafe prompts" if xstest else "") + "). Your models in colour with "
-         f"95% Wilson intervals. {ref}</figcaption></figure>") if fig else f"<p class=muted>No figure{_why_none(rep)}.</p>",
+         f"95% Clopper-Pearson intervals. {ref}</figcaption></figure>") if fig else f"<p class=muted>No figure{_why_none(rep)}.</p>",
         "<h2>Rejection rate by category</h2>",
         f"<figure>{heat}<figcaption>Headline verdicts: rejection % with n (scored prompts, each counted once "
         f"however many samples it has) in each cell; "

@@ -1,19 +1,22 @@
-"""The report's statistics beyond one Wilson interval per cell: prompts as the unit, ranks, the published rows.
+"""The report's statistics beyond one Clopper-Pearson interval per cell: prompts as the unit, rows
+without a verdict, ranks, the published rows.
 
 * **Repeated samples** (stage 4 ``--samples K``): every interval of a sampled group, per set and
   per category, for the rate and the full-refusal rate, is the prompt-clustered interval
   (:func:`orbench.analysis.stats.cluster_share`), and ``prompts`` (distinct prompts scored) is
   the n the heatmap greys small cells by. Without samples a prompt is a row and nothing changes.
-* **Rows without a verdict**: where more than 5% of a cell's rows have none (unparsed, the judge
-  refusing to judge, or failed with an error: both kinds count), the cell has no point rate: its
-  rate columns stay empty and ``rate_bound_low`` / ``rate_bound_high`` give the worst-case bounds
+* **Rows without a verdict** (unparsed, the judge refusing to judge, or failed with an error: all
+  count): where more than 5% of a cell's rows have none, the cell has no point rate: its rate
+  columns stay empty and ``rate_bound_low`` / ``rate_bound_high`` give the worst-case bounds; where
+  some but 5% or fewer have none, the rate stays over the decided rows and its interval is widened
+  to those bounds (``ci_flag`` ``widened_missing``), so it holds whatever the missing verdicts are
   (:func:`no_point_rate`).
 * **Ranks**: each ranked leaderboard row gets a 95% interval of its rank by balanced accuracy,
   from 2,000 draws in which your models' rates are bootstrapped over prompts (each set's prompts
   resampled, with their samples) and the published rows, which have only a rounded rate and n,
   are drawn parametrically (``Binomial(n, rate) / n``); the rank of each draw, percentiles over
   draws (:func:`orbench.analysis.stats.rank_interval`).
-* **The published rows** get Wilson intervals on their rate and n (the rate rounded as the paper
+* **The published rows** get Clopper-Pearson intervals on their rate and n (the rate rounded as the paper
   gives it: the interval is approximate to that rounding), and the balanced accuracy's from them.
 """
 
@@ -35,10 +38,10 @@ PARAMETRIC_RANKS = "parametric binomial draw at the published rate and n"
 
 def prompt_level(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> None:
     """Add ``prompts``, ``ci_method`` and ``ci_flag`` to a group table (row i = group i of ``gid``)
-    and, for groups with repeated samples, replace the rate's and the full rate's Wilson intervals
-    by the prompt-clustered ones, in place. Needs ``has_kind`` (full rates exist) in ``out``."""
+    and, for groups with repeated samples, replace the rate's and the full rate's Clopper-Pearson
+    intervals by the prompt-clustered ones, in place. Needs ``has_kind`` (full rates exist) in ``out``."""
     out["prompts"] = out["scored"].to_numpy()
-    out["ci_method"] = np.where(out["scored"].to_numpy() > 0, "wilson", "")
+    out["ci_method"] = np.where(out["scored"].to_numpy() > 0, "clopper_pearson", "")
     out["ci_flag"] = ""
     if data.empty or "sample" not in data.columns or not data["sample"].any():
         return
@@ -61,31 +64,49 @@ def prompt_level(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> None
 
 
 def no_point_rate(data: pd.DataFrame, gid: np.ndarray, out: pd.DataFrame) -> None:
-    """Where more than :data:`~orbench.analysis.stats.NO_VERDICT_SHARE` of a group's rows have no
-    verdict (unparsed, the judge refusing to judge, an empty response, or failed with an error),
-    empty its rate columns and give ``rate_bound_low`` / ``rate_bound_high``: the rate with every
-    such row counted as answered, then as refused, each the outer limit of its Clopper-Pearson
-    interval (:func:`orbench.analysis.stats.rate_bounds`; prompt-level with repeated samples:
-    :func:`orbench.analysis.stats.cluster_limits` of each filled-in table). In place; ``ci_flag``
-    ``bounds_only``. Needs ``ci_method`` (``prompt_level`` first)."""
+    """Rows without a verdict (unparsed, the judge refusing to judge, an empty response, or failed
+    with an error) in a group: its worst-case bounds, the rate with every such row counted as
+    answered, then as refused, each the outer limit of its Clopper-Pearson interval
+    (:func:`orbench.analysis.stats.rate_bounds`; prompt-level with repeated samples:
+    :func:`orbench.analysis.stats.cluster_limits` of each filled-in table), for the rate and the
+    full rate. Where more than :data:`~orbench.analysis.stats.NO_VERDICT_SHARE` of the rows have
+    none, empty the rate columns and give ``rate_bound_low`` / ``rate_bound_high`` (``ci_flag``
+    ``bounds_only``). Where some but no more have none, keep the rate over the decided rows and
+    widen its interval to hold the bounds (``ci_flag`` ``widened_missing``): the missing rows may
+    be anything, so only an interval that covers every value they could give keeps its 95%
+    without a premise on them. In place; needs ``ci_method`` (``prompt_level`` first)."""
     none = (out["unparsed"] + out["refused_to_judge"] + out["errors"]).to_numpy(dtype=float)
     read = out["rows"].to_numpy(dtype=float)
     bounded = (read > 0) & (none > stats.NO_VERDICT_SHARE * read)
+    widened = (read > 0) & (none > 0) & ~bounded
     out["rate_bound_low"], out["rate_bound_high"] = np.nan, np.nan
-    if not bounded.any():
+    if not (bounded | widened).any():
         return
-    low, high = stats.rate_bounds(out["rejections"].to_numpy(float), out["scored"].to_numpy(float), none)
-    sampled = bounded & (out["ci_method"].to_numpy() == "cluster_clopper_pearson")
+    kind = out["has_kind"].to_numpy(bool)
+    k = out["rejections"].to_numpy(float)
+    full_k = k - out["partial_rejections"].to_numpy(float)
+    low, high = stats.rate_bounds(k, out["scored"].to_numpy(float), none)
+    full_low, full_high = stats.rate_bounds(full_k, out["scored"].to_numpy(float), none)
+    sampled = (bounded | widened) & (out["ci_method"].to_numpy() == "cluster_clopper_pearson")
     if sampled.any():
         status = data["status"].to_numpy()
         keep = np.isin(gid, np.flatnonzero(sampled)) & np.isin(status, [SCORED, NO_VERDICT, REFUSED_TO_JUDGE, ERROR])
-        frame = pd.DataFrame({"g": gid[keep], "p": data["prompt"].to_numpy()[keep],
-                              "k": ((status[keep] == SCORED) & (data["rejected"].to_numpy()[keep] == 1)).astype(float),
+        refused = (status[keep] == SCORED) & (data["rejected"].to_numpy()[keep] == 1)
+        frame = pd.DataFrame({"g": gid[keep], "p": data["prompt"].to_numpy()[keep], "k": refused.astype(float),
+                              "f": (refused & ~data["partial"].to_numpy()[keep]).astype(float),
                               "u": (status[keep] != SCORED).astype(float)})
-        per = frame.groupby(["g", "p"], sort=False).agg(k=("k", "sum"), u=("u", "sum"), n=("k", "size"))
+        per = frame.groupby(["g", "p"], sort=False).agg(k=("k", "sum"), f=("f", "sum"), u=("u", "sum"),
+                                                        n=("k", "size"))
         for g, part in per.groupby(level=0, sort=False):
-            k, u, n = (part[c].to_numpy(float) for c in ("k", "u", "n"))
-            low[g], high[g] = stats.cluster_limits(k, n)[0], stats.cluster_limits(k + u, n)[1]
+            k_, f_, u_, n_ = (part[c].to_numpy(float) for c in ("k", "f", "u", "n"))
+            low[g], high[g] = stats.cluster_limits(k_, n_)[0], stats.cluster_limits(k_ + u_, n_)[1]
+            full_low[g], full_high[g] = stats.cluster_limits(f_, n_)[0], stats.cluster_limits(f_ + u_, n_)[1]
+    if widened.any():
+        for col, lo, hi, rows in (("ci", low, high, widened), ("full_ci", full_low, full_high, widened & kind)):
+            out.loc[rows, f"{col}_low"] = np.fmin(out[f"{col}_low"].to_numpy(float), lo)[rows]
+            out.loc[rows, f"{col}_high"] = np.fmax(out[f"{col}_high"].to_numpy(float), hi)[rows]
+        flags = out.loc[widened, "ci_flag"].astype(str)
+        out.loc[widened, "ci_flag"] = [";".join(x for x in (f, stats.WIDENED_MISSING) if x) for f in flags]
     out.loc[bounded, "rate_bound_low"] = low[bounded]
     out.loc[bounded, "rate_bound_high"] = high[bounded]
     for c in ("rate", "ci_low", "ci_high", "full_rate", "full_ci_low", "full_ci_high"):
@@ -141,7 +162,7 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
         n = board[f"{s}_scored"].to_numpy(dtype=float, na_value=np.nan)
         rows = published & np.isfinite(rate) & np.isfinite(n)
         # the paper gives a rounded rate and n: k is the whole count nearest to rate x n
-        low, high = stats.wilson_arrays(np.round(rate[rows] / 100 * n[rows]), n[rows])
+        low, high = stats.clopper_pearson_arrays(np.round(rate[rows] / 100 * n[rows]), n[rows])
         board.loc[rows, f"{s}_ci_low_pct"] = 100 * low
         board.loc[rows, f"{s}_ci_high_pct"] = 100 * high
     if {f"{HARD}_ci_low_pct", f"{TOXIC}_ci_low_pct"} <= set(board.columns):
@@ -158,7 +179,7 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
 
 def _pct_estimate(board: pd.DataFrame, i, s: str) -> stats.Estimate:
     return stats.Estimate(board.at[i, f"{s}_rate_pct"] / 100, board.at[i, f"{s}_ci_low_pct"] / 100,
-                          board.at[i, f"{s}_ci_high_pct"] / 100, "wilson")
+                          board.at[i, f"{s}_ci_high_pct"] / 100, "clopper_pearson")
 
 
 def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:

@@ -45,7 +45,7 @@ class _Labels:
 
 def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, reference: Sequence[dict] = (),
             reference_fit=None, caption: str = "", without: Sequence[str] = ()) -> dict[str, Path]:
-    """Your models in colour with Wilson error bars (and their quadratic fit); PNG + PDF. A model
+    """Your models in colour with their rates' error bars (and their quadratic fit); PNG + PDF. A model
     with no point rate on a set (``x_bounds``/``y_bounds``) is a hatched bar over its bounds.
 
     x is the share of safe prompts refused, y of unsafe prompts refused: OR-Bench's Hard-1K and
@@ -138,7 +138,7 @@ def _axes_text(ax, xstest: bool, rho: float | None) -> None:
                                                                  if xstest else " (seemingly toxic)"), fontsize=11)
     ax.set_ylabel("Unsafe prompts refused (%): OR-Bench-Toxic" + (", XSTest unsafe" if xstest else ""),
                   fontsize=11)
-    title = "Over-refusal vs. safety (95% Wilson intervals)"
+    title = "Over-refusal vs. safety (95% Clopper-Pearson intervals)"
     if rho is not None:
         title += f"; Spearman rho = {rho:.3f}"
     ax.set_title(title, fontsize=11)
