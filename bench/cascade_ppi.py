@@ -199,7 +199,8 @@ def xstest(folder: Path, seed: int, shares) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--xstest", default="/work/shared/data/xstest-v2", help="the XSTest v2 folder")
+    ap.add_argument("--xstest", default=str(ROOT.parent / "shared/data/xstest-v2"),
+                    help="the XSTest v2 folder (default: ../shared/data/xstest-v2 beside the checkout)")
     ap.add_argument("--sets", type=int, default=1000, help="data sets per coverage cell (default 1000)")
     ap.add_argument("--share", type=float, default=cascade.CHECK_SHARE, help="the check share simulated")
     ap.add_argument("--seed", type=int, default=cascade.CHECK_SEED, help="the check sample's hash seed (XSTest)")

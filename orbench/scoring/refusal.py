@@ -460,12 +460,9 @@ def _any(patterns, flags=re.M) -> re.Pattern:
     return re.compile("|".join("(?:%s)" % p for p in patterns), flags)
 
 
-try:  # the regex parser, only to speed matching up (see _first_chars)
-    from re import _constants as _sre_c
-    from re import _parser as _sre_p
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _sre_c
-    import sre_parse as _sre_p
+# the regex parser, only to speed matching up (see _first_chars)
+from re import _constants as _sre_c  # noqa: E402 (beside its one use)
+from re import _parser as _sre_p  # noqa: E402 (beside its one use)
 
 
 def _first_chars(pattern: str):
