@@ -37,7 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--n_ctx", type=int, default=DEFAULT_N_CTX, help=f"context tokens per slot (default: {DEFAULT_N_CTX})")
     parser.add_argument("--n_parallel", type=int, default=DEFAULT_PARALLEL,
                         help=f"requests decoded together (default: {DEFAULT_PARALLEL})")
-    parser.add_argument("--n_threads", type=int, default=default_threads(), help="CPU threads (default: half the CPUs)")
+    parser.add_argument("--n_threads", type=int, default=default_threads(), help="CPU threads (default: the physical cores, as llama.cpp)")
     parser.add_argument("--api_key", help="key the clients must send (default: none)")
     return parser.parse_args(argv)
 

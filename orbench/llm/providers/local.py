@@ -47,8 +47,8 @@ closed connection stops a generation. How it behaves:
 - **Quiet and closed.** llama.cpp's log is off (``verbosity = 0``). The server listens on a
   random loopback port; a random API key, never shown, keeps other local processes out.
 - **Sizes.** ``n_ctx`` per slot is ``ORBENCH_LOCAL_N_CTX`` if set (at least 512), else 4096 (capped
-  at what the model was trained for); ``n_threads`` is ``ORBENCH_LOCAL_THREADS`` if set, else half
-  the usable CPUs (``default_threads``: all of them is much slower on a busy machine).
+  at what the model was trained for); ``n_threads`` is ``ORBENCH_LOCAL_THREADS`` if set, else the
+  usable physical cores, as llama.cpp itself defaults (``default_threads``).
   A prompt that does not fit in the context fails that row (``RowError``), not the run.
 
 ``finish_reason`` is llama.cpp's ``stop`` (end of turn or a stop string) or ``length`` (hit
@@ -173,17 +173,25 @@ def _env_int(name: str, default: int) -> int:
 
 
 def default_threads() -> int:
-    """Half the CPUs this process may use (at least 1).
+    """The physical cores among the CPUs this process may use (at least 1): llama.cpp's own default
+    (``cpu_get_num_math``: one thread per physical core, a core's second hardware thread adds
+    little to matrix work and its threads wait for each other at every step).
 
-    Measured on a shared 2-core machine with other jobs running: 1 thread gave ~73 tokens/s,
-    2 threads 3-9 tokens/s, because llama.cpp's threads wait for each other at every step and
-    suffer badly when a core is taken by another process.
+    On a machine shared with other busy processes fewer threads can be faster (a core taken by
+    another process stalls every step): set ``ORBENCH_LOCAL_THREADS`` there.
     """
     try:
-        cpus = len(os.sched_getaffinity(0))
+        cpus = sorted(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // 2)
+        return os.cpu_count() or 1
+    cores = set()
+    for cpu in cpus:
+        try:  # the hardware threads of one core share one list of siblings
+            siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+            cores.add(siblings.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
 
 
 def engine_params(path: Path, *, n_ctx: int, n_parallel: int, threads: int, api_key: str = ""):
