@@ -64,7 +64,7 @@ def set_prompt_keys(label: str) -> frozenset | None:
 
 
 def published() -> tuple[list[dict], list[float] | None]:
-    """The paper's 32 models (hard and toxic, Wilson intervals on the rounded rate and the set's
+    """The paper's 32 models (hard and toxic, Clopper-Pearson intervals on the rounded rate and the set's
     size, as the report gives them) and the quadratic fit over them (x and y in %)."""
     import pandas as pd
 

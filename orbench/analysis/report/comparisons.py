@@ -211,7 +211,7 @@ def comparison_html(extra: Extra) -> str:
     records = row_dicts(extra.comparison)
     whole = [_comparison_row(r) for r in records if r["category"] == cmp.ALL]
     per_category = [_comparison_row(r) for r in records if r["category"] != cmp.ALL]
-    head = ["set", "category", "A", "B", "verdicts", "prompts", "A %", "B %", "B &minus; A, points [95% CI]",
+    head = ["set", "category", "A", "B", "verdicts", "prompts", "A %", "B %", "B &minus; A, points [at the odds ratio's limits]",
             "A only", "B only", "odds ratio B:A [95% CI]", "p", "p (mid-p)", "p (Holm, set)", "p (Holm, run)", "test"]
     parts = ["<h2>Paired comparisons</h2>",
              "<h3>What differs between the runs of A and B</h3><p>From each input's meta file and its ancestors' "
