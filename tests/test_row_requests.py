@@ -102,6 +102,41 @@ def test_a_row_holds_one_place_however_many_of_its_requests_wait():
     assert asyncio.run(go()) == (1, 2, 2, 2)
 
 
+def test_two_requests_of_a_row_queueing_for_its_place_take_one_place_back():
+    """Two requests of one row end their waits while every place is taken: both queue for a place,
+    and when places free the row takes one back, not two (the other goes back to the run)."""
+
+    async def go():
+        places = asyncio.Semaphore(2)
+        await places.acquire()  # the row's place
+        place = RowPlace(places)
+        both_in, release = asyncio.Event(), asyncio.Event()
+        inside = 0
+
+        async def wait_out():
+            nonlocal inside
+            async with place.lent():
+                inside += 1
+                if inside == 2:
+                    both_in.set()
+                await release.wait()
+
+        requests = [asyncio.ensure_future(wait_out()) for _ in range(2)]
+        await both_in.wait()
+        await places.acquire()  # other rows take both places
+        await places.acquire()
+        release.set()
+        await asyncio.sleep(0)  # both requests now queue for a place
+        places.release()  # the other rows end
+        places.release()
+        await asyncio.gather(*requests)
+        while_held = await _free(places)
+        place.give_back()
+        return while_held, await _free(places)
+
+    assert asyncio.run(go()) == (1, 2)
+
+
 def test_an_ensemble_row_fails_with_its_moderators_error_the_others_cancelled(env, mock, script, tmp_path):
     mock.add(model="b", error="row", message="moderator b cannot read this row")
     mock.add(model="c", delay=3600, text="[[11. None of the above]]")  # cancelled, not awaited

@@ -384,3 +384,11 @@ def test_no_vllm_on_path(env, tmp_path):
     assert "error: cannot start the server: vllm serve org/model-a --host 127.0.0.1 --port " in res.stderr
     assert "No such file or directory (vllm is not on PATH: install vllm where this runs, e.g. pip install vllm)" \
         in res.stderr
+
+
+def test_a_server_on_every_interface_publishes_this_machine_s_name_not_loopback():
+    import socket
+
+    from orbench.run.serve_command import published
+    assert published("http://127.0.0.1:8123/v1", "0.0.0.0") == f"http://{socket.getfqdn()}:8123/v1"
+    assert published("http://127.0.0.1:8123/v1", "127.0.0.1") == "http://127.0.0.1:8123/v1"

@@ -90,6 +90,8 @@ class RowPlace:
         yield
         if not self.held:
             await self.places.acquire()
+            if self.held:  # another request of the row took it back while this one queued
+                self.places.release()
             self.held = True
 
 
@@ -365,7 +367,7 @@ class Client:
                 if never:
                     return apply_verdict(_unreachable(provider, slot, verdict))
                 self.rate_limits.past_patience += patient or wait.asked is not None
-                if wait.asked is not None:
+                if wait.asked is not None and wait.asked > self.patience:  # past all of --patience, not what is left
                     self._long_waits[pacer.name] = self._long_waits.get(pacer.name, 0) + 1
                     where = f"{provider.name} at {slot.base_url or 'its default address'}"
                     stop = retry.long_wait_stop(self._long_waits[pacer.name], wait.asked, where)

@@ -12,7 +12,7 @@ same for every outcome:
    Never sooner than asked (an HTTP date in the past asks for none).
 2. **It asked nothing:** back off with full jitter, a wait drawn from 0 to ``BACKOFF_FIRST``
    seconds, doubling each attempt up to ``BACKOFF_LONGEST`` (the openai and anthropic SDKs' own
-   defaults); a backoff that no longer fits in ``--patience`` gives up.
+   defaults); for a 429 or an overload, a backoff that no longer fits in ``--patience`` gives up.
 3. **How many times:** a 429 or an "overloaded" answer (the patient outcomes) goes on until
    ``--patience`` is spent; any other outcome worth asking again (5xx, 408, 409, a timeout, a
    dropped connection) spends one of ``--max_retries`` each time, and gives up once they are

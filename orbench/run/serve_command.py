@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -35,6 +36,15 @@ def build_parser():
     return parser
 
 
+def published(base_url: str, host: str) -> str:
+    """The address other machines reach: a server listening on every interface (0.0.0.0) is
+    checked on loopback, but its address names this machine (a stage on another node of a cluster
+    would otherwise send to its own loopback)."""
+    if host == "0.0.0.0":
+        return base_url.replace("://127.0.0.1:", f"://{socket.getfqdn()}:", 1)
+    return base_url
+
+
 def main(argv=None) -> int:
     """``orbench-serve MODEL``: see :func:`build_parser`."""
     @entry_point
@@ -50,9 +60,10 @@ def main(argv=None) -> int:
         with sigterm_as_interrupt():
             try:
                 server.start()
-                address_file.write_text(server.base_url + "\n", encoding="utf-8")
-                print(server.base_url, flush=True)
-                print(f"serving {spec} (log {server.log_path}); pass --base_url {server.base_url}; "
+                address = published(server.base_url, args.host)
+                address_file.write_text(address + "\n", encoding="utf-8")
+                print(address, flush=True)
+                print(f"serving {spec} (log {server.log_path}); pass --base_url {address}; "
                       f"Ctrl-C stops it", file=sys.stderr, flush=True)
                 while not stopped.wait(1.0):
                     if server.process is None or server.process.poll() is not None:
