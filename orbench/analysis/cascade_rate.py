@@ -47,50 +47,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from orbench.analysis import stats
+
 Z95 = 1.959963984540054
 
 
-def _binom_cdf(k: int, n: int, p: float) -> float:
-    """P(X <= k) for X ~ Binomial(n, p), summed in log space (exact to float rounding)."""
-    if p <= 0.0:
-        return 1.0
-    if p >= 1.0:
-        return 1.0 if k >= n else 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    lg = math.lgamma(n + 1)
-    terms = [lg - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq for i in range(k + 1)]
-    top = max(terms)
-    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
-
-
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact (Clopper-Pearson) two-sided interval for a share of ``k`` in ``n``: each limit the
-    share at which seeing ``k`` or fewer (more) has probability ``(1 - level) / 2``. ``n = 0``
-    gives ``(0, 1)``. Solved by bisection on the binomial distribution (no scipy needed)."""
+    """The exact (Clopper-Pearson) two-sided interval for a share of ``k`` in ``n``, the report's
+    own (:func:`orbench.analysis.stats.clopper_pearson_arrays`); ``n = 0`` (no row checked) gives
+    ``(0, 1)``, the worst case."""
     if n <= 0:
         return 0.0, 1.0
-    tail = (1.0 - level) / 2
-    if k <= 0:
-        low = 0.0
-    else:  # P(X >= k | low) = tail
-        low = _bisect(lambda p: 1.0 - _binom_cdf(k - 1, n, p) - tail)
-    if k >= n:
-        high = 1.0
-    else:  # P(X <= k | high) = tail
-        high = _bisect(lambda p: tail - _binom_cdf(k, n, p))
-    return low, high
-
-
-def _bisect(f) -> float:
-    """The root in (0, 1) of ``f``, increasing from negative to positive."""
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if f(mid) < 0:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    low, high = stats.clopper_pearson_arrays(k, n, alpha=1.0 - level)
+    return float(low), float(high)
 
 
 def ppi_mean(y, yhat, yhat_unlabeled, z: float = Z95) -> tuple[float, float, float]:
