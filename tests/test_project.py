@@ -150,3 +150,12 @@ def test_ci_runs_ruff_before_the_tests_and_every_noqa_says_why():
             if found and not re.match(r"\s*[-(–—:]\s*\S", found.group(2)):
                 bare.append(f"{path.relative_to(ROOT)}:{number}")
     assert bare == []
+
+
+def test_the_pacer_and_the_retry_rule_keep_their_lines_to_100_characters():
+    """Issue 52's budget for the two modules a contributor reads first (the rest of the package is
+    held to ruff's 140 by pyproject.toml; ruff has no per-file line length)."""
+    for name in ("ratelimit.py", "retry.py"):
+        lines = (ROOT / "orbench/llm" / name).read_text(encoding="utf-8").splitlines()
+        long = [i for i, line in enumerate(lines, 1) if len(line) > 100]
+        assert long == [], f"orbench/llm/{name}: lines over 100 characters: {long}"
