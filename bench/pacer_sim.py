@@ -134,7 +134,7 @@ class RealTime:
 
 
 def _real(budgets) -> list:
-    return [(unit, left, None if reset is None else reset * TIME_SCALE) for unit, left, reset in budgets]
+    return [b._replace(reset=None if b.reset is None else b.reset * TIME_SCALE) for b in budgets]
 
 
 class OrbenchGate:
@@ -340,7 +340,7 @@ class Run:
     def _pump(self) -> None:
         while self.queue:
             wait = self.gate.wait_time()
-            if wait > 0:
+            if wait > 1e-9:  # a real clock's resolution: a wait shorter than a tick does not wait
                 self.queue[0].full = True  # it waited for the gate: the gate is what holds the sending back
                 if wait < math.inf and self.sim.now + wait < self.pump_at:
                     self.pump_at = self.sim.now + wait

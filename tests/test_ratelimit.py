@@ -25,7 +25,7 @@ from orbench.llm.clients import Client, Request
 from orbench.llm.errors import FatalProviderError
 from orbench.llm.models import parse_model
 from orbench.llm.providers.transport import budgets, retry_after, seconds_until
-from orbench.llm.ratelimit import Pacer
+from orbench.llm.ratelimit import Budget, Pacer
 from orbench.stages import check_alignment
 
 ALIGN = "alignment_checker/check_alignment.py"
@@ -84,15 +84,18 @@ def test_budgets_from_every_header_family():
     openai = {"x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "499",
               "x-ratelimit-reset-requests": "120ms", "x-ratelimit-remaining-tokens": "1000",
               "x-ratelimit-reset-tokens": "6m0s", "retry-after": "1"}
-    assert budgets(openai) == [("requests", 499.0, 0.12), ("tokens", 1000.0, 360.0)]
+    assert budgets(openai) == [Budget("requests", 499.0, 0.12, 500.0), Budget("tokens", 1000.0, 360.0)]
     anthropic = {"anthropic-ratelimit-input-tokens-remaining": "40",
                  "anthropic-ratelimit-input-tokens-reset": "Thu, 01 Jan 2099 00:00:00 GMT",
                  "anthropic-ratelimit-requests-remaining": "3"}
-    [(unit, remaining, reset), requests] = budgets(anthropic)
-    assert (unit, remaining) == ("input-tokens", 40.0) and reset > 365 * 86400
-    assert requests == ("requests", 3.0, None)
-    assert budgets({"RateLimit": "limit=100, remaining=0, reset=5"}) == [("requests", 0.0, 5.0)]
-    assert budgets({"x-ratelimit-remaining-tokens-per-day": "9"}) == [("tokens", 9.0, None)]
+    [(unit, remaining, reset, limit), requests] = budgets(anthropic)
+    assert (unit, remaining, limit) == ("input-tokens", 40.0, None) and reset > 365 * 86400
+    assert requests == Budget("requests", 3.0, None)
+    assert budgets({"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "0",
+                    "anthropic-ratelimit-requests-reset": "Thu, 01 Jan 2099 00:00:00 GMT"})[0].limit == 50.0
+    # the IETF draft's reset is a fixed window's: its limit is not read as a refill rate
+    assert budgets({"RateLimit": "limit=100, remaining=0, reset=5"}) == [Budget("requests", 0.0, 5.0)]
+    assert budgets({"x-ratelimit-remaining-tokens-per-day": "9"}) == [Budget("tokens", 9.0, None)]
     assert budgets({"x-ratelimit-remaining-requests": "lots"}) == []
 
 
@@ -296,19 +299,48 @@ def test_a_zero_round_trip_is_safe(clock):
 
 
 def test_a_budget_the_headers_show_spent_holds_every_send_until_its_reset(clock):
+    """A budget whose size is not said comes back whole at its reset, counted from when its
+    request went (the server counts a request when it admits it)."""
     pacer = Pacer(clock=clock)
     first = pacer.take(COSTS)
     pacer.take(COSTS)  # sent after it: not in the count the reply reports
     clock.now += 0.1
-    pacer.admitted(first, [("requests", 1.0, 2.0)])  # 1 left: the one sent since takes it
-    assert pacer.wait_time() == pytest.approx(2.0)
-    clock.now += 2.0
+    pacer.admitted(first, [Budget("requests", 1.0, 2.0)])  # 1 left: the one sent since takes it
+    assert pacer.wait_time() == pytest.approx(1.9)
+    clock.now += 1.9
     assert pacer.wait_time() == pytest.approx(0.0)
     tokens = pacer.take(COSTS)
     clock.now += 0.1
-    pacer.admitted(tokens, [("tokens", 50.0, 6.0)])  # fewer tokens left than a request costs
-    assert pacer.wait_time() == pytest.approx(6.0)
+    pacer.admitted(tokens, [Budget("tokens", 50.0, 6.0)])  # fewer tokens left than a request costs
+    assert pacer.wait_time() == pytest.approx(5.9)
     assert pacer.describe()["holds"] == 2
+
+
+def test_a_budget_whose_size_is_said_refills_continuously_and_paces_the_sends(clock):
+    """OpenAI's and Anthropic's budgets are token buckets: 0 of 60 left, whole in 60 s, is one
+    request a second, not one wait of 60 s and then a burst."""
+    pacer = Pacer(clock=clock)
+    ticket = pacer.take(COSTS)
+    clock.now += 0.25
+    pacer.admitted(ticket, [Budget("requests", 0.0, 60.0, 60.0)])
+    assert pacer.wait_time() == pytest.approx(1.0)  # one request's refill, from the reply
+    clock.now += 1.0
+    pacer.take(COSTS)
+    assert pacer.wait_time() == pytest.approx(1.0)  # the next one's
+    clock.now += 10.0  # ten more refilled, none sent: they may go at once (as the window allows)
+    pacer.take(COSTS)
+    assert pacer.wait_time() == 0.0 and pacer.describe()["holds"] == 1
+
+
+def test_a_reset_that_stands_still_as_requests_go_is_a_fixed_window_back_whole(clock):
+    """Two replies naming the same reset moment while units went: a fixed window (a gateway's
+    count per minute), whose budget comes back whole at the reset, not a little at a time."""
+    pacer = Pacer(clock=clock)
+    first, second = pacer.take(COSTS), pacer.take(COSTS)
+    clock.now += 0.5
+    pacer.admitted(first, [Budget("requests", 1.0, 30.0, 100.0)])
+    pacer.admitted(second, [Budget("requests", 0.0, 30.0, 100.0)])  # sent with it: same moment
+    assert pacer.wait_time() == pytest.approx(29.5)
 
 
 def test_a_hold_longer_than_patience_is_not_held(clock):
@@ -317,9 +349,9 @@ def test_a_hold_longer_than_patience_is_not_held(clock):
     pacer = Pacer(clock=clock, longest_hold=30.0)
     ticket = pacer.take(COSTS)
     clock.now += 0.1
-    pacer.admitted(ticket, [("requests", 0.0, 1e8)])
+    pacer.admitted(ticket, [Budget("requests", 0.0, 1e8)])
     assert pacer.wait_time() == 0.0
-    pacer.admitted(pacer.take(COSTS), [("requests", 0.0, 30.0)])  # within it: held
+    pacer.admitted(pacer.take(COSTS), [Budget("requests", 0.0, 30.0)])  # within it: held
     assert pacer.wait_time() == pytest.approx(30.0)
 
 

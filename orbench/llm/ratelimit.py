@@ -28,14 +28,18 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
    a window of one, one request goes at a time, spaced further apart, but never more than
    ``--patience`` apart (429s that never stop would otherwise space the sends out for ever).
-5. **A budget spent holds every send**: while a reply's rate-limit headers (OpenAI's
-   ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's ``ratelimit``,
-   read by ``orbench.llm.providers.transport.budgets``) show a budget spent, counting what went
-   after that request, sending waits for the reset they name; and at a window of one or less, a
-   429 after a round trip in which nothing got in (a fixed window shut) holds sending for the
-   wait it asks (``Retry-After``). A request costs what providers count before generation: one
-   request, its prompt's estimated tokens and ``max_tokens``. A hold longer than ``--patience``
-   is not held: the requests go, and give up on the wait their 429s ask (``orbench.llm.retry``).
+5. **A budget spent holds every send**: the last reply's rate-limit headers for each budget
+   (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's
+   ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after
+   that request, say what is free; a request goes only when its cost is. A budget whose size
+   is said refills continuously, from what is left to whole in the reset named (OpenAI's and
+   Anthropic's are token buckets, by their docs), so an empty one lets requests go one at a
+   time as they refill; one whose size is not said, or whose reset moment stands still while
+   requests go (a fixed window), comes back whole at the reset. And at a window of one or
+   less, a 429 after a round trip in which nothing got in (a fixed window shut) holds sending
+   for the wait it asks (``Retry-After``). A request costs what providers count before
+   generation: one request, its prompt's estimated tokens and ``max_tokens``. A hold longer
+   than ``--patience`` is not held: the requests go, and give up on the wait their 429s ask.
 6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
 A request that is refused or fails leaves the flight at once and waits outside it. What is not a
@@ -58,6 +62,7 @@ import math
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 INITIAL_WINDOW = 4
 BETA = 0.7
@@ -88,11 +93,47 @@ def watching():
 
 
 def note_reply(budgets: list) -> None:
-    """Called by the transport with the budgets every reply's headers report, as ``(unit,
-    remaining, seconds until reset)``, the unit one of :func:`request_costs`'."""
+    """Called by the transport with the :class:`Budget` s every reply's headers report."""
     seen = _REPLIES.get()
     if seen is not None:
         seen.extend(budgets)
+
+
+class Budget(NamedTuple):
+    """One budget a reply's headers report: its unit (one of :func:`request_costs`'), what is
+    left, the seconds until it is whole again (None: not said) and its size (None: not said)."""
+
+    unit: str
+    remaining: float
+    reset: float | None
+    limit: float | None = None
+
+    def rate(self) -> float:
+        """Units a second it refills: a budget whose size is said refills continuously from
+        ``remaining`` to ``limit`` in ``reset`` (OpenAI's and Anthropic's are token buckets, by
+        their docs); 0 when the size is not said: it comes back whole at ``reset``."""
+        if self.limit is not None and self.limit > self.remaining and self.reset:
+            return (self.limit - self.remaining) / self.reset
+        return 0.0
+
+
+@dataclass
+class Seen:
+    """A budget as the last reply that reported it left it (rule 5): ``free`` units then, less
+    what went after that reply's request; ``sent``, the units the pacer had sent then."""
+
+    free: float
+    at: float
+    sent: float
+    rate: float
+    whole_at: float
+
+    def wait(self, now: float, sent: float, cost: float) -> float:
+        """Seconds until ``cost`` units are free, ``sent`` units having gone in all."""
+        free = self.free + self.rate * (now - self.at) - (sent - self.sent)
+        if free >= cost or now >= self.whole_at:
+            return 0.0
+        return (cost - free) / self.rate if self.rate else self.whole_at - now
 
 
 @dataclass
@@ -136,7 +177,9 @@ class Pacer:
     in_flight: int = 0
     next_send: float = 0.0  # rule 4
     next_rpm: float = 0.0  # rule 6
-    hold_until: float = 0.0  # rule 5
+    hold_until: float = 0.0  # rule 5: a fixed window shut
+    seen: dict = field(default_factory=dict)  # rule 5: unit -> Seen
+    costs: dict = field(default_factory=dict)  # what the last request cost: the next one's guess
     last_admitted: float = -math.inf
     units_sent: dict = field(default_factory=dict)
     counts: Counts = field(default_factory=Counts)
@@ -150,7 +193,14 @@ class Pacer:
         now = self.clock()
         if self.in_flight >= max(1.0, self.window):
             return math.inf
-        return max(0.0, self.next_send - now, self.next_rpm - now, self.hold_until - now)
+        return max(0.0, self.next_send - now, self.next_rpm - now, self.held(now))
+
+    def held(self, now: float) -> float:
+        """Seconds sending waits for a budget spent or a fixed window shut (rule 5); a wait longer
+        than ``--patience`` is not held."""
+        waits = [s.wait(now, self.units_sent.get(u, 0), self.costs.get(u, 0)) for u, s in self.seen.items()]
+        wait = max([0.0, self.hold_until - now, *waits])
+        return wait if wait <= self.longest_hold else 0.0
 
     def take(self, costs: dict, full: bool = False) -> Ticket:
         """Book a request costing ``costs`` as sent now (``full``: it found the window full)."""
@@ -160,6 +210,7 @@ class Pacer:
             self.next_send = max(now, self.next_send) + min(gap, self.longest_hold)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
+        self.costs = costs
         ticket = Ticket(now, costs, dict(self.units_sent), full)
         for unit, cost in costs.items():
             self.units_sent[unit] = self.units_sent.get(unit, 0) + cost
@@ -178,7 +229,7 @@ class Pacer:
                 full = full or wait == math.inf
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self.freed.wait(), None if wait == math.inf else wait)
-            self.counts.held += self.clock() - started if self.hold_until > started else 0.0
+            self.counts.held += self.clock() - started if self.held(started) > 0 else 0.0
             return self.take(costs, full)
 
     def released(self, ticket: Ticket, budgets_seen=()) -> None:
@@ -188,10 +239,18 @@ class Pacer:
         if self.loop is not None:
             self.freed.set()
             self.freed = asyncio.Event()
-        for unit, remaining, reset in budgets_seen or ():
-            sent_since = self.units_sent.get(unit, 0) - ticket.units_before.get(unit, 0)
-            if remaining - sent_since < ticket.costs.get(unit, 0) and reset is not None:
-                self._hold(reset)
+        for budget in budgets_seen or ():
+            if budget.reset is None:
+                continue
+            sent, rate = self.units_sent.get(budget.unit, 0), budget.rate()
+            cost = ticket.costs.get(budget.unit, 0)  # the reply's count has this one taken
+            free = budget.remaining - (sent - ticket.units_before.get(budget.unit, 0) - cost)
+            whole_at, last = ticket.sent_at + budget.reset, self.seen.get(budget.unit)
+            if rate and last and abs(whole_at - last.whole_at) < 0.5 / rate:
+                # a bucket's reset moves 1/rate later a unit taken, a fixed window's stands still
+                rate = 0.0
+            self.counts.holds += free < cost and not self.held(self.clock())
+            self.seen[budget.unit] = Seen(free, self.clock(), sent, rate, whole_at)
 
     def admitted(self, ticket: Ticket, budgets_seen=()) -> None:
         """An answer: the round trip is timed and the window may grow (rules 1 and 3)."""

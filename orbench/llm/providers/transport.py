@@ -139,23 +139,30 @@ def seconds_until(text: str, now_wall: float | None = None) -> float | None:
     return None
 
 
-def budgets(headers) -> list[tuple[str, float, float | None]]:
-    """``(unit, remaining, seconds until reset)`` of each budget a reply's headers report, the unit
-    one of ``orbench.llm.ratelimit.request_costs``' (a ``tokens-per-day`` budget counts ``tokens``)."""
+def budgets(headers) -> list[ratelimit.Budget]:
+    """The budgets a reply's headers report (:class:`orbench.llm.ratelimit.Budget`), the unit one
+    of ``orbench.llm.ratelimit.request_costs``' (a ``tokens-per-day`` budget counts ``tokens``).
+    The size (``limit``) is read from OpenAI's and Anthropic's headers only: theirs are token
+    buckets that refill continuously (both providers' rate-limit docs), where the IETF draft's
+    ``reset`` is a fixed window's."""
     fields: dict[str, dict] = {}
     for name, value in headers.items():
         name = name.lower()
         if name == "ratelimit":  # the IETF draft: "limit=100, remaining=50, reset=5"
             fields["requests"] = dict(p.strip().split("=", 1) for p in value.split(",") if "=" in p)
+            fields["requests"].pop("limit", None)
         parts = name.split("ratelimit-", 1)[1].split("-") if re.match(r"(x-|anthropic-)?ratelimit-", name) else []
-        for key in {"remaining", "reset"}.intersection(parts):
+        keys = {"remaining", "reset", "limit"} if name.startswith(("x-", "anthropic-")) else {"remaining", "reset"}
+        for key in keys.intersection(parts):
             fields.setdefault("-".join(p for p in parts if p != key), {})[key] = value
     found = []
     for kind, values in fields.items():
         unit = ("input-tokens" if "input" in kind else "output-tokens" if "output" in kind
                 else "tokens" if "token" in kind else "requests")
         with contextlib.suppress(KeyError, ValueError):
-            found.append((unit, float(values["remaining"]), seconds_until(values.get("reset", ""))))
+            limit = float(values["limit"]) if "limit" in values else None
+            found.append(ratelimit.Budget(unit, float(values["remaining"]),
+                                          seconds_until(values.get("reset", "")), limit))
     return found
 
 
