@@ -204,7 +204,7 @@ def _cut_at_ten(pacer: Pacer, clock: Clock, rtt: float) -> None:
     pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: to 7
 
 
-def test_after_a_cut_the_window_grows_one_request_per_20_answers_below_20(clock):
+def test_after_a_cut_the_window_waits_a_round_trip_and_tests_only_a_full_window(clock):
     pacer = Pacer(clock=clock)
     _cut_at_ten(pacer, clock, rtt=0.1)
     assert pacer.window == pytest.approx(7.0)
@@ -212,24 +212,27 @@ def test_after_a_cut_the_window_grows_one_request_per_20_answers_below_20(clock)
         answered(pacer, clock, rtt=0.03)  # sent within a round trip of the cut: no growth
     assert pacer.window == pytest.approx(7.0)
     clock.now += 0.1
-    for _ in range(20):
-        answered(pacer, clock, rtt=0.1)
-    assert pacer.window == pytest.approx(8.0)  # 20 answers of a full window: one request
-    answered(pacer, clock, rtt=0.1, full=False)  # the window was not full: not tested
-    assert pacer.window == pytest.approx(8.0)
-
-
-def test_from_20_requests_the_window_grows_one_request_a_round_trip(clock):
-    pacer = Pacer(clock=clock, ceiling=64)
-    for _ in range(36):
-        answered(pacer, clock, rtt=0.1)  # a window of 40
-    pacer.refused(pacer.take(COSTS), wait=0.1)  # to 28
-    clock.now += 0.2
     answered(pacer, clock, rtt=0.1)
-    assert pacer.window == pytest.approx(28 + 1 / 28)
-    while pacer.window < 29:  # about a window's worth of answers: one round trip
+    assert pacer.window == pytest.approx(7 + 1 / 140)  # 1 / (20 x 7)
+    answered(pacer, clock, rtt=0.1, full=False)  # the window was not full: not tested
+    assert pacer.window == pytest.approx(7 + 1 / 140)
+
+
+@pytest.mark.parametrize("start, answers", [(7, 150), (28, 570)])
+def test_the_window_gains_one_request_per_20_round_trips_at_any_size(clock, start, answers):
+    """Additive in round trips: from 7, twenty round trips of 7-8 answers (about 150); from 28,
+    twenty of 28-29 (about 570). Worked by hand: each answer adds 1 / (20 w), so w^2 grows by
+    1/10 an answer, and 7^2 -> 8^2 takes 150 answers, 28^2 -> 29^2 570."""
+    pacer = Pacer(clock=clock, ceiling=64)
+    for _ in range(start - 4 + 4 * (start > 10)):  # slow start: 4 + 1 an answer
         answered(pacer, clock, rtt=0.1)
-    assert pacer.counts.admitted - 37 == 28
+    pacer.refused(pacer.take(COSTS), wait=0.1)
+    pacer.window = float(start)  # the window the cut left, set as a user's --concurrency would
+    clock.now += 0.2
+    before = pacer.counts.admitted
+    while pacer.window < start + 1:
+        answered(pacer, clock, rtt=0.1)
+    assert abs(pacer.counts.admitted - before - answers) <= 2
 
 
 def test_the_window_moves_the_same_at_any_round_trip(clock):

@@ -16,14 +16,18 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    at the end of the slow start, RFC 9438 4.6). On a shared limit the 429s fall on each client
    in proportion to what it sends, so each loses the same share: a multiplicative decrease, the
    half of AIMD that brings clients to equal shares (Chiu and Jain 1989).
-3. **Recovery is additive** (Chiu and Jain's AIMD, TCP's congestion avoidance, RFC 5681 3.1):
-   each answer of a full window, sent at least a round trip after the last cut, adds
-   ``1 / max(window, PROBE)``: one request a round trip, and below ``PROBE`` requests one
-   request per ``PROBE`` answers. It counts answers, not seconds: the same at any round trip
-   (CUBIC's growth in seconds, RFC 9438, probes past a limit within a few round trips of a
-   second). A step past a limit costs about two 429s before its cut takes hold (its own, and one
-   sent in the round trip before the cut is heard); one step per ``PROBE`` = 20 answers keeps
-   that to one 429 per ten answers, issue 52's bound for a limit.
+3. **Recovery is additive in round trips** (Chiu and Jain's AIMD; TCP's congestion avoidance,
+   RFC 5681 3.1, with a smaller step): each answer of a full window, sent at least a round trip
+   after the last cut, adds ``1 / (PROBE x window)`` (a window below one counts as one), so the
+   window gains one request per ``PROBE`` round trips whatever its size. Clients that share a
+   limit and share its round trip then grow by the same amount a second whatever their shares,
+   and each 429 costs each the same share (rule 2): the condition under which AIMD brings them
+   to equal shares. (One request per ``PROBE`` answers, as before, grew each client in
+   proportion to its share: a multiplicative increase, under which unequal shares stay unequal.)
+   A step past a limit costs about two 429s before its cut takes hold (its own, and one sent in
+   the round trip before the cut is heard); a step per ``PROBE`` = 20 round trips, at least 20
+   answers, keeps that to one 429 per ten answers, issue 52's bound for a limit. It counts
+   answers, not seconds: the same at any round trip.
 4. **Requests go out spread over the round trip** once a 429 came: ``srtt / (PACING x window)``
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
    a window of one, one request goes at a time, spaced further apart, but never more than
@@ -49,7 +53,7 @@ frees its place in the window. One ``Retry-After`` on a 429 sets how long that r
 (``orbench.llm.retry``), and holds every send only under rule 5.
 
 The tunables: ``INITIAL_WINDOW`` 4, RFC 5681's largest initial window (3.1); ``BETA`` 0.7, RFC
-9438's deepest cut (and the AWS SDKs'); ``PROBE`` 20 answers a step below a window of 20 (rule 3);
+9438's deepest cut (and the AWS SDKs'); ``PROBE`` 20 round trips a step (rule 3);
 ``PACING`` 1.25, RFC 9002's ``N`` (7.7), so pacing never holds the window below itself;
 ``RTT_GAIN`` 1/8, the smoothed round trip's gain of RFC 6298 (2).
 """
@@ -261,7 +265,7 @@ class Pacer:
         self.counts.admitted += 1
         if not ticket.full or ticket.sent_at < self.epoch + self.srtt:
             return  # the window was not tested, or this was sent before the cut told
-        growth = 1.0 if self.slow_start else 1 / max(self.window, PROBE)
+        growth = 1.0 if self.slow_start else 1 / (PROBE * max(self.window, 1.0))
         self.window = min(self.ceiling, self.window + growth)
 
     def refused(self, ticket: Ticket, wait: float | None = None, budgets_seen=()) -> None:
