@@ -161,22 +161,38 @@ def test_a_cut_takes_one_request_per_429_since_the_last_cut_and_at_most_0_3(cloc
     pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: 0.7, to 11.2
     assert pacer.window == pytest.approx(11.2)
     clock.now += 0.2
-    pacer.refused(old, wait=0.1)  # sent before that cut: its congestion, not counted
+    pacer.refused(old, wait=0.1)  # in flight at that cut, which did not count it: one off at once
+    assert pacer.window == pytest.approx(10.2) and pacer.describe()["cuts"] == 1
     pacer.refused(pacer.take(COSTS), wait=0.1)  # one 429 since the cut: one request off
-    assert pacer.window == pytest.approx(10.2)
+    assert pacer.window == pytest.approx(9.2)
     clock.now += 0.05
     for ticket in [pacer.take(COSTS) for _ in range(2)]:
         pacer.refused(ticket, wait=0.1)  # within a round trip of the cut: counted, no cut
-    assert pacer.window == pytest.approx(10.2)
+    assert pacer.window == pytest.approx(9.2)
     clock.now += 0.1
-    pacer.refused(pacer.take(COSTS), wait=0.1)  # the third since the cut: three off
-    assert pacer.window == pytest.approx(7.2) and pacer.describe()["cuts"] == 3
-    clock.now += 0.05
-    for ticket in [pacer.take(COSTS) for _ in range(6)]:
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # the third since the cut: three off would be
+    assert pacer.window == pytest.approx(9.2 * 0.7) and pacer.describe()["cuts"] == 3  # < 0.7
+    clock.now += 0.15
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # one since the cut: one off
+    assert pacer.window == pytest.approx(9.2 * 0.7 - 1)
+
+
+def test_429s_of_requests_in_flight_at_a_cut_take_one_each_off_not_below_one(clock):
+    """The slow start's last round trip overshot: each of its requests refused after the cut
+    comes off at once (the window falls to what the limit let through), never below one."""
+    pacer = Pacer(clock=clock, ceiling=64)
+    for _ in range(28):
+        answered(pacer, clock, rtt=0.1)  # a window of 32
+    flight = [pacer.take(COSTS) for _ in range(32)]
+    clock.now += 0.1
+    pacer.refused(flight[0], wait=0.1)  # the slow start's end: to 22.4
+    assert pacer.window == pytest.approx(22.4)
+    for ticket in flight[1:21]:
         pacer.refused(ticket, wait=0.1)
-    clock.now += 0.1
-    pacer.refused(pacer.take(COSTS), wait=0.1)  # seven in all: no deeper than 0.7
-    assert pacer.window == pytest.approx(7.2 * 0.7)
+    assert pacer.window == pytest.approx(2.4) and pacer.describe()["cuts"] == 1
+    for ticket in flight[21:]:
+        pacer.refused(ticket, wait=0.1)
+    assert pacer.window == 1.0
 
 
 def test_429s_at_a_share_that_does_not_fall_keep_cutting_every_round_trip(clock):

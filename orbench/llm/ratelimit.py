@@ -13,9 +13,13 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    that stops takes a shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914).
    The cut takes one request off the window for each 429 of a request sent since the last cut
    (each is a request the limit had no room for), and at most ``1 - BETA`` of it (to ``BETA``
-   at the end of the slow start, RFC 9438 4.6). On a shared limit the 429s fall on each client
-   in proportion to what it sends, so each loses the same share: a multiplicative decrease, the
-   half of AIMD that brings clients to equal shares (Chiu and Jain 1989).
+   at the end of the slow start, RFC 9438 4.6). A 429 of a request sent before the last cut (in
+   flight when the cut came: the slow start's last doubling, a limit that halved) takes one
+   request off at once, not below one: the cut did not count it, and a window that overshot by
+   twice the limit would otherwise take a round trip of 429s for every 30 % it comes down. On
+   a shared limit the 429s fall on each client in proportion to what it sends, so each loses
+   the same share: a multiplicative decrease, the half of AIMD that brings clients to equal
+   shares (Chiu and Jain 1989).
 3. **Recovery is additive in round trips** (Chiu and Jain's AIMD; TCP's congestion avoidance,
    RFC 5681 3.1, with a smaller step): each answer of a full window, sent at least a round trip
    after the last cut, adds ``1 / (PROBE x window)`` (a window below one counts as one), so the
@@ -278,6 +282,8 @@ class Pacer:
         if self.window <= 1 and wait and now - self.last_admitted >= span:
             self._hold(wait)  # a fixed window shut: nothing got in for a round trip
         if ticket.sent_at < self.epoch + span:
+            if ticket.sent_at < self.epoch:  # in flight at the cut: one more the limit had no room for
+                self.window = max(1.0, self.window - 1)
             return  # the congestion the last cut answered, or met before it told
         kept = 1 - self.refused_since_cut / self.window if self.window > 0 else 0.0
         beta = BETA if self.slow_start else max(BETA, kept)
