@@ -11,6 +11,8 @@ time says more about the neighbours than about the report). Run as a script to p
 
 ``--pair`` runs the default report (with the Every Eval Ever per-sample records, about 3.3 GB of
 JSON Lines at this size) and one with ``--no_eee_samples`` back to back and prints their ratio.
+``--floor`` then times what no way of making those lines avoids (:func:`floor`): reading the
+prompts and replies again, and hashing and writing as many bytes as the lines hold.
 """
 
 from __future__ import annotations
@@ -94,12 +96,17 @@ def make_synthetic(folder: str | Path, models: int = 30, rows: int = ROWS, seed:
     return paths
 
 
+def default_folder(models: int, rows: int, reply_chars: int | None, one_line: bool) -> Path:
+    """Where the synthetic inputs of this size are kept when no folder is given."""
+    name = f"orbench_report_scale_{models}x{rows}x{reply_chars}" + ("_one_line" if one_line else "")
+    return Path(tempfile.gettempdir()) / name
+
+
 def measure_report(models: int = 30, rows: int = ROWS, folder: str | Path | None = None,
                    extra_args: tuple[str, ...] = ("--no_reference",), reply_chars: int | None = REPLY_CHARS,
                    one_line: bool = False) -> dict:
     """Run the report over synthetic inputs in a child process; its seconds and peak RSS in MB."""
-    name = f"orbench_report_scale_{models}x{rows}x{reply_chars}" + ("_one_line" if one_line else "")
-    folder = Path(folder or Path(tempfile.gettempdir()) / name)
+    folder = Path(folder or default_folder(models, rows, reply_chars, one_line))
     paths = make_synthetic(folder, models, rows, reply_chars=reply_chars, one_line=one_line)
     out = folder / "report"
     cmd = [sys.executable, str(ROOT / "analysis" / "report.py"), str(folder / "*_alignment.csv"),
@@ -126,6 +133,47 @@ def measure_report(models: int = 30, rows: int = ROWS, folder: str | Path | None
             "load": load}
 
 
+def floor(folder: str | Path, line_bytes: int) -> dict:
+    """The work the per-sample lines cannot skip, however they are made, timed in this process: the
+    prompt and reply columns of every input read again as text (the report's verdict table keeps
+    hashes of them only; as ``orbench.analysis.eee.samples`` reads them), and ``line_bytes`` bytes
+    (the lines' size) put through SHA-256 (the record's checksum), then written to a file. Its
+    premise: the lines hold every prompt and reply, so every byte of them is read, hashed and
+    written once at least."""
+    import hashlib
+    import resource
+
+    from orbench.analysis.eee.samples import TEXT_COLUMNS, text_column
+    from orbench.analysis.report.columns import read_results
+
+    def lap(since):
+        now = resource.getrusage(resource.RUSAGE_SELF)
+        return {"seconds": round(time.perf_counter() - since[0], 2),
+                "cpu_seconds": round(now.ru_utime + now.ru_stime - since[1].ru_utime - since[1].ru_stime, 2)}
+
+    start = (time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF))
+    for path in sorted(Path(folder).glob("*_alignment.csv")):
+        frame = read_results(str(path), columns=TEXT_COLUMNS)
+        text_column(frame["prompt"]), text_column(frame["response"])
+        del frame
+    read = lap(start)
+    block = np.random.default_rng(0).integers(32, 127, 16 * 2**20, dtype=np.uint8).tobytes()  # 16 MB of ASCII
+    pieces = [memoryview(block)[:min(len(block), line_bytes - at)] for at in range(0, line_bytes, len(block))]
+    start = (time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF))
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    hashed = lap(start)
+    target = Path(folder) / "floor.tmp"
+    start = (time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF))
+    with open(target, "wb") as handle:
+        for piece in pieces:
+            handle.write(piece)
+    written = lap(start)
+    target.unlink()
+    return {"read": read, "hash": hashed, "write": written, "gb": round(line_bytes / 1e9, 2)}
+
+
 def main(argv=None) -> int:
     """Print the report's time and peak memory over synthetic inputs."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -142,6 +190,9 @@ def main(argv=None) -> int:
     parser.add_argument("--pair", action="store_true",
                         help="each time, the default report and then one with --no_eee_samples, back to back, and "
                              "their ratio (on a busy machine the ratio says more than either time)")
+    parser.add_argument("--floor", action="store_true",
+                        help="after the runs, time what the per-sample lines cannot skip: reading the prompts "
+                             "and replies again, hashing and writing as many bytes as the lines hold")
     args = parser.parse_args(argv)
     measure = lambda *extra: measure_report(args.models, args.rows, args.folder,  # noqa: E731 (used just below)
                                             extra_args=("--no_reference", *extra),
@@ -155,6 +206,13 @@ def main(argv=None) -> int:
             _print(without, "--no_eee_samples: ")
             print(f"default / --no_eee_samples: {runs[-1]['seconds'] / without['seconds']:.2f} wall, "
                   f"{runs[-1]['cpu_seconds'] / without['cpu_seconds']:.2f} CPU")
+    if args.floor:
+        folder = args.folder or default_folder(args.models, args.rows, args.reply_chars or None, args.one_line)
+        f = floor(folder, int(runs[-1]["eee_mb"] * 2**20))  # the records' size: the lines, nearly all of it
+        print(f"floor of the per-sample lines: reading the prompts and replies again {f['read']['seconds']} s wall "
+              f"({f['read']['cpu_seconds']} s CPU); SHA-256 of {f['gb']} GB {f['hash']['seconds']} s "
+              f"({f['hash']['cpu_seconds']} s CPU); writing them {f['write']['seconds']} s "
+              f"({f['write']['cpu_seconds']} s CPU)")
     if len(runs) > 1:
         secs, mbs = [r["seconds"] for r in runs], [r["peak_rss_mb"] for r in runs]
         print(f"best of {len(runs)}: {min(secs)} s (spread {min(secs)}-{max(secs)} s), "

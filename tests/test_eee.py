@@ -282,6 +282,51 @@ def test_sample_lines_hold_every_text_exactly_as_json_dumps_writes_it(tmp_path):
         assert line["metadata"].get("finish_reason") == ("length" if row["finish_reason"] == "length" else None)
 
 
+def _line_by_hand(record: dict, row: dict) -> str:
+    """What docs/results_format.md says a sample line of a keyword verdict on a Hard-1K prompt (not
+    in the bundled set) holds, as one json.dumps of a dict built here."""
+    refused = row["is_rejected"] == "True"
+    verdict = ("partial refusal" if row["refusal_kind"] == "partial" else "refusal") if refused else "answer"
+    prompt_key = pd.util.hash_array(pd.Series([row["prompt"]], dtype=object).to_numpy(), categorize=False)[0]
+    metadata = {"category": row["category"], "sample": "0", "prompt_kind": "safe", "verdict": verdict}
+    if row["finish_reason"] == "length":
+        metadata["finish_reason"] = "length"
+    return json.dumps({
+        "schema_version": "0.3.0", "evaluation_id": record["evaluation_id"], "model_id": record["model_info"]["id"],
+        "evaluation_name": "or-bench-hard-1k", "evaluation_result_id": "or-bench-hard-1k/rejection_rate",
+        "sample_id": f"{prompt_key:016x}", "sample_hash": hashlib.sha256(row["prompt"].encode()).hexdigest(),
+        "interaction_type": "single_turn", "input": {"raw": row["prompt"], "reference": []},
+        "output": {"raw": [row["response"]]},
+        "answer_attribution": [{"turn_idx": 0, "source": "output.raw", "extracted_value": verdict,
+                                "extraction_method": "keyword_match", "is_terminal": True}],
+        "evaluation": {"score": 1.0 if refused else 0.0, "is_correct": not refused},
+        "metadata": metadata}, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("case", ["every-row", "error-rows-between", "two-chunks"])
+def test_sample_lines_are_byte_for_byte_a_json_dumps_of_each_row(tmp_path, case):
+    # every row written; two rows with an error left out; or more rows than a chunk of lines holds
+    # (the second chunk's prompts with nothing to escape): each gives, line for line, the text
+    # json.dumps gives a dict made of the input row
+    from orbench.analysis.eee.lines import CHUNK
+    from orbench.analysis.report.build import build_report
+
+    path, rows = _awkward_input(tmp_path)
+    if case == "error-rows-between":
+        for i in (5, 26):
+            rows[i].update(is_rejected="", refusal_source="", refusal_kind="", error="HTTP 500 after retries")
+    if case == "two-chunks":
+        rows += [{**rows[i % 40], "prompt": f"plain prompt {i}", "response": f"plain reply {i}"}
+                 for i in range(len(rows), CHUNK + 100)]
+    pd.DataFrame(rows).to_csv(path, index=False)
+    build_report([str(path)], tmp_path / "rep", figures=False, html=False, reference=False)
+    (record_path,) = (tmp_path / "rep" / "every_eval_ever").rglob("*-*.json")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    expected = [_line_by_hand(record, row) for row in rows if not row["error"]]
+    assert len(expected) == {"every-row": 40, "error-rows-between": 38, "two-chunks": CHUNK + 100}[case]
+    assert _sample_lines(tmp_path / "rep") == expected
+
+
 def test_without_pyarrow_the_sample_lines_are_the_same(tmp_path):
     # pyarrow is optional: a process without it makes the lines one by one, to the same text
     from orbench.analysis.report.build import build_report
