@@ -188,6 +188,7 @@ class Pacer:
     hold_until: float = 0.0  # rule 5: a fixed window shut
     seen: dict = field(default_factory=dict)  # rule 5: unit -> Seen
     costs: dict = field(default_factory=dict)  # what the last request cost: the next one's guess
+    holding: bool = False  # sending waits for a hold (rule 5): counts.holds counts when one begins
     last_admitted: float = -math.inf
     units_sent: dict = field(default_factory=dict)
     counts: Counts = field(default_factory=Counts)
@@ -201,7 +202,10 @@ class Pacer:
         now = self.clock()
         if self.in_flight >= max(1.0, self.window):
             return math.inf
-        return max(0.0, self.next_send - now, self.next_rpm - now, self.held(now))
+        held = self.held(now)
+        self.counts.holds += held > 0 and not self.holding  # a hold begins
+        self.holding = held > 0
+        return max(0.0, self.next_send - now, self.next_rpm - now, held)
 
     def held(self, now: float) -> float:
         """Seconds sending waits for a budget spent or a fixed window shut (rule 5); a wait longer
@@ -257,7 +261,6 @@ class Pacer:
             if rate and last and abs(whole_at - last.whole_at) < 0.5 / rate:
                 # a bucket's reset moves 1/rate later a unit taken, a fixed window's stands still
                 rate = 0.0
-            self.counts.holds += free < cost and not self.held(self.clock())
             self.seen[budget.unit] = Seen(free, self.clock(), sent, rate, whole_at)
 
     def admitted(self, ticket: Ticket, budgets_seen=()) -> None:
@@ -294,9 +297,7 @@ class Pacer:
     def _hold(self, seconds: float) -> None:
         if seconds > self.longest_hold:  # the requests go, and give up on the wait their 429 asks
             return
-        until = self.clock() + seconds
-        self.counts.holds += until > self.hold_until
-        self.hold_until = max(self.hold_until, until)
+        self.hold_until = max(self.hold_until, self.clock() + seconds)
 
     def describe(self) -> dict:
         """What the meta file records: what the pacer followed and why, and its counts."""
