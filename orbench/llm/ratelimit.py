@@ -210,8 +210,9 @@ class Pacer:
     def held(self, now: float) -> float:
         """Seconds sending waits for a budget spent or a fixed window shut (rule 5); a wait longer
         than ``--patience`` is not held."""
-        waits = [s.wait(now, self.units_sent.get(u, 0), self.costs.get(u, 0)) for u, s in self.seen.items()]
-        wait = max([0.0, self.hold_until - now, *waits])
+        wait = max(0.0, self.hold_until - now)
+        for unit, seen in self.seen.items():
+            wait = max(wait, seen.wait(now, self.units_sent.get(unit, 0), self.costs.get(unit, 0)))
         return wait if wait <= self.longest_hold else 0.0
 
     def take(self, costs: dict, full: bool = False) -> Ticket:
@@ -285,7 +286,7 @@ class Pacer:
         if self.window <= 1 and wait and now - self.last_admitted >= span:
             self._hold(wait)  # a fixed window shut: nothing got in for a round trip
         if ticket.sent_at < self.epoch + span:
-            if ticket.sent_at < self.epoch:  # in flight at the cut: one more the limit had no room for
+            if ticket.sent_at < self.epoch:  # in flight at the cut: the limit had no room for it
                 self.window = max(1.0, self.window - 1)
             return  # the congestion the last cut answered, or met before it told
         kept = 1 - self.refused_since_cut / self.window if self.window > 0 else 0.0
