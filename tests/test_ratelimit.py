@@ -491,6 +491,18 @@ def test_a_limit_with_random_429s_on_top_finishes_every_row(script, env, limited
     assert paced["following"] == "429s" and paced["cuts"] >= 1
 
 
+def test_openai_headers_that_say_a_budget_spent_hold_the_sends_through_the_real_sdk(
+        script, env, limited, tmp_path):
+    """A bucket of 8 requests a half second with OpenAI's headers (limit, remaining, reset): the
+    real SDK's replies carry them to the pacer, which holds sends while the budget is spent
+    (holds counted in the meta file) and answers every row."""
+    server = limited(rpm=8, window=0.5, style="openai", latency=0.01)
+    prompts = _input(tmp_path, 40)
+    proc = _run(script, env, "openai/gpt-test", "--concurrency", "16", "--max_retries", "0")
+    meta, paced = _finished(proc, tmp_path, prompts)
+    assert server.ok == 40 and paced["holds"] >= 1 and paced["seconds_held"] > 0
+
+
 def test_two_clients_sharing_one_limit_both_finish_every_request(env, limited):
     """Two clients (two runs' pacers) on one key of 10 requests a quarter second: each gets all
     its answers; the server's 429s are the two pacers' together, none lost or made an error."""
