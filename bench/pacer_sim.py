@@ -553,9 +553,11 @@ def table(found: list[Case], rows: int, seeds: int, controllers: list[str]) -> t
     head = " | ".join(f"{c}: share 429/ok last/first err" for c in controllers)
     print(f"| case | {head} | goals |")
     print("|---" * (len(controllers) + 2) + "|")
-    met = 0
+    met, limit_shares = 0, []
     for case in found:
         figures = {c: summarise(case, rows, seeds, c) for c in controllers}
+        if case.kind == "limit" and "orbench" in figures:
+            limit_shares.append(figures["orbench"]["ratio"])
         missed = goals(case, figures["orbench"], figures.get("inspect")) if "orbench" in figures else []
         met += not missed
         cells = " | ".join(
@@ -563,6 +565,9 @@ def table(found: list[Case], rows: int, seeds: int, controllers: list[str]) -> t
             f"{f['spread']:.2f} {f['errors']}" if case.runs > 1 else
             f"{f['ratio']:.2f} {f['per_success']:.3f} - {f['errors']}" for f in figures.values())
         print(f"| {case.name} | {cells} | {'ok' if not missed else ', '.join(missed)} |", flush=True)
+    if limit_shares:
+        print(f"\nmedian share of the {len(limit_shares)} single limits with no random 429s: "
+              f"{statistics.median(limit_shares):.2f} (goal 0.90)")
     return met, len(found)
 
 
