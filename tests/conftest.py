@@ -40,6 +40,17 @@ from orbench.llm.providers import mock as mock_provider  # noqa: E402 (tests/ is
 
 mock_provider.install()  # ``mock/<name>`` models resolve in every test (and in-process script runs)
 
+# The local model's threads (llama.cpp) in this process and every process it starts: each xdist worker
+# gets its share of the physical cores. llama.cpp's threads wait for each other at every step, so a
+# thread on a core the other worker is busy on stalls all of them (orbench.llm.providers.local.
+# default_threads); with the default (every core) on both workers of ``-n 2`` the local-model tests
+# took 3-4x longer. Set ORBENCH_LOCAL_THREADS to choose otherwise.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    from orbench.llm.providers.local import default_threads  # noqa: E402 (beside the set-up above)
+
+    os.environ.setdefault("ORBENCH_LOCAL_THREADS",
+                          str(max(1, default_threads() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
 # Hypothesis (tests/test_properties.py): a few examples by default, so the suite stays fast; the
 # ``slow`` profile (pytest --hypothesis-profile=slow) runs many more. No deadline: the machine is shared.
 from hypothesis import HealthCheck, settings  # noqa: E402 (beside the set-up above)
