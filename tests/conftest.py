@@ -12,6 +12,7 @@ import io
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,13 @@ from pathlib import Path
 # where Python puts them (``__pycache__``, ignored by git).
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# Ctrl-C as in a terminal, for this process and (at exec, a handler becomes the default action) every
+# process it starts: a shell without job control starts a background job with SIGINT ignored, which
+# is inherited, and the tests that interrupt a run with SIGINT then saw it ignored (test_stage's kill
+# and resume, test_serve's interrupts).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pandas as pd  # noqa: E402 (after the bytecode setting just above)
 import pytest  # noqa: E402 (after the bytecode setting just above)
