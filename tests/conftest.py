@@ -329,7 +329,8 @@ def pytest_collection_finish(session):
 # test). Marked here, where the slowness comes from, not on each test: a module that is one kind as a
 # whole, a fixture that brings one, or a test that runs a script as a real process (``run_script``, or
 # ``subprocess`` with ``sys.executable`` or ``bash``) in its body, in a fixture of its module, or in a
-# function it calls from its module or imports from the project's own test and bench code.
+# function it calls from its module or imports from the project's own test and bench code. A process
+# the product starts for a test (``--serve``'s server) comes from its fixture (``standin``).
 SLOW_MODULES = {
     "test_local.py": "the local model (llama.cpp in process)",
     "test_llama_server.py": "llama.cpp's server in a process",
@@ -342,6 +343,7 @@ SLOW_MODULES = {
 SLOW_FIXTURES = {
     "limited": "a rate-limited server, in real time",
     "browser": "Chromium",
+    "standin": "a stand-in vLLM server in a process (tests/test_serve.py), started by the stage",
 }
 PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}  # subprocess.<these> start a process
 
