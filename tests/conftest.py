@@ -12,6 +12,7 @@ import io
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,13 @@ from pathlib import Path
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# Ctrl-C as in a terminal, for this process and (at exec, a handler becomes the default action) every
+# process it starts: a shell without job control starts a background job with SIGINT ignored, which
+# is inherited, and the tests that interrupt a run with SIGINT then saw it ignored (test_stage's kill
+# and resume, test_serve's interrupts).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 import pandas as pd  # noqa: E402 (after the bytecode setting just above)
 import pytest  # noqa: E402 (after the bytecode setting just above)
 
@@ -39,6 +47,17 @@ from fake_provider import FakeProvider  # noqa: E402 (tests/ is put on sys.path 
 from orbench.llm.providers import mock as mock_provider  # noqa: E402 (tests/ is put on sys.path just above)
 
 mock_provider.install()  # ``mock/<name>`` models resolve in every test (and in-process script runs)
+
+# The local model's threads (llama.cpp) in this process and every process it starts: each xdist worker
+# gets its share of the physical cores. llama.cpp's threads wait for each other at every step, so a
+# thread on a core the other worker is busy on stalls all of them (orbench.llm.providers.local.
+# default_threads); with the default (every core) on both workers of ``-n 2`` the local-model tests
+# took 3-4x longer. Set ORBENCH_LOCAL_THREADS to choose otherwise.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    from orbench.llm.providers.local import default_threads  # noqa: E402 (beside the set-up above)
+
+    os.environ.setdefault("ORBENCH_LOCAL_THREADS",
+                          str(max(1, default_threads() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 # Hypothesis (tests/test_properties.py): a few examples by default, so the suite stays fast; the
 # ``slow`` profile (pytest --hypothesis-profile=slow) runs many more. No deadline: the machine is shared.
@@ -310,7 +329,8 @@ def pytest_collection_finish(session):
 # test). Marked here, where the slowness comes from, not on each test: a module that is one kind as a
 # whole, a fixture that brings one, or a test that runs a script as a real process (``run_script``, or
 # ``subprocess`` with ``sys.executable`` or ``bash``) in its body, in a fixture of its module, or in a
-# function it calls from its module or imports from the project's own test and bench code.
+# function it calls from its module or imports from the project's own test and bench code. A process
+# the product starts for a test (``--serve``'s server) comes from its fixture (``standin``).
 SLOW_MODULES = {
     "test_local.py": "the local model (llama.cpp in process)",
     "test_llama_server.py": "llama.cpp's server in a process",
@@ -323,6 +343,7 @@ SLOW_MODULES = {
 SLOW_FIXTURES = {
     "limited": "a rate-limited server, in real time",
     "browser": "Chromium",
+    "standin": "a stand-in vLLM server in a process (tests/test_serve.py), started by the stage",
 }
 PROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output"}  # subprocess.<these> start a process
 

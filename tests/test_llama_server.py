@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -45,7 +46,8 @@ def llama_server(tmp_path_factory):
     with open(log, "w") as handle:
         proc = subprocess.Popen(
             [sys.executable, str(ROOT / "scripts" / "llama_server.py"), "--host", "127.0.0.1", "--port", str(port),
-             "--model_alias", "smollm2", "--n_ctx", "1024", "--n_parallel", "1", "--n_threads", "2"],
+             "--model_alias", "smollm2", "--n_ctx", "1024", "--n_parallel", "1",
+             "--n_threads", os.environ.get("ORBENCH_LOCAL_THREADS", "2")],  # the worker's share (tests/conftest.py)
             stdout=handle, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120  # loading a 100 MB model: seconds; the bound only stops a hang

@@ -88,6 +88,7 @@ def test_slow_modules_and_fixtures():
         "a rate-limited server, in real time"
     assert slow_reason(item(case_a_script_in_process, ROOT / "tests" / "test_leaderboard_browser.py")) == "Chromium"
     assert slow_reason(item(case_a_script_in_process, fixtures=("browser",))) == "Chromium"
+    assert slow_reason(item(case_a_script_in_process, fixtures=("standin",))).startswith("a stand-in vLLM server")
     assert slow_reason(item(case_a_script_in_process, fixtures=("env", "fake"))) is None
 
 

@@ -6,6 +6,8 @@ of the prebuilt ``xllamacpp`` wheel until it gets SIGTERM or Ctrl-C. It is what 
 starts for a ``llamacpp/`` model; it can also be started by hand and reached with ``--base_url``.
 Extra-buffer weight repacking (llama.cpp's AMX/"extra buffer types" path) is off, as for the
 in-process engine: the suite must run on every x86-64 host, and that path crashes on some CPUs.
+Its CPU threads are ``--threads``, else ``ORBENCH_LOCAL_THREADS``, else the physical cores
+(``orbench.llm.providers.local.engine_threads``, as for the in-process engine).
 """
 
 from __future__ import annotations
@@ -26,7 +28,17 @@ def main(argv=None) -> int:
     parser.add_argument("--parallel", type=int, default=4, help="requests decoded together (default: 4)")
     parser.add_argument("--chat_template", default=None, help="a chat template name or Jinja text "
                                                               "(default: the one in the GGUF file)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads (default: ORBENCH_LOCAL_THREADS if set, else the physical cores, as llama.cpp)")
     args = parser.parse_args(argv)
+    from orbench.llm.errors import UsageError
+    from orbench.llm.providers.local import engine_threads
+
+    try:  # the in-process engine's setting (docs/local_model.md), so a shared machine sets it once
+        threads = args.threads or engine_threads()
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         import xllamacpp
     except ImportError:
@@ -39,6 +51,7 @@ def main(argv=None) -> int:
     params.n_ctx = args.ctx_size * args.parallel  # llama.cpp's server splits n_ctx over its slots
     params.n_parallel = args.parallel
     params.no_extra_bufts = True
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     if args.chat_template:
         params.chat_template = args.chat_template
     stop = threading.Event()

@@ -157,14 +157,15 @@ class Report:
             rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
         return _write_files(rep, out, figures, html, written)
 
-    def html(self) -> str:
-        """report.html's text: one self-contained page, its figures inlined (written into a
-        temporary folder without the Every Eval Ever per-sample lines, which the page does not show:
-        at 30 models x 80K rows they are 3.3 GB)."""
+    def html(self, *, figures: bool = True) -> str:
+        """report.html's text: one self-contained page, its figures inlined unless ``figures`` is off
+        (drawing them is most of the page's time on a small report), written into a temporary folder
+        without the Every Eval Ever per-sample lines, which the page does not show: at 30 models x
+        80K rows they are 3.3 GB."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="orbench-report-") as folder:
-            return self.save(folder, eee_samples=False)["html"].read_text(encoding="utf-8")
+            return self.save(folder, figures=figures, eee_samples=False)["html"].read_text(encoding="utf-8")
 
     def text(self) -> str:
         """A short text of the report: its sets and models, per set, model and judge the headline

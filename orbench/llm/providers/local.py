@@ -194,6 +194,13 @@ def default_threads() -> int:
     return max(1, len(cores))
 
 
+def engine_threads() -> int:
+    """The engine's CPU threads: ``ORBENCH_LOCAL_THREADS`` if set (a whole number, at least 1, else
+    ``UsageError``), else :func:`default_threads`. The in-process engine and ``llamacpp/`` models'
+    server (``orbench.llm.llama_server``) both read it."""
+    return _env_int("ORBENCH_LOCAL_THREADS", default_threads())
+
+
 def engine_params(path: Path, *, n_ctx: int, n_parallel: int, threads: int, api_key: str = ""):
     """The ``xllamacpp.CommonParams`` the model is loaded with (module docstring); ``api_key``
     closes the server's loopback port (a random one when not given)."""
@@ -240,7 +247,7 @@ def _load(path: Path) -> _Loaded:
             return loaded
         if importlib.util.find_spec(ENGINE) is None:
             raise _missing_extra(ENGINE)
-        threads = _env_int("ORBENCH_LOCAL_THREADS", default_threads())
+        threads = engine_threads()
         parallel = _env_int("ORBENCH_LOCAL_PARALLEL", DEFAULT_PARALLEL)
         n_ctx = _env_int("ORBENCH_LOCAL_N_CTX", 0)
         if n_ctx:
