@@ -34,6 +34,9 @@ def main(argv=None) -> int:
     from orbench.llm.errors import UsageError
     from orbench.llm.providers.local import engine_threads
 
+    if args.threads is not None and args.threads < 1:
+        print(f"error: --threads must be at least 1, not {args.threads}", file=sys.stderr)
+        return 2
     try:  # the in-process engine's setting (docs/local_model.md), so a shared machine sets it once
         threads = args.threads or engine_threads()
     except UsageError as exc:

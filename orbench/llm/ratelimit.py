@@ -40,14 +40,15 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's
    ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after
    that request, say what is free; a request goes only when its cost is. A budget whose size
-   is said refills continuously, from what is left to whole in the reset named (OpenAI's and
-   Anthropic's are token buckets, by their docs), so an empty one lets requests go one at a
-   time as they refill; one whose size is not said, or whose reset moment stands still while
-   requests go (a fixed window), comes back whole at the reset. And at a window of one or
-   less, a 429 after a round trip in which nothing got in (a fixed window shut) holds sending
-   for the wait it asks (``Retry-After``). A request costs what providers count before
-   generation: one request, its prompt's estimated tokens and ``max_tokens``. A hold longer
-   than ``--patience`` is not held: the requests go, and give up on the wait their 429s ask.
+   is said refills continuously, from what is left to whole in the reset named (Anthropic's
+   docs describe token buckets, OpenAI's a reset to the initial state), so an empty one lets
+   requests go one at a time as they refill; one whose size is not said, or whose reset moment
+   stands still while requests go (a fixed window), comes back whole at the reset. And at a
+   window of one or less, a 429 after a round trip in which nothing got in (a fixed window
+   shut) holds sending for the wait it asks (``Retry-After``). A request costs what providers
+   count before generation: one request, its prompt's estimated tokens and ``max_tokens``. A
+   hold longer than ``--patience`` is not held: the requests go, and give up on the wait their
+   429s ask.
 6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
 A request that is refused or fails leaves the flight at once and waits outside it. What is not a
@@ -118,8 +119,8 @@ class Budget(NamedTuple):
 
     def rate(self) -> float:
         """Units a second it refills: a budget whose size is said refills continuously from
-        ``remaining`` to ``limit`` in ``reset`` (OpenAI's and Anthropic's are token buckets, by
-        their docs); 0 when the size is not said: it comes back whole at ``reset``."""
+        ``remaining`` to ``limit`` in ``reset`` (Anthropic's docs describe token buckets, OpenAI's
+        a reset to the initial state); 0 when the size is not said: it comes back whole then."""
         if self.limit is not None and self.limit > self.remaining and self.reset:
             return (self.limit - self.remaining) / self.reset
         return 0.0

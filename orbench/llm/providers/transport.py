@@ -142,9 +142,9 @@ def seconds_until(text: str, now_wall: float | None = None) -> float | None:
 def budgets(headers) -> list[ratelimit.Budget]:
     """The budgets a reply's headers report (:class:`orbench.llm.ratelimit.Budget`), the unit one
     of ``orbench.llm.ratelimit.request_costs``' (a ``tokens-per-day`` budget counts ``tokens``).
-    The size (``limit``) is read from OpenAI's and Anthropic's headers only: theirs are token
-    buckets that refill continuously (both providers' rate-limit docs), where the IETF draft's
-    ``reset`` is a fixed window's."""
+    The size (``limit``) is read from OpenAI's and Anthropic's headers only: Anthropic's docs
+    describe token buckets that refill continuously, OpenAI's name the reset as the time until
+    the budget is back to its initial state; the IETF draft's ``reset`` is a fixed window's."""
     fields: dict[str, dict] = {}
     for name, value in headers.items():
         name = name.lower()
