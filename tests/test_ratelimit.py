@@ -234,16 +234,17 @@ def test_after_a_cut_the_window_waits_a_round_trip_and_tests_only_a_full_window(
     assert pacer.window == pytest.approx(7 + 1 / 140)
 
 
-@pytest.mark.parametrize("start, answers", [(7, 150), (28, 570)])
-def test_the_window_gains_one_request_per_20_round_trips_at_any_size(clock, start, answers):
+@pytest.mark.parametrize("slow_start, start, answers", [(6, 7, 150), (36, 28, 570)])
+def test_the_window_gains_one_request_per_20_round_trips_at_any_size(clock, slow_start, start,
+                                                                      answers):
     """Additive in round trips: from 7, twenty round trips of 7-8 answers (about 150); from 28,
     twenty of 28-29 (about 570). Worked by hand: each answer adds 1 / (20 w), so w^2 grows by
     1/10 an answer, and 7^2 -> 8^2 takes 150 answers, 28^2 -> 29^2 570."""
     pacer = Pacer(clock=clock, ceiling=64)
-    for _ in range(start - 4 + 4 * (start > 10)):  # slow start: 4 + 1 an answer
+    for _ in range(slow_start):  # slow start: 4 + 1 an answer, to 10 or 40
         answered(pacer, clock, rtt=0.1)
-    pacer.refused(pacer.take(COSTS), wait=0.1)
-    pacer.window = float(start)  # the window the cut left, set as a user's --concurrency would
+    pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: 0.7, to 7 or 28
+    assert pacer.window == pytest.approx(start)
     clock.now += 0.2
     before = pacer.counts.admitted
     while pacer.window < start + 1:
