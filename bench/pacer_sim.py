@@ -287,6 +287,7 @@ class Run:
     cpu: float = 0.0  # the client's seconds of work per attempt (one event loop: attempts queue for it)
     rpm: float | None = None
     controller: str = "orbench"
+    slower: float = 1.0  # its replies take this many times the shape's (longer answers)
     done: int = 0
     errors: int = 0
     finished_at: float | None = None
@@ -365,7 +366,7 @@ class Run:
         outcome, headers, wait = self.server.decide(self.server_costs)
         shape = self.server.shape
         if outcome == "ok":
-            latency = wait + self.server.latency()
+            latency = wait + self.server.latency() * self.slower
             self.sim.at(self.sim.now + latency, lambda: self._answered(request, ticket, headers))
             return
         back = self.sim.now + shape.refuse_latency
@@ -429,14 +430,16 @@ CPU = 0.003  # seconds of the client's work per attempt (SDK, runner): the real 
 
 def simulate(shape: Shape, rows: int, concurrency: int, max_tokens: int = 100, runs: int = 1,
              seed: int = 0, limit: float = 3600.0, cpu: float | None = None,
-             controller: str = "orbench") -> tuple[list[Run], FakeRateLimited]:
-    """``runs`` runs of ``rows`` rows each against one server of ``shape`` (one key), together."""
+             controller: str = "orbench", slower: float = 1.0) -> tuple[list[Run], FakeRateLimited]:
+    """``runs`` runs of ``rows`` rows each against one server of ``shape`` (one key), together;
+    the last one's replies take ``slower`` times as long."""
     random.seed(seed)
     sim = Simulation()
     server = FakeRateLimited(shape)
     server._random = random.Random(shape.seed or seed)
     started = [Run(sim, server, rows, concurrency, max_tokens, CPU if cpu is None else cpu,
                    controller=controller) for _ in range(runs)]
+    started[-1].slower = slower
     sim.run(until=limit)
     return started, server
 
@@ -450,6 +453,7 @@ class Case:
     scenario: Scenario
     runs: int = 1
     kind: str = "limit"
+    slower: float = 1.0  # the last run's replies take this many times as long as the others'
 
     @property
     def name(self) -> str:
@@ -474,6 +478,10 @@ def cases() -> list[Case]:
             shape = Shape(rpm=150, window=3, style=style, **short)
             found.append(Case(Scenario(f"shared-{runs}x-{style}-c32", shape, rows=1000 // runs * 2),
                               runs, "shared"))
+    for style in ("openai", "none"):  # rule 3's premise broken: one run's replies take 3x as long
+        shape = Shape(rpm=150, window=3, style=style, **short)
+        found.append(Case(Scenario(f"shared-2x-3x-rtt-{style}-c32", shape, rows=1000), 2, "shared",
+                          slower=3.0))
     for share in (0.02, 0.05):
         for style in ("openai", "none"):
             shape = per_minute(RPM, style=style, random_429=share, latency=0.05, jitter=0.3)
@@ -490,7 +498,7 @@ def measure(case: Case, rows: int, seed: int, controller: str) -> dict:
     s = case.scenario
     rows = s.rows or rows
     runs, server = simulate(s.shape, rows, s.concurrency, s.max_tokens, runs=case.runs, seed=seed,
-                            controller=controller)
+                            controller=controller, slower=case.slower)
     walls = [r.finished_at or math.inf for r in runs]  # unfinished: its rows left count as errors
     done = sum(r.done for r in runs)
     stats = server.stats()

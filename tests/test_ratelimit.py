@@ -107,35 +107,35 @@ def test_a_request_costs_what_providers_count_before_generation():
 # -- the pacer, on a fake clock ------------------------------------------------------------------
 
 def test_slow_start_grows_by_one_per_answer_of_a_full_window_up_to_concurrency(clock):
-    pacer = Pacer(clock=clock, ceiling=6)
-    assert pacer.window == 4
-    tickets = [pacer.take(COSTS) for _ in range(4)]
+    pacer = Pacer(clock=clock, ceiling=12)
+    assert pacer.window == 10
+    tickets = [pacer.take(COSTS) for _ in range(10)]
     assert pacer.wait_time() == math.inf  # the window is full until one leaves
     clock.now += 0.1
     pacer.admitted(tickets[0])
-    assert pacer.window == 4  # it did not find the window full: the window is not tested
+    assert pacer.window == 10  # it did not find the window full: the window is not tested
     for ticket in tickets[1:]:
         pacer.released(ticket)
     for _ in range(5):
         answered(pacer, clock)
-    assert pacer.window == 6  # 4, then one per answer, never past the ceiling
+    assert pacer.window == 12  # 10, then one per answer, never past the ceiling
 
 
 def test_once_a_429_came_requests_go_out_spread_over_the_round_trip(clock):
     pacer = Pacer(clock=clock)
-    answered(pacer, clock, rtt=0.5)  # a window of 5
+    answered(pacer, clock, rtt=0.5)  # a window of 11
     pacer.take(COSTS)
     assert pacer.wait_time() == 0.0  # no 429 yet: no limit known, no spreading
-    pacer.refused(pacer.take(COSTS), wait=1.0)  # cut to 5 x 0.7 = 3.5
+    pacer.refused(pacer.take(COSTS), wait=1.0)  # cut to 11 x 0.7 = 7.7
     pacer.take(COSTS)
-    # srtt 0.5 s: the next no sooner than 0.5 / (1.25 x 3.5) s
-    assert pacer.wait_time() == pytest.approx(0.5 / (1.25 * 3.5))
+    # srtt 0.5 s: the next no sooner than 0.5 / (1.25 x 7.7) s
+    assert pacer.wait_time() == pytest.approx(0.5 / (1.25 * 7.7))
 
 
 def test_a_429_cuts_the_window_once_a_round_trip(clock):
-    pacer = Pacer(clock=clock)
+    pacer = Pacer(clock=clock, ceiling=10)
     for _ in range(6):
-        answered(pacer, clock, rtt=0.1)  # slow start: a window of 10
+        answered(pacer, clock, rtt=0.1)  # a window of 10, --concurrency's
     assert pacer.window == 10
     first, second = pacer.take(COSTS), pacer.take(COSTS)
     pacer.refused(first, wait=1.0)
@@ -154,7 +154,7 @@ def test_a_429_cuts_the_window_once_a_round_trip(clock):
 
 def test_a_cut_takes_one_request_per_429_since_the_last_cut_and_at_most_0_3(clock):
     pacer = Pacer(clock=clock)
-    for _ in range(12):
+    for _ in range(6):
         answered(pacer, clock, rtt=0.1)  # slow start: a window of 16, srtt 0.1 s
     old = pacer.take(COSTS)
     clock.now += 0.01
@@ -181,7 +181,7 @@ def test_429s_of_requests_in_flight_at_a_cut_take_one_each_off_not_below_one(clo
     """The slow start's last round trip overshot: each of its requests refused after the cut
     comes off at once (the window falls to what the limit let through), never below one."""
     pacer = Pacer(clock=clock, ceiling=64)
-    for _ in range(28):
+    for _ in range(22):
         answered(pacer, clock, rtt=0.1)  # a window of 32
     flight = [pacer.take(COSTS) for _ in range(32)]
     clock.now += 0.1
@@ -199,7 +199,7 @@ def test_429s_at_a_share_that_does_not_fall_keep_cutting_every_round_trip(clock)
     """No state in which 429s stop cutting: a 429 in every round trip cuts every other one (one
     cut a round trip, at most), however long it goes on (the pacer before stopped)."""
     pacer = Pacer(clock=clock)
-    for _ in range(12):
+    for _ in range(6):
         answered(pacer, clock, rtt=0.1)  # a window of 16
     for round_trip in range(30):
         tickets = [pacer.take(COSTS) for _ in range(4)]
@@ -215,13 +215,13 @@ def test_429s_at_a_share_that_does_not_fall_keep_cutting_every_round_trip(clock)
 
 
 def _cut_at_ten(pacer: Pacer, clock: Clock, rtt: float) -> None:
-    for _ in range(6):
-        answered(pacer, clock, rtt=rtt)  # a window of 10
+    for _ in range(2):
+        answered(pacer, clock, rtt=rtt)  # a window of 10: the pacer's --concurrency
     pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: to 7
 
 
 def test_after_a_cut_the_window_waits_a_round_trip_and_tests_only_a_full_window(clock):
-    pacer = Pacer(clock=clock)
+    pacer = Pacer(clock=clock, ceiling=10)
     _cut_at_ten(pacer, clock, rtt=0.1)
     assert pacer.window == pytest.approx(7.0)
     for _ in range(2):
@@ -234,14 +234,14 @@ def test_after_a_cut_the_window_waits_a_round_trip_and_tests_only_a_full_window(
     assert pacer.window == pytest.approx(7 + 1 / 140)
 
 
-@pytest.mark.parametrize("slow_start, start, answers", [(6, 7, 150), (36, 28, 570)])
+@pytest.mark.parametrize("slow_start, start, answers", [(0, 7, 150), (30, 28, 570)])
 def test_the_window_gains_one_request_per_20_round_trips_at_any_size(clock, slow_start, start,
                                                                       answers):
     """Additive in round trips: from 7, twenty round trips of 7-8 answers (about 150); from 28,
     twenty of 28-29 (about 570). Worked by hand: each answer adds 1 / (20 w), so w^2 grows by
     1/10 an answer, and 7^2 -> 8^2 takes 150 answers, 28^2 -> 29^2 570."""
     pacer = Pacer(clock=clock, ceiling=64)
-    for _ in range(slow_start):  # slow start: 4 + 1 an answer, to 10 or 40
+    for _ in range(slow_start):  # slow start: 10 + 1 an answer, to 10 or 40
         answered(pacer, clock, rtt=0.1)
     pacer.refused(pacer.take(COSTS), wait=0.1)  # the slow start's end: 0.7, to 7 or 28
     assert pacer.window == pytest.approx(start)
@@ -256,7 +256,7 @@ def test_the_window_moves_the_same_at_any_round_trip(clock):
     """Growth counts answers, not seconds: replies of 50 ms and of 2 s give the same windows."""
     windows = []
     for rtt in (0.05, 2.0):
-        pacer = Pacer(clock=clock)
+        pacer = Pacer(clock=clock, ceiling=10)
         _cut_at_ten(pacer, clock, rtt=rtt)
         clock.now += 2 * rtt
         seen = []
@@ -379,7 +379,8 @@ def test_at_a_window_of_one_a_429_with_nothing_admitted_holds_sending_as_it_asks
     pacer = Pacer(clock=clock)
     for _ in range(12):  # nothing admitted, no round trip known: each 429 sent after a cut cuts
         pacer.refused(pacer.take(COSTS), wait=0.2)
-    assert pacer.window == pytest.approx(4 * 0.7 ** 12) and pacer.window < 1
+    # 10 x 0.7 at the slow start's end, one off a 429 down to 3, then 0.7 a 429 (a third or more)
+    assert pacer.window == pytest.approx(3 * 0.7 ** 7) and pacer.window < 1
     assert pacer.wait_time() == pytest.approx(0.2)
 
 
