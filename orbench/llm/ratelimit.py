@@ -12,11 +12,14 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    congestion; any later one cuts again. There is no state in which 429s stop cutting: a client
    that stops takes a shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914).
    The cut takes one request off the window for each 429 of a request sent since the last cut
-   (each is a request the limit had no room for), and at most ``1 - BETA`` of it (to ``BETA``
-   at the end of the slow start, RFC 9438 4.6). A 429 of a request sent before the last cut (in
-   flight when the cut came: the slow start's last doubling, a limit that halved) takes one
-   request off at once, not below one: the cut did not count it, and a window that overshot by
-   twice the limit would otherwise take a round trip of 429s for every 30 % it comes down. On
+   (each is a request the limit had no room for), and at most ``1 - BETA`` of it (RFC 9438's
+   deepest cut). A 429 of a request sent before the last cut (in flight when the cut came: the
+   slow start's last doubling, a limit that halved) takes one request off at once, not below
+   one: the cut did not count it, and a window that overshot by twice the limit would otherwise
+   take a round trip of 429s for every 30 % it comes down. So the slow start's end needs no
+   deeper cut of its own: its overshoot comes off 429 by 429, one or two requests past a cap on
+   requests in flight, up to half the window past a rate (a fixed cut to 0.7 there, RFC 9438's,
+   left the window at 0.7 of a cap for the rest of the run). On
    a shared limit the 429s fall on each client in proportion to what it sends, so each loses
    the same share: a multiplicative decrease, the half of AIMD that brings clients to equal
    shares (Chiu and Jain 1989).
@@ -293,7 +296,7 @@ class Pacer:
                 self.window = max(1.0, self.window - 1)
             return  # the congestion the last cut answered, or met before it told
         kept = 1 - self.refused_since_cut / self.window if self.window > 0 else 0.0
-        beta = BETA if self.slow_start else max(BETA, kept)
+        beta = max(BETA, kept)
         self.window, self.epoch, self.slow_start = self.window * beta, now, False
         self.refused_since_cut = 0
         self.counts.cuts += 1
