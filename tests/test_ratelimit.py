@@ -97,6 +97,9 @@ def test_budgets_from_every_header_family():
     assert budgets({"RateLimit": "limit=100, remaining=0, reset=5"}) == [Budget("requests", 0.0, 5.0)]
     assert budgets({"x-ratelimit-remaining-tokens-per-day": "9"}) == [Budget("tokens", 9.0, None)]
     assert budgets({"x-ratelimit-remaining-requests": "lots"}) == []
+    # Azure's "not reported" (its Responses API): no budget, not one spent
+    assert budgets({"x-ratelimit-limit-tokens": "-1", "x-ratelimit-remaining-tokens": "-1",
+                    "x-ratelimit-reset-tokens": "0"}) == []
 
 
 def test_a_request_costs_what_providers_count_before_generation():
@@ -362,6 +365,39 @@ def test_a_reset_that_stands_still_as_requests_go_is_a_fixed_window_back_whole(c
     pacer.admitted(first, [Budget("requests", 1.0, 30.0, 100.0)])
     pacer.admitted(second, [Budget("requests", 0.0, 30.0, 100.0)])  # sent with it: same moment
     assert pacer.wait_time() == pytest.approx(29.5)
+
+
+def test_a_budget_whose_reset_is_not_said_is_back_when_a_429_says(clock):
+    """Azure's headers say what is left, not when it comes back: a 429 over a budget spent
+    holds every send for the wait it asks; one over a budget with room holds nothing."""
+    pacer = Pacer(clock=clock)
+    answered(pacer, clock)
+    pacer.refused(pacer.take(COSTS), wait=5.0, budgets_seen=[Budget("requests", 0.0, None)])
+    assert pacer.wait_time() == pytest.approx(5.0) and pacer.describe()["holds"] == 1
+    clock.now += 5.0
+    pacer.refused(pacer.take(COSTS), wait=5.0, budgets_seen=[Budget("requests", 9.0, None)])
+    assert pacer.held(clock.now) == 0.0
+
+
+def test_azure_style_headers_hold_the_sends_through_the_real_sdk(env, limited):
+    """Fixed windows of 8 requests a half second that report only what is left, and a 429's
+    retry-after: the real SDK's 429s carry both to the pacer, which holds until the window
+    turns, and every request is answered."""
+    server = limited(rpm=8, window=0.5, fixed=True, remaining_only=True, style="openai",
+                     latency=0.01)
+    client = Client(cache=None, concurrency=16, max_retries=0)
+
+    async def go():
+        try:
+            return await asyncio.gather(*(client.complete(Request.user(
+                parse_model("openai/gpt-test"), f"q{i}", max_tokens=5)) for i in range(20)))
+        finally:
+            await client.close()
+
+    answers = asyncio.run(go())
+    assert len(answers) == 20 and server.ok == 20
+    paced = client.rate_limits.describe()[0]
+    assert paced["holds"] >= 1 and paced["responses_429"] == server.rejected >= 1
 
 
 def test_a_hold_longer_than_patience_is_not_held(clock):

@@ -46,9 +46,11 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    is said refills continuously, from what is left to whole in the reset named (Anthropic's
    docs describe token buckets, OpenAI's a reset to the initial state), so an empty one lets
    requests go one at a time as they refill; one whose size is not said, or whose reset moment
-   stands still while requests go (a fixed window), comes back whole at the reset. And at a
-   window of one or less, a 429 after a round trip in which nothing got in (a fixed window
-   shut) holds sending for the wait it asks (``Retry-After``). A request costs what providers
+   stands still while requests go (a fixed window), comes back whole at the reset. One whose
+   reset is not said (Azure's headers say only what is left) comes back whole when a 429's
+   ``Retry-After`` says: the 429 over a budget spent holds every send for the wait it asks. And
+   at a window of one or less, a 429 after a round trip in which nothing got in (a fixed window
+   shut) holds sending for the wait it asks. A request costs what providers
    count before generation: one request, its prompt's estimated tokens and ``max_tokens``. A
    hold longer than ``--patience`` is not held: the requests go, and give up on the wait their
    429s ask.
@@ -284,6 +286,9 @@ class Pacer:
 
     def refused(self, ticket: Ticket, wait: float | None = None, budgets_seen=()) -> None:
         """A 429, whose request asked to wait ``wait`` seconds (None: not said) (rules 2, 5)."""
+        if wait is not None:  # a budget whose reset is not said (Azure's) is back when a 429 says
+            budgets_seen = [b if b.reset is not None else b._replace(reset=wait)
+                            for b in budgets_seen or ()]
         self.released(ticket, budgets_seen)
         now = self.clock()
         self.counts.refused += 1
