@@ -7,21 +7,20 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    Slow start: ``INITIAL_WINDOW`` requests until the first answer, then one more per answer
    (twice as many each round trip) until the first 429. Only answers to requests that found the
    window full grow it (RFC 7661: a window the client's own work holds back is not tested).
-2. **Every 429 is congestion and cuts the window**, at most once a round trip: a 429 of a
-   request sent less than a smoothed round trip (``srtt``) after the last cut is that cut's
-   congestion; any later one cuts again. There is no state in which 429s stop cutting: a client
-   that stops takes a shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914).
-   The cut takes one request off the window for each 429 of a request sent since the last cut
-   (each is a request the limit had no room for), and at most ``1 - BETA`` of it (RFC 9438's
-   deepest cut). A 429 of a request sent before the last cut (in flight when the cut came: the
-   slow start's last doubling, a limit that halved) takes one request off at once, not below
-   one: the cut did not count it, and a window that overshot by twice the limit would otherwise
-   take a round trip of 429s for every 30 % it comes down. So the slow start's end needs no
-   deeper cut of its own: its overshoot comes off 429 by 429, one or two requests past a cap on
-   requests in flight, up to half the window past a rate (a fixed cut to 0.7 there, RFC 9438's,
-   left the window at 0.7 of a cap for the rest of the run). On
-   a shared limit the 429s fall on each client in proportion to what it sends, so each loses
-   the same share: a multiplicative decrease, the half of AIMD that brings clients to equal
+2. **Every 429 is congestion and cuts the window**, at most once a round trip: a 429 of a request
+   sent less than a smoothed round trip (``srtt``) after the last cut is that cut's congestion; any
+   later one cuts again. There is no state in which 429s stop cutting: a client that stops takes a
+   shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914). The cut takes one
+   request off the window for each 429 of a request sent since the last cut (each is a request the
+   limit had no room for), and at most ``1 - BETA`` of it (RFC 9438's deepest cut). A 429 of a
+   request sent before the last cut (in flight when the cut came: the slow start's last doubling, a
+   limit that halved) takes one request off at once, not below one: the cut did not count it, and a
+   window that overshot by twice the limit would otherwise take a round trip of 429s for every 30 %
+   it comes down. So the slow start's end needs no deeper cut of its own: its overshoot comes off
+   429 by 429, one or two requests past a cap on requests in flight, up to half the window past a
+   rate (a fixed cut to 0.7 there, RFC 9438's, left the window at 0.7 of a cap for the rest of the
+   run). On a shared limit the 429s fall on each client in proportion to what it sends, so each
+   loses the same share: a multiplicative decrease, the half of AIMD that brings clients to equal
    shares (Chiu and Jain 1989).
 3. **Recovery is additive in round trips** (Chiu and Jain's AIMD; TCP's congestion avoidance,
    RFC 5681 3.1, with a smaller step): each answer of a full window, sent at least a round trip
@@ -34,26 +33,28 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    A step past a limit costs about two 429s before its cut takes hold (its own, and one sent in
    the round trip before the cut is heard); a step per ``PROBE`` = 20 round trips, at least 20
    answers, keeps that to one 429 per ten answers, issue 52's bound for a limit. It counts
-   answers, not seconds: the same at any round trip.
+   answers, not seconds: the same at any round trip. So clients whose round trips differ do not
+   get equal shares: one whose replies take 3x as long gains a ninth as much rate a second
+   (TCP Reno's round-trip unfairness; measured in ``bench/pacer_sim.py``'s
+   ``shared-2x-3x-rtt`` cases).
 4. **Requests go out spread over the round trip** once a 429 came: ``srtt / (PACING x window)``
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
    a window of one, one request goes at a time, spaced further apart, but never more than
    ``--patience`` apart (429s that never stop would otherwise space the sends out for ever).
 5. **A budget spent holds every send**: the last reply's rate-limit headers for each budget
    (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's
-   ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after
-   that request, say what is free; a request goes only when its cost is. A budget whose size
-   is said refills continuously, from what is left to whole in the reset named (Anthropic's
-   docs describe token buckets, OpenAI's a reset to the initial state), so an empty one lets
-   requests go one at a time as they refill; one whose size is not said, or whose reset moment
-   stands still while requests go (a fixed window), comes back whole at the reset. One whose
-   reset is not said (Azure's headers say only what is left) comes back whole when a 429's
-   ``Retry-After`` says: the 429 over a budget spent holds every send for the wait it asks. And
-   at a window of one or less, a 429 after a round trip in which nothing got in (a fixed window
-   shut) holds sending for the wait it asks. A request costs what providers
-   count before generation: one request, its prompt's estimated tokens and ``max_tokens``. A
-   hold longer than ``--patience`` is not held: the requests go, and give up on the wait their
-   429s ask.
+   ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after that
+   request, say what is free; a request goes only when its cost is. A budget whose size is said
+   refills continuously, from what is left to whole in the reset named (Anthropic's docs describe
+   token buckets, OpenAI's a reset to the initial state), so an empty one lets requests go one at a
+   time as they refill; one whose size is not said, or whose reset moment stands still while
+   requests go (a fixed window), comes back whole at the reset. One whose reset is not said
+   (Azure's headers say only what is left) comes back whole when a 429's ``Retry-After`` says: the
+   429 over a budget spent holds every send for the wait it asks. And at a window of one or less, a
+   429 after a round trip in which nothing got in (a fixed window shut) holds sending for the wait
+   it asks. A request costs what providers count before generation: one request, its prompt's
+   estimated tokens and ``max_tokens``. A hold longer than ``--patience`` is not held: the requests
+   go, and give up on the wait their 429s ask.
 6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
 A request that is refused or fails leaves the flight at once and waits outside it. What is not a
