@@ -32,7 +32,10 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    proportion to its share: a multiplicative increase, under which unequal shares stay unequal.)
    A step past a limit costs about two 429s before its cut takes hold (its own, and one sent in
    the round trip before the cut is heard); a step per ``PROBE`` = 20 round trips, at least 20
-   answers, keeps that to one 429 per ten answers, issue 52's bound for a limit. It counts
+   answers, keeps that to one 429 per ten answers, issue 52's bound for a limit. That holds at
+   a window of 3.3 or more, where a step of one request is no more than one cut takes off;
+   below, a step takes several cuts back, each with its 429s (about one 429 per 7 answers at a
+   window of one): the price of a step that is the same for every client. It counts
    answers, not seconds: the same at any round trip. So clients whose round trips differ do not
    get equal shares: one whose replies take 3x as long gains a ninth as much rate a second
    (TCP Reno's round-trip unfairness; measured in ``bench/pacer_sim.py``'s
