@@ -161,10 +161,9 @@ def budgets(headers) -> list[ratelimit.Budget]:
                 else "tokens" if "token" in kind else "requests")
         with contextlib.suppress(KeyError, ValueError):
             limit = float(values["limit"]) if "limit" in values else None
-            if float(values["remaining"]) < 0:  # Azure's -1: not reported
-                continue
-            found.append(ratelimit.Budget(unit, float(values["remaining"]),
-                                          seconds_until(values.get("reset", "")), limit))
+            remaining = float(values["remaining"])
+            if remaining >= 0:  # Azure's -1: not reported
+                found.append(ratelimit.Budget(unit, remaining, seconds_until(values.get("reset", "")), limit))
     return found
 
 
