@@ -4,6 +4,7 @@ before it kept (the API raises it). Also: the logging flags of every script, and
 counts every row of the output."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import ssl
@@ -76,6 +77,10 @@ def test_a_row_fails_on_a_provider_failure_and_the_run_goes_on(script, env, fake
 def test_what_fails_a_row_and_what_is_a_bug():
     transport = [httpx.ReadError("reset"), httpx.RemoteProtocolError("peer closed"), httpx.ReadTimeout("slow"),
                  TimeoutError(), ConnectionResetError(), ssl.SSLError("bad record")]
+    if importlib.util.find_spec("httpx2"):  # the successor the SDKs' newer clients are built on
+        import httpx2
+
+        transport += [httpx2.ReadError("reset"), httpx2.ConnectTimeout("slow")]
     assert all(fails_the_row(exc) for exc in transport) and fails_the_row(RowError("HTTP 500"))
     bugs = [KeyError("x"), TypeError("y"), ValueError("z"), AttributeError("w"), UsageError("a stop, not a row")]
     assert not any(fails_the_row(exc) for exc in bugs)
