@@ -179,8 +179,7 @@ def test_serve_flags_are_checked(standin, tmp_path):
     assert res.returncode == 2 and "error: --serve_args needs --serve" in res.stderr
     res = stage(standin, "--serve", "--base_url", "http://127.0.0.1:9/v1")
     assert res.returncode == 2 and "--serve starts the model's server at an address of its own: drop --base_url" in res.stderr
-    res = subprocess.run([sys.executable, str(CHECK), "--model", "openai/gpt-4o", "--input_file", "in.csv", "--serve"],
-                         env=standin, capture_output=True, text=True, timeout=120)
+    res = run_in_process(CHECK, "--model", "openai/gpt-4o", "--input_file", "in.csv", "--serve", env=standin)
     assert res.returncode == 2
     assert "error: --serve starts a self-hosted model's server (vllm/<hf-id>, sglang/<hf-id> or llamacpp/<path>.gguf); " \
            "this run has openai/gpt-4o" in res.stderr
@@ -303,8 +302,8 @@ def test_llamacpp_serve_runs_llama_cpp_s_server_as_its_own_process(env, tmp_path
     port = served["command"][served["command"].index("--port") + 1]
     assert not [line for line in _command_lines() if "orbench.llm.llama_server" in line and f"--port {port}" in line]
 
-    missing = subprocess.run([sys.executable, str(CHECK), "--model", "llamacpp/nowhere/model.gguf", "--input_file",
-                              "in.csv", "--serve"], env=env, capture_output=True, text=True, timeout=120)
+    missing = run_in_process(CHECK, "--model", "llamacpp/nowhere/model.gguf", "--input_file", "in.csv", "--serve",
+                             env=env)
     assert missing.returncode == 2
     assert "error: llamacpp/nowhere/model.gguf: no such file (llamacpp/ takes the path of a .gguf file)" in missing.stderr
 
