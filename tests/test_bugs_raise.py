@@ -12,7 +12,7 @@ import ssl
 import httpx
 import pandas as pd
 import pytest
-from conftest import read, run_script, write
+from conftest import read, run_in_process, run_script, write
 
 from orbench.llm.errors import RowError, UsageError, fails_the_row
 
@@ -37,8 +37,8 @@ def test_a_bug_in_decide_exits_3_with_its_traceback_and_keeps_the_rows_finished_
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "out.csv.lock").exists()
     assert _progress_rows(tmp_path / "out.csv.progress.jsonl") == ["p0", "p1", "p2"]
     assert fake.count() == 4  # p3 was answered; its decision is the bug
-    # the bug fixed, a rerun resumes: only the rows not finished are asked
-    proc = run_script(ECHO, *args, env=env, cwd=tmp_path)
+    # the bug fixed, a rerun resumes: only the rows not finished are asked (in this process: resuming needs no process of its own)
+    proc = run_in_process(ECHO, *args, env=env, cwd=tmp_path)
     assert proc.returncode == 0 and "3 new, 3 resumed, 0 errors" in proc.stderr
     assert list(read(tmp_path / "out.csv").response) == [f"Fake answer to: p{i}" for i in range(6)]
     assert fake.count() == 7
