@@ -4,6 +4,7 @@ before it kept (the API raises it). Also: the logging flags of every script, and
 counts every row of the output."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import ssl
@@ -11,7 +12,7 @@ import ssl
 import httpx
 import pandas as pd
 import pytest
-from conftest import read, run_script, write
+from conftest import read, run_in_process, run_script, write
 
 from orbench.llm.errors import RowError, UsageError, fails_the_row
 
@@ -36,8 +37,8 @@ def test_a_bug_in_decide_exits_3_with_its_traceback_and_keeps_the_rows_finished_
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "out.csv.lock").exists()
     assert _progress_rows(tmp_path / "out.csv.progress.jsonl") == ["p0", "p1", "p2"]
     assert fake.count() == 4  # p3 was answered; its decision is the bug
-    # the bug fixed, a rerun resumes: only the rows not finished are asked
-    proc = run_script(ECHO, *args, env=env, cwd=tmp_path)
+    # the bug fixed, a rerun resumes: only the rows not finished are asked (in this process: resuming needs no process of its own)
+    proc = run_in_process(ECHO, *args, env=env, cwd=tmp_path)
     assert proc.returncode == 0 and "3 new, 3 resumed, 0 errors" in proc.stderr
     assert list(read(tmp_path / "out.csv").response) == [f"Fake answer to: p{i}" for i in range(6)]
     assert fake.count() == 7
@@ -76,6 +77,10 @@ def test_a_row_fails_on_a_provider_failure_and_the_run_goes_on(script, env, fake
 def test_what_fails_a_row_and_what_is_a_bug():
     transport = [httpx.ReadError("reset"), httpx.RemoteProtocolError("peer closed"), httpx.ReadTimeout("slow"),
                  TimeoutError(), ConnectionResetError(), ssl.SSLError("bad record")]
+    if importlib.util.find_spec("httpx2"):  # the successor the SDKs' newer clients are built on
+        import httpx2
+
+        transport += [httpx2.ReadError("reset"), httpx2.ConnectTimeout("slow")]
     assert all(fails_the_row(exc) for exc in transport) and fails_the_row(RowError("HTTP 500"))
     bugs = [KeyError("x"), TypeError("y"), ValueError("z"), AttributeError("w"), UsageError("a stop, not a row")]
     assert not any(fails_the_row(exc) for exc in bugs)

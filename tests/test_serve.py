@@ -1,6 +1,9 @@
 """``--serve`` and ``orbench-serve`` without a GPU: a stand-in ``vllm`` on ``PATH`` (``tests/standin_vllm.py``)
-takes vLLM's flags and serves OpenAI's API with the loopback fake. Every run is a real process;
-"no process left" is read from the process table (``/proc``), by the ids the stand-in recorded."""
+takes vLLM's flags and serves OpenAI's API with the loopback fake. Every server is a real process; "no
+process left" is read from the process table (``/proc``), by the ids the stand-in recorded. The stage
+runs as a real process where only a process shows what is checked (each way it ends with a server up:
+done, exit 1, exit 2, Ctrl-C and SIGTERM; ``orbench-serve``), and in this process elsewhere (the script
+file itself, as ``conftest.run_in_process`` runs it), which spares a second of imports per run."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, read, write
+from conftest import ROOT, read, run_in_process, write
 
 from orbench.llm import serve
 from orbench.llm.models import parse_model
@@ -60,14 +63,20 @@ def left_behind(tmp_path) -> list[int]:
     return [pid for start in starts(tmp_path) for pid in (start["pid"], start["child"]) if alive(pid)]
 
 
-def stage(env, *args, timeout=120):
+def stage(env, *args):
+    """The stage, in this process; the server it starts is a real process all the same."""
+    return run_in_process(CHECK, "--model", MODEL, "--input_file", "in.csv", *args, env=env)
+
+
+def stage_process(env, *args, timeout=120):
+    """The stage as a real process."""
     return subprocess.run([sys.executable, str(CHECK), "--model", MODEL, "--input_file", "in.csv", *args],
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_serve_starts_answers_records_and_stops(standin, tmp_path, fake):
     standin["CUDA_VISIBLE_DEVICES"] = "0,1"
-    res = stage(standin, "--serve", "--serve_args", "--dtype bfloat16 --max-model-len 4096")
+    res = stage_process(standin, "--serve", "--serve_args", "--dtype bfloat16 --max-model-len 4096")
     assert res.returncode == 0, res.stderr
     out = read(tmp_path / OUT)
     assert out["response"].tolist() == ["Fake answer to: hello there", "Fake answer to: how are you"]
@@ -159,7 +168,7 @@ def test_interrupt_mid_run_leaves_no_process(standin, tmp_path, sig):
 
 def test_exit_1_stops_the_server_too(standin, tmp_path):
     standin["STANDIN_RULES"] = json.dumps([{"match": "how are you", "status": 400, "error_message": "bad prompt"}])
-    res = stage(standin, "--serve")
+    res = stage_process(standin, "--serve")
     assert res.returncode == 1, res.stderr
     assert read(tmp_path / OUT)["error"].tolist()[0] == ""
     assert left_behind(tmp_path) == []
@@ -170,8 +179,7 @@ def test_serve_flags_are_checked(standin, tmp_path):
     assert res.returncode == 2 and "error: --serve_args needs --serve" in res.stderr
     res = stage(standin, "--serve", "--base_url", "http://127.0.0.1:9/v1")
     assert res.returncode == 2 and "--serve starts the model's server at an address of its own: drop --base_url" in res.stderr
-    res = subprocess.run([sys.executable, str(CHECK), "--model", "openai/gpt-4o", "--input_file", "in.csv", "--serve"],
-                         env=standin, capture_output=True, text=True, timeout=120)
+    res = run_in_process(CHECK, "--model", "openai/gpt-4o", "--input_file", "in.csv", "--serve", env=standin)
     assert res.returncode == 2
     assert "error: --serve starts a self-hosted model's server (vllm/<hf-id>, sglang/<hf-id> or llamacpp/<path>.gguf); " \
            "this run has openai/gpt-4o" in res.stderr
@@ -294,8 +302,8 @@ def test_llamacpp_serve_runs_llama_cpp_s_server_as_its_own_process(env, tmp_path
     port = served["command"][served["command"].index("--port") + 1]
     assert not [line for line in _command_lines() if "orbench.llm.llama_server" in line and f"--port {port}" in line]
 
-    missing = subprocess.run([sys.executable, str(CHECK), "--model", "llamacpp/nowhere/model.gguf", "--input_file",
-                              "in.csv", "--serve"], env=env, capture_output=True, text=True, timeout=120)
+    missing = run_in_process(CHECK, "--model", "llamacpp/nowhere/model.gguf", "--input_file", "in.csv", "--serve",
+                             env=env)
     assert missing.returncode == 2
     assert "error: llamacpp/nowhere/model.gguf: no such file (llamacpp/ takes the path of a .gguf file)" in missing.stderr
 
@@ -379,7 +387,7 @@ def test_a_server_slow_to_start_is_waited_for(standin, tmp_path):
 def test_no_vllm_on_path(env, tmp_path):
     env["PATH"] = str(tmp_path / "empty")  # no vllm anywhere
     write(tmp_path / "in.csv", [{"prompt": "hello"}])
-    res = stage(env, "--serve")
+    res = stage_process(env, "--serve")
     assert res.returncode == 2
     assert "error: cannot start the server: vllm serve org/model-a --host 127.0.0.1 --port " in res.stderr
     assert "No such file or directory (vllm is not on PATH: install vllm where this runs, e.g. pip install vllm)" \

@@ -11,7 +11,7 @@
   ``classify`` sorts as a row's failure), or a stage met an input row it cannot process. The row
   keeps its place with an ``error`` text and a rerun tries it again.
 
-A transport error that reaches the stage runner unsorted (:data:`TRANSPORT_ERRORS`: a connection
+A transport error that reaches the stage runner unsorted (:func:`transport_errors`: a connection
 dropped, a timeout, a broken HTTP exchange) fails its row too (:func:`fails_the_row`). Any other
 exception is a bug in orbench: it stops the run with its traceback (exit 3), the rows finished
 before it kept.
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import http.client
 import ssl
-
-import httpx
+import sys
 
 
 class UsageError(ValueError):
@@ -43,14 +42,25 @@ class WaitPastPatience(Exception):
 
 
 #: Errors of the connection itself, below any provider's sorting: the row fails, the run goes on.
-#: ``httpx.TransportError`` (connect, read, write, pool, timeout, protocol) is what the SDKs' HTTP
-#: client raises; ``TimeoutError`` and ``ConnectionError`` the standard library's sockets and
-#: ``asyncio.wait_for``; ``http.client.HTTPException`` and ``ssl.SSLError`` a broken exchange.
+#: ``TimeoutError`` and ``ConnectionError`` are the standard library's sockets and ``asyncio.wait_for``;
+#: ``http.client.HTTPException`` and ``ssl.SSLError`` a broken exchange. :func:`transport_errors` adds
+#: the HTTP libraries' own.
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
-    httpx.TransportError, TimeoutError, ConnectionError, http.client.HTTPException, ssl.SSLError)
+    TimeoutError, ConnectionError, http.client.HTTPException, ssl.SSLError)
+#: The HTTP libraries the SDKs' clients are built on (``orbench.llm.providers.transport.http_module``):
+#: their ``TransportError`` (connect, read, write, pool, timeout, protocol) is what those clients raise.
+HTTP_LIBRARIES = ("httpx", "httpx2")
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """:data:`TRANSPORT_ERRORS` and the ``TransportError`` of each of :data:`HTTP_LIBRARIES` imported
+    so far. A library not imported has raised nothing, so none is imported here: httpx takes a
+    tenth of a second to import, which every script (the report, the keyword judge) would pay."""
+    loaded = (getattr(sys.modules.get(name), "TransportError", None) for name in HTTP_LIBRARIES)
+    return TRANSPORT_ERRORS + tuple(error for error in loaded if error is not None)
 
 
 def fails_the_row(exc: BaseException) -> bool:
     """Whether ``exc``, raised while a row was answered and decided, fails just that row
     (``RowError`` or a transport error); anything else but a stop (``UsageError``) is a bug."""
-    return isinstance(exc, (RowError, *TRANSPORT_ERRORS))
+    return isinstance(exc, (RowError, *transport_errors()))

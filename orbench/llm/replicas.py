@@ -33,8 +33,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import httpx
-
 from orbench.llm.clients import Client
 from orbench.llm.errors import FatalProviderError, RowError
 from orbench.llm.models import redact
@@ -145,6 +143,8 @@ class ReplicaClient(Client):
 
     async def _there(self, replica: Replica) -> bool:
         """Whether anything answers at ``replica``'s address (any HTTP status)."""
+        import httpx  # here, not at the top: a tenth of a second every script would pay (only a lost replica asks)
+
         try:
             async with httpx.AsyncClient(timeout=PROBE_TIMEOUT) as http:
                 await http.get(replica.address.rstrip("/") + "/models")

@@ -18,10 +18,11 @@ an engine the suite starts itself, as inspect_ai's ``vllm/`` and ``sglang/`` pro
   own server arguments (``--serve_args``) set it. llama.cpp splits a model over the visible GPUs
   by itself and takes no such flag.
 - **The log** goes to a file (beside the output: ``<output>.server.log``); a failure quotes its last lines.
-- **The health wait.** ``GET /v1/models`` every :data:`POLL` seconds until it answers 200 and lists the
-  model, at most ``timeout`` seconds (``--serve_timeout``; inspect_ai's default, 600 s, is the
-  default here). A server that exits, never answers, or serves another model's name stops the
-  run with ``ServeError`` (a ``UsageError``: exit 2) naming the command and the log's last lines.
+- **The health wait.** ``GET /v1/models`` until it answers 200 and lists the model: at once, then
+  after :data:`POLL_FIRST` seconds, the wait doubling up to every :data:`POLL` seconds; at most
+  ``timeout`` seconds (``--serve_timeout``; inspect_ai's default, 600 s, is the default here). A
+  server that exits, never answers, or serves another model's name stops the run with
+  ``ServeError`` (a ``UsageError``: exit 2) naming the command and the log's last lines.
   llama.cpp's server answers to any model name, so for it the check is only that it answers.
 - **Stopping.** The server runs in a session (process group) of its own, so a terminal's Ctrl-C
   does not reach it half-way; :meth:`Server.stop` sends SIGTERM to its whole process tree (the group
@@ -56,8 +57,13 @@ from pathlib import Path
 from orbench.llm.errors import UsageError
 from orbench.llm.models import ModelSpec, api_key_for
 
-#: Seconds between health checks: one local GET; the wait is spent loading weights (seconds to minutes).
+#: Seconds between health checks once the server is slow to come up: one local GET; the wait is spent
+#: loading weights (seconds to minutes).
 POLL = 0.5
+#: The first wait between health checks, doubled after each until it is :data:`POLL`: a small model's
+#: server (llama.cpp's, a GGUF in the page cache) answers within a few hundred milliseconds, and a fixed
+#: 0.5 s would add up to half a second to every start; a slow server costs only a few more local GETs.
+POLL_FIRST = 0.05
 #: Seconds a stopping server gets between SIGTERM and SIGKILL: ``docker stop``'s default grace period.
 GRACE = 10.0
 #: inspect_ai's default wait for a server it starts (``local_server.DEFAULT_TIMEOUT``).
@@ -310,6 +316,7 @@ class Server:
         models_url = self.base_url + "/models"
         key = api_key_for(self.spec.provider)  # a server started with --api-key asks for it (VLLM_API_KEY ...)
         served: list[str] | None = None
+        pause = POLL_FIRST
         while True:
             process = self.process
             if process is None or self._stopped.is_set():
@@ -332,7 +339,8 @@ class Server:
             if time.monotonic() >= deadline:
                 raise self._failure(f"the {self.engine.name} server for {self.spec} did not answer within "
                                     f"--serve_timeout {self.timeout:g} s (a large model may need longer)")
-            self._stopped.wait(POLL)
+            self._stopped.wait(pause)
+            pause = min(POLL, 2 * pause)
 
     def stop(self) -> None:
         """Stop the server's whole process tree (module docstring); safe to call twice."""
