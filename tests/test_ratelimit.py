@@ -372,7 +372,9 @@ def test_a_budget_whose_reset_is_not_said_is_back_when_a_429_says(clock):
     holds every send for the wait it asks; one over a budget with room holds nothing."""
     pacer = Pacer(clock=clock)
     answered(pacer, clock)
-    pacer.refused(pacer.take(COSTS), wait=5.0, budgets_seen=[Budget("requests", 0.0, None)])
+    refused = pacer.take(COSTS)
+    clock.now += 0.5  # the 429 took half a second: its wait counts from then
+    pacer.refused(refused, wait=5.0, budgets_seen=[Budget("requests", 0.0, None)])
     assert pacer.wait_time() == pytest.approx(5.0) and pacer.describe()["holds"] == 1
     clock.now += 5.0
     pacer.refused(pacer.take(COSTS), wait=5.0, budgets_seen=[Budget("requests", 9.0, None)])

@@ -291,7 +291,8 @@ class Pacer:
     def refused(self, ticket: Ticket, wait: float | None = None, budgets_seen=()) -> None:
         """A 429, whose request asked to wait ``wait`` seconds (None: not said) (rules 2, 5)."""
         if wait is not None:  # a budget whose reset is not said (Azure's) is back when a 429 says
-            budgets_seen = [b if b.reset is not None else b._replace(reset=wait)
+            since_sent = max(0.0, self.clock() - ticket.sent_at)  # the wait counts from the reply
+            budgets_seen = [b if b.reset is not None else b._replace(reset=since_sent + wait)
                             for b in budgets_seen or ()]
         self.released(ticket, budgets_seen)
         now = self.clock()
