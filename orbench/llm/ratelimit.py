@@ -290,12 +290,12 @@ class Pacer:
 
     def refused(self, ticket: Ticket, wait: float | None = None, budgets_seen=()) -> None:
         """A 429, whose request asked to wait ``wait`` seconds (None: not said) (rules 2, 5)."""
+        now = self.clock()
         if wait is not None:  # a budget whose reset is not said (Azure's) is back when a 429 says
-            since_sent = max(0.0, self.clock() - ticket.sent_at)  # the wait counts from the reply
+            since_sent = max(0.0, now - ticket.sent_at)  # the wait counts from the reply
             budgets_seen = [b if b.reset is not None else b._replace(reset=since_sent + wait)
                             for b in budgets_seen or ()]
         self.released(ticket, budgets_seen)
-        now = self.clock()
         self.counts.refused += 1
         self.refused_since_cut += ticket.sent_at >= self.epoch
         span = self.srtt or 0.0
