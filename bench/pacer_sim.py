@@ -484,10 +484,11 @@ def cases() -> list[Case]:
                           slower=3.0))
     for share in (0.02, 0.05):
         for style in ("openai", "none"):
-            shape = per_minute(RPM, style=style, random_429=share, latency=0.05, jitter=0.3)
+            shape = per_minute(RPM, style=style, random_429=share, random_retry=1 / SCALE,
+                               latency=0.05, jitter=0.3)
             found.append(Case(Scenario(f"limit+{share:.0%}-random-{style}-c32", shape), kind="random"))
     for share in (0.01, 0.05, 0.10, 0.20):
-        shape = Shape(latency=0.1, jitter=0.3, random_429=share, seed=1)
+        shape = Shape(latency=0.1, jitter=0.3, random_429=share, random_retry=1 / SCALE, seed=1)
         found.append(Case(Scenario(f"random-{share:.0%}-alone-c32", shape), kind="random"))
     return found
 

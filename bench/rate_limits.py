@@ -87,6 +87,11 @@ class Scenario:
     max_tokens: int = 100
     rows: int | None = None
 
+    def __post_init__(self):
+        # The shapes run SCALE times faster than the real ones they model: their Retry-After
+        # rounds to whole real seconds, not to whole bench seconds (20 real ones).
+        self.shape = dataclasses.replace(self.shape, seconds=SCALE)
+
     @property
     def bare(self) -> bool:
         """Whether the 429s carry no header (the goal is then 0.25 429s per success)."""
@@ -349,7 +354,8 @@ def random429(rows: int, shares=(0.01, 0.05, 0.10, 0.15, 0.20, 0.30), sdk: str =
         walls: dict[str, list[float]] = {"none": [], "random": []}
         for turn in range(repeat):
             base = run_one(Scenario("none", Shape(latency=0.1, jitter=0.3, seed=turn), sdk), rows)
-            row = run_one(Scenario("random", Shape(latency=0.1, jitter=0.3, random_429=share, seed=turn), sdk), rows)
+            row = run_one(Scenario("random", Shape(latency=0.1, jitter=0.3, random_429=share,
+                                                         random_retry=1 / SCALE, seed=turn), sdk), rows)
             walls["none"].append(base["wall"])
             walls["random"].append(row["wall"])
         ratio = statistics.median(walls["none"]) / statistics.median(walls["random"])

@@ -37,7 +37,11 @@ that promises more than is given); ``remaining_only`` sends the remaining count 
 ``retry-after`` on a 429). ``retry`` sets a 429's ``retry-after`` whatever the style: ``exact``
 (the whole seconds until a request's worth is free), ``flat`` (60, whatever the limit, as some
 gateways send it), ``date`` (an HTTP date, the moment a request's worth is free, rounded up to
-the second), ``auto`` (as the style sends it). Latency is ``latency`` seconds, varied by
+the second), ``auto`` (as the style sends it). A shape that runs faster than the real one it
+models (the benches' shapes, 20x) says so in ``seconds`` (real seconds one of its own stands
+for): a ``retry-after``'s whole seconds and ``flat``'s minute are real ones, sent in the shape's
+seconds (``"0.05"``, ``"3"``), so a wait is not rounded up to 20 real seconds. An HTTP date
+stays whole seconds of the server's clock. Latency is ``latency`` seconds, varied by
 +-``jitter`` of it; a 429 or an overload answer takes ``refuse_latency`` seconds (a gateway
 that asks the provider first).
 
@@ -94,6 +98,7 @@ class Shape:
     random_429: float = 0.0
     random_retry: float = 1.0
     refuse_first: int = 0
+    seconds: float = 1.0  # real seconds one of the shape's stands for (the benches' SCALE)
 
 
 def _openai_duration(seconds: float) -> str:
@@ -261,7 +266,7 @@ class FakeRateLimited:
                 self.rejected += 1
                 wait = self._random.uniform(0, shape.random_retry)
                 return "limited", {"retry-after-ms": str(round(wait * 1000)),
-                                   "retry-after": str(math.ceil(wait))}, wait
+                                   "retry-after": self._whole(wait, least=0)}, wait
             if shape.cap and self.in_flight >= shape.cap:
                 self.capped += 1
                 return "capped", {}, 0.0
@@ -302,10 +307,16 @@ class FakeRateLimited:
             spread = self._random.uniform(-1, 1) * self.shape.jitter
         return max(0.0, self.shape.latency * (1 + spread))
 
+    def _whole(self, wait: float, least: int = 1) -> str:
+        """``wait`` as a ``retry-after`` of whole seconds says it: whole real seconds rounded up
+        (at least ``least``), written in the shape's seconds (``"0.05"`` at the benches' scale)."""
+        real = max(least, math.ceil(wait * self.shape.seconds))
+        return f"{real / self.shape.seconds:g}"
+
     def _headers(self, costs: dict, wait: float) -> dict:
         shape, headers = self.shape, {}
         if wait > 0 and shape.retry in ("exact", "flat"):
-            headers["retry-after"] = str(max(1, math.ceil(wait)) if shape.retry == "exact" else 60)
+            headers["retry-after"] = self._whole(wait) if shape.retry == "exact" else f"{60 / shape.seconds:g}"
         if wait > 0 and shape.retry == "date":  # an HTTP date (RFC 9110), whole seconds
             moment = datetime.fromtimestamp(math.ceil(time.time() + wait), tz=timezone.utc)
             headers["retry-after"] = moment.strftime("%a, %d %b %Y %H:%M:%S GMT")
@@ -328,7 +339,7 @@ class FakeRateLimited:
                     headers[f"{pre}limit{post}"] = str(int(limit.limit * shape.claim))
                     headers[f"{pre}reset{post}"] = stamp
         if wait > 0 and shape.retry == "auto":
-            headers["retry-after"] = str(max(1, math.ceil(wait)))
+            headers["retry-after"] = self._whole(wait)
             if shape.style == "openai":
                 headers["retry-after-ms"] = str(max(1, math.ceil(wait * 1000)))
         return headers

@@ -44,6 +44,11 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
    a window of one, one request goes at a time, spaced further apart, but never more than
    ``--patience`` apart (429s that never stop would otherwise space the sends out for ever).
+   There the spacing is the only bound, so the rate is ``PACING`` x the window a round trip:
+   the gain's premise (a window that bounds) fails. Spacing at exactly the window there
+   measured worse (a token limit enforced over a second 0.86 -> 0.75 of its rate, 4 runs on one
+   key 1.27-1.36x -> 1.42-1.54x apart: each step of rule 3 then adds 1/1.25 as much rate, so
+   recovery is slower), so it stays.
 5. **A budget spent holds every send**: the last reply's rate-limit headers for each budget
    (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's
    ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after that
