@@ -57,7 +57,13 @@ TABLE = [
      "the server asked to wait 30 s, more than the 10 s left of --patience"),
     (GPT, 429, {"retry-after": "3600"}, 1, 0.0,
      "the server asked to wait 1 h 0 min, more than the 10 min left of --patience"),
-    (GPT, 429, {"retry-after": "1e12"}, 1, 0.0, "the server asked to wait "),  # an absurd one
+    (GPT, 429, {"retry-after": "1e12"}, 1, 0.0,  # an absurd one: no digits that say nothing
+     "the server asked to wait over a year, more than the 10 min left of --patience"),
+    (GPT, 429, {"retry-after": "259200"}, 1, 0.0,
+     "the server asked to wait 3 days, more than the 10 min left of --patience"),
+    (GPT, 429, {"retry-after-ms": "600000.1"}, 1, 0.0,  # rounding must not make them read alike
+     "the server asked to wait 600.0001 s, more than the 600 s left of --patience"),
+    (GPT, 429, {"retry-after-ms": "nan", "retry-after": "7"}, 1, 0.0, 7.0),  # NaN asks nothing
     # a 429 asking nothing (or nothing readable): full jitter, 0.5 s doubling to 8 s, until
     # --patience is spent; never against --max_retries
     (GPT, 429, {}, 1, 0.0, 0.25),
@@ -120,6 +126,8 @@ def test_max_retries_zero_gives_up_at_the_first_failure_but_not_on_a_429():
 
 @pytest.mark.parametrize("seconds, text", [(0.25, "0.25 s"), (45, "45 s"), (119.6, "120 s"),
                                            (3600, "1 h 0 min"), (5400, "1 h 30 min"),
+                                           (172799, "48 h 0 min"), (172800, "2 days"),
+                                           (364 * 86400, "364 days"), (365 * 86400, "over a year"),
                                            (float("inf"), "forever")])
 def test_waits_as_a_person_reads_them(seconds, text):
     assert describe_wait(seconds) == text

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from orbench.llm.types import Outcome
 
 BACKOFF_FIRST, BACKOFF_LONGEST = 0.5, 8.0
+DAY = 86400.0
 #: Requests in a row giving up on a wait asked past --patience before the run stops ("the
 #: first few": one could be a server's slip, three in a row with no answer between are a rule).
 GIVE_UPS_TO_STOP = 3
@@ -73,8 +74,9 @@ def next_wait(outcome: Outcome, asked: float | None, attempts: int, since_first:
     if asked is not None and not math.isnan(asked):
         asked = max(0.0, asked)
         if asked > left:
-            return GiveUp(f"the server asked to wait {describe_wait(asked)}, more than the "
-                          f"{describe_wait(max(0.0, left))} left of --patience", asked)
+            said, spare = _asked_and_left(asked, max(0.0, left))
+            return GiveUp(f"the server asked to wait {said}, more than the {spare} left of "
+                          f"--patience", asked)
         return asked
     wait = backoff(attempts, draw)
     if outcome in PATIENT and wait > left:
@@ -83,13 +85,25 @@ def next_wait(outcome: Outcome, asked: float | None, attempts: int, since_first:
 
 
 def describe_wait(seconds: float) -> str:
-    """A wait as a person reads it: ``"45 s"``, ``"1 h 0 min"``, ``"forever"``."""
+    """A wait as a person reads it: ``"45 s"``, ``"1 h 0 min"``, ``"3 days"``, ``"over a year"``
+    (no quota resets that far off: the digits would say nothing), ``"forever"``."""
     if not math.isfinite(seconds):
         return "forever"
+    if seconds >= 365 * DAY:
+        return "over a year"
     if seconds < 120:
         return f"{seconds:g} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds >= 2 * DAY:
+        return f"{seconds / DAY:.0f} days"
     minutes = round(seconds / 60)
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def _asked_and_left(asked: float, left: float) -> tuple[str, str]:
+    """Both waits as a person reads them, in seconds to the digit that tells them apart when
+    rounding made them read the same (``600.0001 s`` asked, ``600 s`` left)."""
+    texts = describe_wait(asked), describe_wait(left)
+    return texts if texts[0] != texts[1] else (f"{asked:.10g} s", f"{left:.10g} s")
 
 
 def long_wait_stop(give_ups: int, asked: float, where: str) -> str | None:

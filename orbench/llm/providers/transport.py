@@ -172,8 +172,9 @@ def retry_after(headers) -> float | None:
     HTTP date, RFC 9110); None when it names none."""
     headers = headers or {}
     with contextlib.suppress(TypeError, ValueError):
-        if headers.get("retry-after-ms") is not None:
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        milliseconds = float(headers.get("retry-after-ms"))
+        if not math.isnan(milliseconds):  # NaN asks nothing readable: Retry-After, if any, does
+            return max(0.0, milliseconds / 1000)
     value = headers.get("retry-after")
     return seconds_until(value) if value is not None else None
 
