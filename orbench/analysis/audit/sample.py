@@ -250,7 +250,7 @@ def assign_strata(rows: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, pd.DataF
     rows = rows.assign(stratum_verdict=[v.get(by, "") or NONE for v in rows["verdicts"]])
     base = [k for k in keys if k != CASCADE_CLASS]
     order = base + ["stratum_verdict"] + [k for k in keys if k == CASCADE_CLASS]
-    rows["stratum"] = rows[order].astype(str).agg(" | ".join, axis=1)
+    rows["stratum"] = [" | ".join(parts) for parts in zip(*(rows[c].astype(str).tolist() for c in order))]
     table = rows.groupby("stratum", sort=True).agg(
         **{c: (c, "first") for c in keys}, machine_verdict=("stratum_verdict", "first"),
         population=("stratum", "size")).reset_index()
