@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -96,14 +97,10 @@ def _strata(sample: Sample) -> pd.DataFrame:
 
 def _uncovered(strata: pd.DataFrame, labelled: set, set_name: str, model: str, skip_none: bool) -> float:
     """Rows of the scope's strata where no item has a human majority (bounded in the worst case)."""
-    scope = strata
-    if set_name != "(all)":
-        scope = scope[scope["set"] == set_name]
-    if model != "(all)":
-        scope = scope[scope["model"] == model]
-    if skip_none:
-        scope = scope[scope["machine_verdict"] != NONE]
-    return float(scope.loc[~scope["stratum"].isin(labelled), "population"].sum())
+    keep = [set_name in ("(all)", s) and model in ("(all)", m) and not (skip_none and v == NONE) and name not in labelled
+            for s, m, v, name in zip(strata["set"].tolist(), strata["model"].tolist(),
+                                     strata["machine_verdict"].tolist(), strata["stratum"].tolist())]
+    return float(strata["population"].to_numpy(dtype=float)[np.array(keep, dtype=bool)].sum())
 
 
 def _groups(usable: pd.DataFrame, kind: str) -> list[tuple[str, str, pd.DataFrame]]:
@@ -246,11 +243,12 @@ def confusion(sample: Sample, items: pd.DataFrame) -> list[dict]:
     """Counts of human majority label x each machine verdict (and class), over labelled items."""
     out = []
     resolved = items[items["majority"] != ""]
+    majority = resolved["majority"].tolist()
     for col in [c for c in items.columns if c.startswith(("verdict:", "kind:", "class:"))]:
-        tab = pd.crosstab(resolved["majority"], resolved[col].replace("", "(none)"))
-        tab = tab.reindex(index=list(sample.labels), fill_value=0)
-        out.append({"machine": col, "columns": [str(c) for c in tab.columns],
-                    "rows": {str(i): [int(v) for v in r] for i, r in zip(tab.index, tab.to_numpy())}})
+        pairs = Counter(zip(majority, [v or "(none)" for v in resolved[col].tolist()]))
+        columns = sorted({machine for _, machine in pairs})
+        out.append({"machine": col, "columns": columns,
+                    "rows": {str(lab): [pairs[lab, c] for c in columns] for lab in sample.labels}})
     return out
 
 
