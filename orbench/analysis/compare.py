@@ -144,22 +144,33 @@ def prompt_rows(inp: Inputs, set_code: int, model_code: int, method_code: int, j
     """One row per prompt the group has any row for: ``k`` refusals of ``n`` scored samples, ``u``
     rows without a verdict (unparsed, the judge refusing to judge), ``e`` rows failed with an error."""
     d = inp.data
-    rows = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["method"] == method_code)
-             & (d["judge"] == judge_code)]
-    status = rows["status"]
-    rows = rows.assign(k=((status == SCORED) & (rows["rejected"] == 1)).astype(np.int64),
-                       n=(status == SCORED).astype(np.int64), e=(status == ERROR).astype(np.int64),
-                       u=((status != SCORED) & (status != ERROR)).astype(np.int64))
+    mask = _where(d, set=set_code, model=model_code, method=method_code, judge=judge_code)
+    status = d["status"].to_numpy()[mask]
+    scored, error = status == SCORED, status == ERROR
+    rows = pd.DataFrame({"prompt": d["prompt"].to_numpy()[mask],
+                         "k": (scored & (d["rejected"].to_numpy()[mask] == 1)).astype(np.int64),
+                         "n": scored.astype(np.int64), "u": (~scored & ~error).astype(np.int64),
+                         "e": error.astype(np.int64), "category": d["category"].to_numpy()[mask]})
     g = rows.groupby("prompt", sort=False)
-    return pd.DataFrame({c: g[c].sum().astype(np.int64) for c in ("k", "n", "u", "e")}
-                        | {"category": g["category"].first()})
+    out = g[["k", "n", "u", "e"]].sum()
+    out["category"] = g["category"].first()
+    return out
+
+
+def _where(d: pd.DataFrame, **codes: int) -> np.ndarray:
+    """The rows of ``d`` whose columns hold the given codes, as a mask (plain numpy: the verdict
+    table's columns are integer codes, and pandas' cost per comparison dominated on small runs)."""
+    mask = np.ones(len(d), dtype=bool)
+    for column, code in codes.items():
+        mask &= d[column].to_numpy() == code
+    return mask
 
 
 def _verdict_groups(inp: Inputs, set_code: int, model_code: int) -> list[tuple[int, int]]:
     """(method code, judge code) of every verdict group with scored rows for one set and model."""
     d = inp.data
-    sub = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["status"] == SCORED)]
-    return sorted({(int(m), int(j)) for m, j in sub[["method", "judge"]].drop_duplicates().itertuples(index=False)})
+    mask = _where(d, set=set_code, model=model_code, status=SCORED)
+    return sorted(set(zip(d["method"].to_numpy()[mask].tolist(), d["judge"].to_numpy()[mask].tolist())))
 
 
 # ---------------------------------------------------------------- comparisons
