@@ -144,22 +144,33 @@ def prompt_rows(inp: Inputs, set_code: int, model_code: int, method_code: int, j
     """One row per prompt the group has any row for: ``k`` refusals of ``n`` scored samples, ``u``
     rows without a verdict (unparsed, the judge refusing to judge), ``e`` rows failed with an error."""
     d = inp.data
-    rows = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["method"] == method_code)
-             & (d["judge"] == judge_code)]
-    status = rows["status"]
-    rows = rows.assign(k=((status == SCORED) & (rows["rejected"] == 1)).astype(np.int64),
-                       n=(status == SCORED).astype(np.int64), e=(status == ERROR).astype(np.int64),
-                       u=((status != SCORED) & (status != ERROR)).astype(np.int64))
+    mask = _where(d, set=set_code, model=model_code, method=method_code, judge=judge_code)
+    status = d["status"].to_numpy()[mask]
+    scored, error = status == SCORED, status == ERROR
+    rows = pd.DataFrame({"prompt": d["prompt"].to_numpy()[mask],
+                         "k": (scored & (d["rejected"].to_numpy()[mask] == 1)).astype(np.int64),
+                         "n": scored.astype(np.int64), "u": (~scored & ~error).astype(np.int64),
+                         "e": error.astype(np.int64), "category": d["category"].to_numpy()[mask]})
     g = rows.groupby("prompt", sort=False)
-    return pd.DataFrame({c: g[c].sum().astype(np.int64) for c in ("k", "n", "u", "e")}
-                        | {"category": g["category"].first()})
+    out = g[["k", "n", "u", "e"]].sum()
+    out["category"] = g["category"].first()
+    return out
+
+
+def _where(d: pd.DataFrame, **codes: int) -> np.ndarray:
+    """The rows of ``d`` whose columns hold the given codes, as a mask (plain numpy: the verdict
+    table's columns are integer codes, and pandas' cost per comparison dominated on small runs)."""
+    mask = np.ones(len(d), dtype=bool)
+    for column, code in codes.items():
+        mask &= d[column].to_numpy() == code
+    return mask
 
 
 def _verdict_groups(inp: Inputs, set_code: int, model_code: int) -> list[tuple[int, int]]:
     """(method code, judge code) of every verdict group with scored rows for one set and model."""
     d = inp.data
-    sub = d[(d["set"] == set_code) & (d["model"] == model_code) & (d["status"] == SCORED)]
-    return sorted({(int(m), int(j)) for m, j in sub[["method", "judge"]].drop_duplicates().itertuples(index=False)})
+    mask = _where(d, set=set_code, model=model_code, status=SCORED)
+    return sorted(set(zip(d["method"].to_numpy()[mask].tolist(), d["judge"].to_numpy()[mask].tolist())))
 
 
 # ---------------------------------------------------------------- comparisons
@@ -286,13 +297,14 @@ def _samples_text(n: pd.Series) -> str:
     return f"{high} sample{'s' if high > 1 else ''}" if low == high else f"{low} to {high} samples"
 
 
-def _missing(part: pd.DataFrame, side: str) -> tuple[int, int, int]:
-    """(rows without a verdict and no error, rows failed with an error, all rows) of one side."""
+def _missing(part, side: str) -> tuple[int, int, int]:
+    """(rows without a verdict and no error, rows failed with an error, all rows) of one side;
+    ``part``: a table or a dict of its columns."""
     u, e = int(part[f"u_{side}"].sum()), int(part[f"e_{side}"].sum())
     return u, e, u + e + int(part[f"n_{side}"].sum())
 
 
-def _bounded(part: pd.DataFrame) -> bool:
+def _bounded(part) -> bool:
     """Whether either side has more than NO_VERDICT_SHARE of its rows without a verdict (errors counted)."""
     return any(u + e > stats.NO_VERDICT_SHARE * r for u, e, r in (_missing(part, x) for x in ("a", "b")))
 
@@ -319,12 +331,17 @@ def _rows(both: pd.DataFrame, rows_both: pd.DataFrame, set_name: str, a: str, b:
           unpaired_a: int, unpaired_b: int, codes) -> list[dict]:
     sampled = bool((both["n_a"] > 1).any() or (both["n_b"] > 1).any())
     cats = codes["category"].names
-    groups = [(ALL, rows_both)] + sorted(((cats[c], part) for c, part in rows_both.groupby("category_a")),
-                                         key=lambda g: g[0])
+    # the cells' columns as numpy arrays, a category's rows taken by mask (a pair has a few cells of
+    # a few prompts each, and pandas' cost per column access was most of a comparison's time)
+    every = {c: rows_both[c].to_numpy() for c in rows_both.columns}
+    scored = {c: both[c].to_numpy() for c in ("k_a", "n_a", "k_b", "n_b", "category_a")}
+    groups = [(ALL, None)] + sorted(((cats[c], c) for c in set(every["category_a"].tolist())), key=lambda g: g[0])
     rows = []
-    for name, part in groups:
-        decided = both[both.index.isin(part.index)]
-        row = _bounds(part) if _bounded(part) or decided.empty else _stats(decided, sampled)
+    for name, code in groups:
+        part = every if code is None else {c: v[every["category_a"] == code] for c, v in every.items()}
+        # the prompts of the cell both models scored (``both`` is a subset of ``rows_both``)
+        decided = scored if code is None else {c: v[scored["category_a"] == code] for c, v in scored.items()}
+        row = _bounds(part) if _bounded(part) or not len(decided["k_a"]) else _stats(decided, sampled)
         ua, ea, _ = _missing(part, "a")
         ub, eb, _ = _missing(part, "b")
         rows.append({"set": set_name, "category": name, "model_a": a, "model_b": b, "judge": judge,
@@ -338,30 +355,30 @@ def _rows(both: pd.DataFrame, rows_both: pd.DataFrame, set_name: str, a: str, b:
     return rows
 
 
-def _bounds(part: pd.DataFrame) -> dict:
+def _bounds(part: dict[str, np.ndarray]) -> dict:
     """A cell where a side has too many rows without a verdict: bounds on the difference, no p-value."""
-    arrays = [part[f"{c}_{x}"].to_numpy(float) for x in ("a", "b") for c in ("k", "u", "n")]
-    arrays[1], arrays[4] = arrays[1] + part["e_a"].to_numpy(float), arrays[4] + part["e_b"].to_numpy(float)
+    arrays = [np.asarray(part[f"{c}_{x}"], dtype=float) for x in ("a", "b") for c in ("k", "u", "n")]
+    arrays[1] = arrays[1] + np.asarray(part["e_a"], dtype=float)
+    arrays[4] = arrays[4] + np.asarray(part["e_b"], dtype=float)
     low, high = stats.difference_bounds(*arrays)
     rows_a, rows_b = (part[f"n_{x}"] + part[f"u_{x}"] + part[f"e_{x}"] for x in ("a", "b"))
     nan = math.nan
-    return {"n": len(part), "samples_a": int(rows_a.max()), "samples_b": int(rows_b.max()), "rate_a": nan,
+    return {"n": len(part["k_a"]), "samples_a": int(rows_a.max()), "samples_b": int(rows_b.max()), "rate_a": nan,
             "rate_b": nan, "diff": nan, "ci_low": nan, "ci_high": nan, "ci_flag": stats.BOUNDS_ONLY,
             "diff_bound_low": low, "diff_bound_high": high, "a_only": None, "b_only": None, "odds_ratio": nan,
             "or_ci_low": nan, "or_ci_high": nan, "p_value": nan, "p_midp": nan, "p_b_more": nan, "test": "",
             "interval": BOUNDS}
 
 
-def _stats(part: pd.DataFrame, sampled: bool) -> dict:
+def _stats(part: dict[str, np.ndarray], sampled: bool) -> dict:
     """The comparison of one cell's decided prompts (``k_a, n_a, k_b, n_b`` per prompt): rates, the
     difference, the exact conditional test (McNemar's exact test with one sample each) and the
     intervals inverted from it (:mod:`orbench.analysis.conditional`)."""
-    ka, na = part["k_a"].to_numpy(float), part["n_a"].to_numpy(float)
-    kb, nb = part["k_b"].to_numpy(float), part["n_b"].to_numpy(float)
+    ka, na, kb, nb = (np.asarray(part[c], dtype=float) for c in ("k_a", "n_a", "k_b", "n_b"))
     sa, sb = ka / na, kb / nb
     test = conditional_test(ka, na, kb, nb)
     flag = "" if test.varying else stats.NOT_COMPUTABLE
-    row = {"n": len(part), "samples_a": int(na.max()), "samples_b": int(nb.max()), "rate_a": float(sa.mean()),
+    row = {"n": len(ka), "samples_a": int(na.max()), "samples_b": int(nb.max()), "rate_a": float(sa.mean()),
            "rate_b": float(sb.mean()), "diff": float(sb.mean() - sa.mean()), "ci_low": test.diff_low,
            "ci_high": test.diff_high, "ci_flag": flag, "diff_bound_low": math.nan, "diff_bound_high": math.nan,
            "a_only": int((sa > sb).sum()), "b_only": int((sb > sa).sum()), "odds_ratio": test.odds_ratio,

@@ -119,17 +119,38 @@ def resolve_input(path: str | os.PathLike) -> str:
     return name if Path(name).exists() else (resolve_set(name) or name)
 
 
+#: A local CSV up to this size is read with pandas' C parser, a larger one with pyarrow. pyarrow's
+#: cost per call is fixed (its thread pool, the conversion of each column to pandas: a few ms) and
+#: its threads only help past one of its 1 MiB blocks, while the C parser's cost grows with the
+#: cells; a quarter of a block stays below the point where the two meet for short cells and long
+#: replies alike (``bench/csv_engine_size.py`` prints both by size).
+SMALL_CSV = 1 << 18
+
+
+def _small_local(path: str | os.PathLike) -> bool:
+    """A local file of at most :data:`SMALL_CSV` bytes."""
+    if _is_url(str(path)):
+        return False
+    try:
+        return os.path.getsize(path) <= SMALL_CSV
+    except (OSError, TypeError, ValueError):
+        return False
+
+
 def read_csv_text(path: str | os.PathLike, sep: str = ",", columns=None) -> pd.DataFrame:
     """A CSV as text cells (empty cells ""), only ``columns`` when given (names as in the
-    header, or a test of a name). Read with pyarrow (columnar, multi-threaded) when it is
-    installed; with pandas' own parser when it is not or when pyarrow refuses the file, so
-    the cells and the error messages are the same either way."""
+    header, or a test of a name). A file larger than :data:`SMALL_CSV` (and a URL) is read with
+    pyarrow (columnar, multi-threaded) when it is installed; a smaller file, a file pyarrow
+    refuses and any file when pyarrow is not installed with pandas' own parser, so the cells and
+    the error messages are the same either way."""
     kwargs = {"dtype": str, "keep_default_na": False, "encoding": "utf-8", "sep": sep}
     if callable(columns):
         header = pd.read_csv(path, nrows=0, **kwargs).columns
         columns = [c for c in header if columns(c)]
     if columns is not None:
         kwargs["usecols"] = list(columns)
+    if _small_local(path):
+        return pd.read_csv(path, **kwargs)
     try:
         import pyarrow  # noqa: F401 - only whether it is installed
     except ImportError:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -96,24 +97,22 @@ def _strata(sample: Sample) -> pd.DataFrame:
 
 def _uncovered(strata: pd.DataFrame, labelled: set, set_name: str, model: str, skip_none: bool) -> float:
     """Rows of the scope's strata where no item has a human majority (bounded in the worst case)."""
-    scope = strata
-    if set_name != "(all)":
-        scope = scope[scope["set"] == set_name]
-    if model != "(all)":
-        scope = scope[scope["model"] == model]
-    if skip_none:
-        scope = scope[scope["machine_verdict"] != NONE]
-    return float(scope.loc[~scope["stratum"].isin(labelled), "population"].sum())
+    keep = [set_name in ("(all)", s) and model in ("(all)", m) and not (skip_none and v == NONE) and name not in labelled
+            for s, m, v, name in zip(strata["set"].tolist(), strata["model"].tolist(),
+                                     strata["machine_verdict"].tolist(), strata["stratum"].tolist())]
+    return float(strata["population"].to_numpy(dtype=float)[np.array(keep, dtype=bool)].sum())
 
 
-def _groups(usable: pd.DataFrame, kind: str) -> list[tuple[str, str, pd.DataFrame]]:
-    """Pooled, then per set (prompt audit) or per set and model (verdict audit)."""
-    groups = [("(all)", "(all)", usable)]
-    keys = ["set", "model"] if kind == VERDICT else ["set"]
-    for key, part in usable.groupby(keys, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        groups.append((key[0], key[1] if len(key) > 1 else "(all)", part))
-    return groups
+def _groups(usable: pd.DataFrame, kind: str) -> list[tuple[str, str, np.ndarray]]:
+    """Pooled, then per set (prompt audit) or per set and model (verdict audit), sorted: each
+    group's rows as positions in ``usable`` (a score takes a few columns of each group, and
+    pandas' cost per filtered copy was most of its time)."""
+    sets = usable["set"].tolist()
+    models = usable["model"].tolist() if kind == VERDICT else ["(all)"] * len(sets)
+    at: dict[tuple[str, str], list[int]] = {}
+    for i, key in enumerate(zip(sets, models)):
+        at.setdefault(key, []).append(i)
+    return [("(all)", "(all)", np.arange(len(sets)))] + [(s, m, np.array(at[s, m])) for s, m in sorted(at)]
 
 
 def _machine(sample: Sample, items: pd.DataFrame) -> list[dict]:
@@ -129,10 +128,11 @@ def _machine(sample: Sample, items: pd.DataFrame) -> list[dict]:
         on_verdict = col in sample.manifest.get("stratified_by", [])
         usable = items[(items[human_col] != "") & (items[col].isin(["refusal", "answer"] if kind == VERDICT
                                                                      else ["safe", "toxic"]))]
-        for set_name, model, part in _groups(usable, kind):
+        human, machine = (usable[human_col] == "1").to_numpy(), (usable[col] == positive).to_numpy()
+        stratum, population = usable["stratum"].to_numpy(), usable["population"].to_numpy()
+        for set_name, model, at in _groups(usable, kind):
             m = agreement.binary_metrics(
-                (part[human_col] == "1").to_numpy(), (part[col] == positive).to_numpy(), part["stratum"].to_numpy(),
-                part["population"].to_numpy(), positive, stratified_on_verdict=on_verdict,
+                human[at], machine[at], stratum[at], population[at], positive, stratified_on_verdict=on_verdict,
                 uncovered=_uncovered(strata, labelled, set_name, model, on_verdict))
             out.append({"verdict": name, "set": set_name, "model": model, **m})
     return out
@@ -145,14 +145,14 @@ def _shares(sample: Sample, items: pd.DataFrame, labels: Sequence[str]) -> list[
     strata = _strata(sample)
     resolved = items[items["majority"] != ""]
     labelled = set(resolved["stratum"])
-    for set_name, part in resolved.groupby("set", sort=True):
+    majority, stratum, population = (resolved[c].to_numpy() for c in ("majority", "stratum", "population"))
+    for set_name, _, at in _groups(resolved, PROMPT)[1:]:  # per set
         unc = _uncovered(strata, labelled, set_name, "(all)", False)
         for lab in labels:
-            r = stats.stratified_share((part["majority"] == lab).to_numpy(), part["stratum"].to_numpy(),
-                                       part["population"].to_numpy(), uncovered=unc)
-            out.append({"set": set_name, "model": "(all)", "label": lab, "share": r.value, "ci": r.ci, "n": len(part),
-                        "count": int((part["majority"] == lab).sum()), "method": r.method, "flags": list(r.flags),
-                        "n_eff": r.n_eff})
+            hit = majority[at] == lab
+            r = stats.stratified_share(hit, stratum[at], population[at], uncovered=unc)
+            out.append({"set": set_name, "model": "(all)", "label": lab, "share": r.value, "ci": r.ci, "n": len(at),
+                        "count": int(hit.sum()), "method": r.method, "flags": list(r.flags), "n_eff": r.n_eff})
     return out
 
 
@@ -165,16 +165,18 @@ def human_rates(sample: Sample, items: pd.DataFrame) -> list[dict]:
     strata = _strata(sample)
     resolved = items[items["human_refusal"] != ""]
     labelled = set(resolved["stratum"])
+    refusal = (resolved["human_refusal"] == "1").to_numpy()
+    stratum, population = resolved["stratum"].to_numpy(), resolved["population"].to_numpy()
+    sets, models, verdicts = (strata[c].to_numpy() for c in ("set", "model", "machine_verdict"))
+    rows = strata["population"].to_numpy(dtype=float)
     out = []
-    for set_name, model, part in _groups(resolved, VERDICT):
-        est = stats.stratified_share((part["human_refusal"] == "1").to_numpy(), part["stratum"].to_numpy(),
-                                     part["population"].to_numpy(),
+    for set_name, model, at in _groups(resolved, VERDICT):
+        est = stats.stratified_share(refusal[at], stratum[at], population[at],
                                      uncovered=_uncovered(strata, labelled, set_name, model, False))
-        rows = strata if set_name == "(all)" else strata[(strata["set"] == set_name) & (strata["model"] == model)]
-        refused = rows[rows["machine_verdict"] == REFUSAL]["population"].sum()
-        answered = rows[rows["machine_verdict"] == ANSWER]["population"].sum()
-        out.append({"set": set_name, "model": model, "n": len(part), "rows": float(rows["population"].sum()),
-                    "rows_refusal": float(refused), "rows_answer": float(answered), **est.as_dict()})
+        scope = np.ones(len(rows), bool) if set_name == "(all)" else (sets == set_name) & (models == model)
+        out.append({"set": set_name, "model": model, "n": len(at), "rows": float(rows[scope].sum()),
+                    "rows_refusal": float(rows[scope & (verdicts == REFUSAL)].sum()),
+                    "rows_answer": float(rows[scope & (verdicts == ANSWER)].sum()), **est.as_dict()})
     return out
 
 
@@ -246,11 +248,12 @@ def confusion(sample: Sample, items: pd.DataFrame) -> list[dict]:
     """Counts of human majority label x each machine verdict (and class), over labelled items."""
     out = []
     resolved = items[items["majority"] != ""]
+    majority = resolved["majority"].tolist()
     for col in [c for c in items.columns if c.startswith(("verdict:", "kind:", "class:"))]:
-        tab = pd.crosstab(resolved["majority"], resolved[col].replace("", "(none)"))
-        tab = tab.reindex(index=list(sample.labels), fill_value=0)
-        out.append({"machine": col, "columns": [str(c) for c in tab.columns],
-                    "rows": {str(i): [int(v) for v in r] for i, r in zip(tab.index, tab.to_numpy())}})
+        pairs = Counter(zip(majority, [v or "(none)" for v in resolved[col].tolist()]))
+        columns = sorted({machine for _, machine in pairs})
+        out.append({"machine": col, "columns": columns,
+                    "rows": {str(lab): [pairs[lab, c] for c in columns] for lab in sample.labels}})
     return out
 
 

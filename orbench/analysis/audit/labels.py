@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from orbench.llm.errors import UsageError
-from orbench.run.tables import read_table
+from orbench.run.tables import read_table, row_dicts
 
 CSV_COLUMNS = ("sample_id", "item_id", "annotator", "label", "note")
 
@@ -45,7 +45,7 @@ def read_csv_labels(path: str, sample) -> dict[str, pd.DataFrame]:
     else:
         name = Path(path).stem.removeprefix("labels_")
     seen: dict[str, int] = {}
-    for i, r in enumerate(frame.to_dict("records")):
+    for i, r in enumerate(row_dicts(frame)):
         where = f"row {i + 2}"
         item, label = r["item_id"].strip(), r["label"].strip()
         _check(path, where, sample, r.get("sample_id", "").strip(), item, label, ids)

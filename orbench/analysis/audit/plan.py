@@ -112,11 +112,10 @@ def allocate(table: pd.DataFrame, size: int, method: str, error_rates: dict[str,
 def _scopes(table: pd.DataFrame, kind: str) -> list[tuple[str, str, np.ndarray]]:
     """(set, model, mask of strata): pooled, then per set (prompt audit) or per set and model."""
     out = [("(all)", "(all)", np.ones(len(table), bool))]
-    keys = ["set"] if kind == PROMPT else ["set", "model"]
-    for key, part in table.groupby(keys, sort=True):
-        key = key if isinstance(key, tuple) else (key,)
-        mask = table.index.isin(part.index)
-        out.append((key[0], key[1] if len(key) > 1 else "(all)", mask))
+    sets = table["set"].to_numpy()
+    models = np.full(len(table), "(all)", dtype=object) if kind == PROMPT else table["model"].to_numpy()
+    for set_name, model in sorted(set(zip(sets.tolist(), models.tolist()))):
+        out.append((set_name, model, (sets == set_name) & (models == model)))
     return out
 
 

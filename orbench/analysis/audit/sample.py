@@ -48,7 +48,7 @@ import pandas as pd
 from orbench.analysis.report.inputs import expand, infer_set, parse_spec
 from orbench.llm.errors import UsageError
 from orbench.run.outcomes import is_truncated
-from orbench.run.tables import input_stem, parse_bool, read_table, write_csv_atomic, write_text_atomic
+from orbench.run.tables import input_stem, parse_bool, read_table, row_dicts, write_csv_atomic, write_text_atomic
 from orbench.scoring.vocab import KEYWORD, REJECTED_BY_CLASS, UNPARSED, is_provider_block
 
 PROMPT, VERDICT = "prompt", "verdict"
@@ -250,11 +250,16 @@ def assign_strata(rows: pd.DataFrame, kind: str) -> tuple[pd.DataFrame, pd.DataF
     rows = rows.assign(stratum_verdict=[v.get(by, "") or NONE for v in rows["verdicts"]])
     base = [k for k in keys if k != CASCADE_CLASS]
     order = base + ["stratum_verdict"] + [k for k in keys if k == CASCADE_CLASS]
-    rows["stratum"] = rows[order].astype(str).agg(" | ".join, axis=1)
-    table = rows.groupby("stratum", sort=True).agg(
-        **{c: (c, "first") for c in keys}, machine_verdict=("stratum_verdict", "first"),
-        population=("stratum", "size")).reset_index()
-    return rows, table[keys + ["machine_verdict", "stratum", "population"]], found, by
+    rows["stratum"] = [" | ".join(parts) for parts in zip(*(rows[c].astype(str).tolist() for c in order))]
+    first: dict[str, dict] = {}  # stratum -> its first row's keys and machine verdict, and its population
+    values = zip(*(rows[c].tolist() for c in [*keys, "stratum_verdict", "stratum"]))
+    for *key, verdict, name in values:
+        if name not in first:
+            first[name] = {**dict(zip(keys, key)), "machine_verdict": verdict, "stratum": name, "population": 0}
+        first[name]["population"] += 1
+    table = pd.DataFrame([first[name] for name in sorted(first)],
+                         columns=keys + ["machine_verdict", "stratum", "population"])
+    return rows, table, found, by
 
 
 def draw(rows: pd.DataFrame, kind: str, per_stratum: int, seed: int,
@@ -266,16 +271,22 @@ def draw(rows: pd.DataFrame, kind: str, per_stratum: int, seed: int,
     """
     rows, table, found, by = assign_strata(rows, kind)
     rng = np.random.default_rng(seed)
-    picked, strata = [], []
-    info = table.set_index("stratum")
-    for name, part in sorted(rows.groupby("stratum", sort=False), key=lambda kv: kv[0]):
+    members: dict[str, list[int]] = {}  # stratum -> its rows' positions, in row order
+    for i, name in enumerate(rows["stratum"].tolist()):
+        members.setdefault(name, []).append(i)
+    info = {r["stratum"]: r for r in row_dicts(table)}
+    picked, population, sampled, strata = [], [], [], []
+    for name in sorted(members):
+        part = members[name]
         k = min(per_stratum if sizes is None else int(sizes.get(name, 0)), len(part))
-        strata.append({**info.loc[name].to_dict(), "stratum": name, "sampled": k})
+        strata.append({**info[name], "sampled": k})
         if k == 0:
             continue
-        take = part.iloc[np.sort(rng.choice(len(part), size=k, replace=False))]
-        picked.append(take.assign(population=len(part), sampled=k, weight=len(part) / k))
-    sample = pd.concat(picked, ignore_index=True)
+        picked += [part[j] for j in np.sort(rng.choice(len(part), size=k, replace=False))]
+        population += [len(part)] * k
+        sampled += [k] * k
+    sample = rows.iloc[picked].assign(population=population, sampled=sampled,
+                                      weight=[n / k for n, k in zip(population, sampled)]).reset_index(drop=True)
     sample = sample.iloc[rng.permutation(len(sample))].reset_index(drop=True)
     width = len(str(len(sample)))
     sample.insert(0, "item_id", [f"i{i + 1:0{width}d}" for i in range(len(sample))])

@@ -64,6 +64,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -162,32 +163,53 @@ def _verdict(value) -> bool | None:
     return {"true": True, "false": False}.get(str(value).strip().lower())
 
 
-def _counts(part: pd.DataFrame) -> dict:
-    error = part["error"].astype(str).str.strip() != ""
-    category = part["answer_category"].astype(str).str.strip()
-    verdict = part["is_rejected"].map(_verdict)
-    none = ~error & verdict.isna()
-    return {"rows": len(part), "scored": int((~error & verdict.notna()).sum()), "errors": int(error.sum()),
-            "unparsed": int((none & (category == UNPARSED)).sum()),
-            "judge_refused": int((none & (category == JUDGE_REFUSED)).sum()),
-            "undecided": int((none & (category == UNDECIDED)).sum()),
-            "no_verdict_other": int((none & ~category.isin([UNPARSED, JUDGE_REFUSED, UNDECIDED])).sum())}
+class _Row(NamedTuple):
+    """What a card counts of one stage-5 row."""
+
+    error: bool  # the row has an error
+    category: str  # the judge's answer category
+    verdict: bool | None  # the judge's refusal verdict (None: none given)
+    human: bool  # the humans' refusal label
 
 
-def _figures(part: pd.DataFrame) -> dict:
-    """The card's figures over every row of ``part``: a row with an error or without a verdict is
+def _rows(table: pd.DataFrame) -> list[_Row]:
+    """The rows of ``table`` as a card counts them. A card counts a few hundred rows in dozens of
+    groups: plain lists, where pandas' cost per call on each small group was most of the card's time."""
+    return [_Row(str(e).strip() != "", str(c).strip(), _verdict(v), bool(h)) for e, c, v, h in
+            zip(table["error"].tolist(), table["answer_category"].tolist(), table["is_rejected"].tolist(),
+                table["human_refusal"].tolist())]
+
+
+def _grouped(rows: list[_Row], keys: list, sort: bool) -> dict:
+    """``{key: its rows}``, keys in order of first appearance or sorted (as ``DataFrame.groupby``)."""
+    groups: dict = {}
+    for key, row in zip(keys, rows):
+        groups.setdefault(key, []).append(row)
+    return dict(sorted(groups.items())) if sort else groups
+
+
+def _counts(rows: list[_Row]) -> dict:
+    none = [r.category for r in rows if not r.error and r.verdict is None]
+    return {"rows": len(rows), "scored": sum(not r.error and r.verdict is not None for r in rows),
+            "errors": sum(r.error for r in rows), "unparsed": none.count(UNPARSED),
+            "judge_refused": none.count(JUDGE_REFUSED), "undecided": none.count(UNDECIDED),
+            "no_verdict_other": sum(c not in (UNPARSED, JUDGE_REFUSED, UNDECIDED) for c in none)}
+
+
+def _figures(rows: list[_Row]) -> dict:
+    """The card's figures over every row of ``rows``: a row with an error or without a verdict is
     a row without a verdict (a disagreement with the humans; card_stats)."""
-    verdict = part["is_rejected"].map(_verdict).astype(object)
-    verdict[part["error"].astype(str).str.strip() != ""] = None
-    return {**card_stats.figures(part["human_refusal"].astype(bool), verdict.tolist()), "counts": _counts(part)}
+    return {**card_stats.figures([r.human for r in rows], [None if r.error else r.verdict for r in rows]),
+            "counts": _counts(rows)}
 
 
-def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
+def _cascade(table: pd.DataFrame, rows: list[_Row], meta: dict) -> dict | None:
     if "verdict_source" not in table.columns:
         return None
     out = {k: meta.get(k) for k in ("verdict_sources", "cascade_classes", "judged_share")}
     tiers = {}
-    for source, part in table.groupby(table["verdict_source"].astype(str).str.strip(), sort=True):
+    sources = table["verdict_source"].astype(str).str.strip()
+    for source, part in _grouped(rows, sources.tolist(), sort=True).items():
         if source:
             fig = _figures(part)
             tiers[source] = {"rows": len(part), "verdicts": fig["verdicts"], "coverage": fig["coverage"],
@@ -195,7 +217,6 @@ def _cascade(table: pd.DataFrame, meta: dict) -> dict | None:
     out["tiers"] = tiers
     # the sources of this card's rows (a card per keyword family holds some of the stage's rows)
     out["verdict_sources"] = {k: t["rows"] for k, t in tiers.items()}
-    sources = table["verdict_source"].astype(str).str.strip()
     decided, judged = sources != "", ~sources.isin(["", "keyword", "provider_block"])
     out["judged_share"] = float(judged.sum() / decided.sum()) if decided.any() else None
     out["judged_share_per_source"] = {
@@ -224,18 +245,19 @@ def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path | Non
     these rows (:func:`card_families`)."""
     settings = meta.get("settings") or {}
     identity = judge_identity(settings, family=family)
+    rows = _rows(table)
+    source, kind = table["source"].tolist(), table["prompt_kind"].astype(str).str.strip().tolist()
     card = {"card_version": CARD_VERSION, "judge_fingerprint": judge_fingerprint(identity),
             "judge_name": settings.get("judge"), "family": family,
             "judge": {"identity": identity, "judges": meta.get("judges"),
                       "models": meta.get("models"), "template_source": meta.get("template_source")},
             "labels": labels, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "calibration_output": None if output is None else str(output), "counts": _counts(table), "pooled": _figures(table),
-            "per_source": {str(s): _figures(p) for s, p in table.groupby("source", sort=False)},
-            "per_prompt_kind": {str(k) or "unknown": _figures(p) for k, p in
-                                table.groupby(table["prompt_kind"].astype(str).str.strip(), sort=True)},
+            "calibration_output": None if output is None else str(output), "counts": _counts(rows), "pooled": _figures(rows),
+            "per_source": {str(s): _figures(p) for s, p in _grouped(rows, source, sort=False).items()},
+            "per_prompt_kind": {str(k) or "unknown": _figures(p) for k, p in _grouped(rows, kind, sort=True).items()},
             "per_source_and_kind": {f"{s} / {k or 'unknown'}": _figures(p) for (s, k), p in
-                                    table.groupby(["source", table["prompt_kind"].astype(str).str.strip()], sort=False)},
-            "cascade": _cascade(table, meta)}
+                                    _grouped(rows, list(zip(source, kind)), sort=False).items()},
+            "cascade": _cascade(table, rows, meta)}
     card["coverage"] = card["pooled"]["coverage"]
     card["text"] = card_text(card)
     return card

@@ -40,7 +40,9 @@ import math
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from orbench.analysis.calibration import card_stats
@@ -69,25 +71,41 @@ def _flag(value) -> bool | None:
     return {"true": True, "false": False}.get(str(value).strip().lower())
 
 
-def _verdicts(table: pd.DataFrame, column: str = "is_toxic") -> list:
-    """Each prompt's verdict (True toxic, False safe, None: none, or the row failed)."""
-    failed = table["error"].astype(str).str.strip() != ""
-    return [None if bad else _flag(v) for v, bad in zip(table[column], failed)]
+class _Row(NamedTuple):
+    """What a moderator card counts of one stage-3 row."""
+
+    failed: bool  # the row has an error
+    verdict: bool | None  # True toxic, False safe, None: none (or the row failed)
+    category: str  # the ensemble's moderation_category
+    votes: float  # the ensemble's unparsed votes
+    human: bool  # the humans' label: unsafe
 
 
-def _counts(table: pd.DataFrame, column: str = "is_toxic") -> dict:
+def _rows(table: pd.DataFrame, column: str = "is_toxic") -> list[_Row]:
+    """The rows of ``table`` as a card counts them, with the verdicts of ``column``. A card counts
+    a few hundred prompts in a few dozen groups: plain lists, where pandas' cost per call on each
+    small group was most of the card's time."""
+    failed = [str(e).strip() != "" for e in table["error"].tolist()]
+    verdicts = [None if bad else _flag(v) for v, bad in zip(table[column].tolist(), failed)]
+    if column == "is_toxic":
+        category = [str(c).strip() for c in table["moderation_category"].tolist()]
+        votes = pd.to_numeric(table["unparsed_votes"], errors="coerce").fillna(0).tolist()
+    else:
+        category, votes = [""] * len(table), [0.0] * len(table)
+    return [_Row(*r) for r in zip(failed, verdicts, category, votes, table["human_unsafe"].tolist())]
+
+
+def _counts(rows: list[_Row], column: str = "is_toxic") -> dict:
     """Prompts, those with a verdict, failed rows, and (not failed) those without a verdict; for the
     ensemble's column, why: undecided (no strict majority) or skipped (an empty prompt)."""
-    failed = table["error"].astype(str).str.strip() != ""
-    decided = sum(v is not None for v in _verdicts(table, column))
-    out = {"rows": len(table), "decided": decided, "errors": int(failed.sum()),
-           "no_verdict": len(table) - decided - int(failed.sum())}
+    failed = sum(r.failed for r in rows)
+    decided = sum(r.verdict is not None for r in rows)
+    out = {"rows": len(rows), "decided": decided, "errors": failed, "no_verdict": len(rows) - decided - failed}
     if column == "is_toxic":
-        category = table["moderation_category"].astype(str).str.strip()
-        votes = pd.to_numeric(table["unparsed_votes"], errors="coerce").fillna(0)
-        out.update(undecided=int((~failed & (category == UNDECIDED)).sum()),
-                   skipped_empty=int((~failed & (category == SKIPPED_EMPTY)).sum()),
-                   unparsed_votes=int(votes[~failed].sum()))
+        ok = [r for r in rows if not r.failed]
+        out.update(undecided=sum(r.category == UNDECIDED for r in ok),
+                   skipped_empty=sum(r.category == SKIPPED_EMPTY for r in ok),
+                   unparsed_votes=int(np.sum([r.votes for r in ok], dtype=float)))
     return out
 
 
@@ -117,8 +135,8 @@ def figures(human_unsafe, verdicts) -> dict:
     return out
 
 
-def _group(table: pd.DataFrame, column: str = "is_toxic") -> dict:
-    return {**figures(table["human_unsafe"], _verdicts(table, column)), "counts": _counts(table, column)}
+def _group(rows: list[_Row], column: str = "is_toxic") -> dict:
+    return {**figures([r.human for r in rows], [r.verdict for r in rows]), "counts": _counts(rows, column)}
 
 
 def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path, typed: str) -> dict:
@@ -126,7 +144,10 @@ def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path, type
     settings = meta.get("settings") or {}
     identity = moderator_identity(settings)
     resolved = [str(m.get("resolved") or m.get("typed")) for m in meta.get("models") or [] if isinstance(m, dict)]
-    category = table["category"].astype(str).str.strip()
+    rows = _rows(table)
+    per_category: dict[str, list[_Row]] = {}
+    for category, row in zip(table["category"].astype(str).str.strip().tolist(), rows):
+        per_category.setdefault(category, []).append(row)
     card = {"card": "moderator", "card_version": CARD_VERSION,
             "moderator_fingerprint": moderator_fingerprint(identity), "moderator_name": typed,
             "moderators": resolved,
@@ -134,14 +155,14 @@ def build_card(table: pd.DataFrame, meta: dict, labels: dict, output: Path, type
                            "template_source": meta.get("template_source"), "ensemble_rule": identity["rule"]},
             "labels": {**labels, "n": len(table)},
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "calibration_output": str(output), "counts": _counts(table), "pooled": _group(table),
-            "per_category": {c: _group(p) for c, p in table.groupby(category, sort=True) if c},
+            "calibration_output": str(output), "counts": _counts(rows), "pooled": _group(rows),
+            "per_category": {c: _group(per_category[c]) for c in sorted(per_category) if c},
             "per_moderator": {}}
     prefixes = [c.removesuffix("_label") for c in settings.get("columns") or [] if c.endswith("_label")]
     if len(prefixes) > 1:  # an ensemble: each moderator's own label against the humans
         for prefix, model in zip(prefixes, resolved):
             if f"{prefix}_is_toxic" in table.columns:
-                card["per_moderator"][model] = _group(table, f"{prefix}_is_toxic")
+                card["per_moderator"][model] = _group(_rows(table, f"{prefix}_is_toxic"), f"{prefix}_is_toxic")
     for key in ("coverage", "sensitivity", "specificity", "kappa"):  # where orbench-release reads them
         card[key] = card["pooled"][key]
     card["text"] = card_text(card)
