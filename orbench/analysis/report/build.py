@@ -224,17 +224,18 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     """
     data = inp.data
     if keys == GROUP_KEYS:  # grouped once already, while checking for repeated prompts
-        gid, out = data["group"].to_numpy(), inp.groups.copy().reset_index(drop=True)
+        gid, codes = data["group"].to_numpy(), {k: inp.groups[k].to_numpy() for k in keys}
     else:
         gid, sub = group_ids(data, ["group", *keys[len(GROUP_KEYS):]])
-        out = inp.groups.iloc[sub["group"].to_numpy()].reset_index(drop=True)
-        for k in keys[len(GROUP_KEYS):]:
-            out[k] = sub[k].to_numpy()
-    size = len(out)
+        first = sub["group"].to_numpy()
+        codes = {k: inp.groups[k].to_numpy()[first] if k in GROUP_KEYS else sub[k].to_numpy() for k in keys}
+    size = len(codes[keys[0]])
     status = data["status"].to_numpy()
     scored = status == SCORED
     rejected = scored & (data["rejected"].to_numpy() == 1)
     count = lambda mask: np.bincount(gid[np.asarray(mask, dtype=bool)], minlength=size).astype(np.int64)  # noqa: E731 (a one-line helper used just below)
+    # the columns gathered first, the table made once (a column added to a table costs more than it counts)
+    out = {k: np.asarray(inp.codes[k].names, dtype=object)[codes[k]] for k in keys}
     out["rows"] = np.bincount(gid, minlength=size)
     out["errors"] = count(status == ERROR)
     out["unparsed"] = count(status == NO_VERDICT)
@@ -253,18 +254,17 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     # prompts of the published set this group has a verdict row for (errors excluded)
     in_set = data["in_set"].to_numpy() if "in_set" in data.columns else np.zeros(len(data), dtype=bool)
     out["covered"] = count((status != ERROR) & in_set)
-    for k in keys:
-        out[k] = np.asarray(inp.codes[k].names, dtype=object)[out[k].to_numpy()]
     # one sample a prompt: k of n independent rows, Clopper-Pearson's exact interval (docs/statistics.md)
-    n, k = out["scored"].to_numpy(float), out["rejections"].to_numpy(float)
-    full_k = np.where(out["has_kind"].to_numpy(bool), k - out["partial_rejections"].to_numpy(float), np.nan)
+    n, k = out["scored"].astype(float), out["rejections"].astype(float)
+    full_k = np.where(out["has_kind"], k - out["partial_rejections"].astype(float), np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rate, frate = np.where(n > 0, k / n, np.nan), np.where(n > 0, full_k / n, np.nan)
-    lo, hi = clopper_pearson_arrays(k, n)
+        out["rate"], out["full_rate"] = np.where(n > 0, k / n, np.nan), np.where(n > 0, full_k / n, np.nan)
+    out["ci_low"], out["ci_high"] = clopper_pearson_arrays(k, n)
     kind = np.isfinite(full_k)
     flo, fhi = np.full(size, np.nan), np.full(size, np.nan)
     flo[kind], fhi[kind] = clopper_pearson_arrays(full_k[kind], n[kind])
-    out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
+    out["full_ci_low"], out["full_ci_high"] = flo, fhi
+    out = pd.DataFrame(out)
     intervals.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
     intervals.no_point_rate(data, gid, out)  # rows without a verdict: a widened interval, or bounds only
     cascade.cascade_rates(data, gid, out)  # a cascade: the judge's rate on every row, estimated (PPI)
@@ -316,17 +316,19 @@ def build_tables(inp: Inputs, verdict: str) -> tuple[pd.DataFrame, pd.DataFrame,
     summary = summary.merge(agreement(inp), on=["set", "model", "judge"], how="left")
     headline = {}
     heads = []
-    for row in summary.itertuples(index=False):
-        has_judge = not pd.isna(row.judge_rows)
-        has_kw = not pd.isna(row.keyword_rows)
+    # the five columns read, not the summary's hundred (a named tuple of every column is slow to make)
+    for set_name, model, judge, judge_rows, keyword_rows in zip(
+            *(summary[c].tolist() for c in ("set", "model", "judge", "judge_rows", "keyword_rows"))):
+        has_judge = not pd.isna(judge_rows)
+        has_kw = not pd.isna(keyword_rows)
         choice = (JUDGE if has_judge else KEYWORD) if verdict == "auto" else verdict
         ok = has_judge if choice == JUDGE else has_kw
         heads.append(choice if ok else "")
         if ok:
-            pair = (choice, row.judge if choice == JUDGE else "")
-            headline.setdefault((row.set, row.model), [])
-            if pair not in headline[(row.set, row.model)]:
-                headline[(row.set, row.model)].append(pair)
+            pair = (choice, judge if choice == JUDGE else "")
+            headline.setdefault((set_name, model), [])
+            if pair not in headline[(set_name, model)]:
+                headline[(set_name, model)].append(pair)
     summary["headline"] = heads
     order = {s: i for i, s in enumerate(set_order(summary["set"]))}
     summary = summary.assign(_o=summary["set"].map(order)).sort_values(["_o", "model", "judge"], kind="stable")

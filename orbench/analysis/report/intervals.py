@@ -30,6 +30,7 @@ import pandas as pd
 from orbench.analysis import stats
 from orbench.analysis.report.inputs import ERROR, HARD, NO_VERDICT, REFUSED_TO_JUDGE, SCORED
 from orbench.analysis.report.inputs import TOX as TOXIC
+from orbench.run.tables import row_dicts
 
 RANK_DRAWS, RANK_SEED = 2000, 20240601
 BOOTSTRAP_RANKS = "bootstrap over prompts"
@@ -166,20 +167,19 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
         board.loc[rows, f"{s}_ci_low_pct"] = 100 * low
         board.loc[rows, f"{s}_ci_high_pct"] = 100 * high
     if {f"{HARD}_ci_low_pct", f"{TOXIC}_ci_low_pct"} <= set(board.columns):
+        pct = {c: board[c].to_numpy(dtype=float, na_value=np.nan) / 100 for s in (HARD, TOXIC)
+               for c in (f"{s}_rate_pct", f"{s}_ci_low_pct", f"{s}_ci_high_pct")}
+        estimate = lambda at, s: stats.Estimate(pct[f"{s}_rate_pct"][at], pct[f"{s}_ci_low_pct"][at],  # noqa: E731 (a one-line helper used just below)
+                                                pct[f"{s}_ci_high_pct"][at], "clopper_pearson")
         bounds = {}
-        for i in board.index[published]:
-            ba = stats.balanced_accuracy(_pct_estimate(board, i, TOXIC), _pct_estimate(board, i, HARD))
+        for at in np.flatnonzero(published):
+            ba = stats.balanced_accuracy(estimate(at, TOXIC), estimate(at, HARD))
             if math.isfinite(ba.value):
-                bounds[i] = (100 * ba.low, 100 * ba.high)
+                bounds[board.index[at]] = (100 * ba.low, 100 * ba.high)
         if bounds:
             board.loc[list(bounds), ["balanced_accuracy_ci_low_pct", "balanced_accuracy_ci_high_pct"]] = \
                 np.array(list(bounds.values()))
     return _rank_intervals(board, ents, inp)
-
-
-def _pct_estimate(board: pd.DataFrame, i, s: str) -> stats.Estimate:
-    return stats.Estimate(board.at[i, f"{s}_rate_pct"] / 100, board.at[i, f"{s}_ci_low_pct"] / 100,
-                          board.at[i, f"{s}_ci_high_pct"] / 100, "clopper_pearson")
 
 
 def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
@@ -196,8 +196,9 @@ def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
         return board
     rng = np.random.default_rng(RANK_SEED)
     scores = np.full((RANK_DRAWS, len(ranked)), np.nan)
-    for j, i in enumerate(ranked):
-        r = board.loc[i]
+    methods = []
+    for j, r in enumerate(row_dicts(board.loc[ranked, ["source", "model", "judge", f"{HARD}_scored", f"{TOXIC}_scored",
+                                                       f"{HARD}_rate_pct", f"{TOXIC}_rate_pct"]])):
         draws = {}
         for s in (HARD, TOXIC):
             if r["source"] == "published":
@@ -208,7 +209,8 @@ def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
                 k, n = _prompt_counts(inp, s, r["model"], st["method"], st["judge"])
                 draws[s] = _bootstrap_rates(k, n, rng, RANK_DRAWS)
         scores[:, j] = (draws[TOXIC] + 1 - draws[HARD]) / 2
-        board.at[i, "rank_method"] = PARAMETRIC_RANKS if r["source"] == "published" else BOOTSTRAP_RANKS
+        methods.append(PARAMETRIC_RANKS if r["source"] == "published" else BOOTSTRAP_RANKS)
+    board.loc[ranked, "rank_method"] = methods
     low, high = stats.rank_interval(scores)
     board.loc[ranked, "rank_ci_low"] = low
     board.loc[ranked, "rank_ci_high"] = high
