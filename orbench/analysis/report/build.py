@@ -279,20 +279,24 @@ def agreement(inp: Inputs) -> pd.DataFrame:
             "judge_only_rejections"]
     if KEYWORD not in codes or JUDGE not in codes:
         return pd.DataFrame(columns=cols)
-    scored = data["status"] == SCORED
+    scored, method = data["status"].to_numpy() == SCORED, data["method"].to_numpy()
+    kw, jd = np.flatnonzero(scored & (method == codes[KEYWORD])), np.flatnonzero(scored & (method == codes[JUDGE]))
     on = ["set", "model", "prompt"] + (["sample"] if "sample" in data.columns else [])
-    kw = data.loc[scored & (data["method"] == codes[KEYWORD]), [*on, "rejected"]]
-    jd = data.loc[scored & (data["method"] == codes[JUDGE]), [*on, "judge", "rejected"]]
-    pairs = jd.merge(kw, on=on, suffixes=("_j", "_k"))
-    j, k = pairs["rejected_j"] == 1, pairs["rejected_k"] == 1
-    pairs = pairs.assign(same=j == k, k_only=k & ~j, j_only=j & ~k)
-    g = pairs.groupby(["set", "model", "judge"], sort=False)
-    out = pd.DataFrame({"agreement_pairs": g.size(), "agreement": g["same"].mean(),
-                        "keyword_only_rejections": g["k_only"].sum(), "judge_only_rejections": g["j_only"].sum()})
-    out = out.reset_index()
-    for key in ("set", "model", "judge"):
-        out[key] = np.asarray(inp.codes[key].names, dtype=object)[out[key].to_numpy()]
-    return out.reindex(columns=cols)
+    key = lambda rows: pd.MultiIndex.from_arrays([data[c].to_numpy()[rows] for c in on])  # noqa: E731 (a one-line helper used just below)
+    # a set and model's keyword verdicts name each prompt (and sample) once: check_duplicates stops the report otherwise
+    at = key(kw).get_indexer(key(jd))
+    jd, kw = jd[at >= 0], kw[at[at >= 0]]
+    rejected = data["rejected"].to_numpy()
+    j, k = rejected[jd] == 1, rejected[kw] == 1
+    # a judge row's verdict group is its (set, model, judge)
+    group, size = data["group"].to_numpy()[jd], len(inp.groups)
+    count = lambda mask: np.bincount(group[mask], minlength=size)  # noqa: E731 (as above)
+    pairs = np.bincount(group, minlength=size)
+    has = np.flatnonzero(pairs)
+    out = {c: np.asarray(inp.codes[c].names, dtype=object)[inp.groups[c].to_numpy()[has]] for c in cols[:3]}
+    return pd.DataFrame({**out, "agreement_pairs": pairs[has], "agreement": count(j == k)[has] / pairs[has],
+                         "keyword_only_rejections": count(k & ~j)[has], "judge_only_rejections": count(j & ~k)[has]},
+                        columns=cols)
 
 
 def set_order(labels) -> list[str]:

@@ -114,7 +114,7 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
         [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note", "judge vs humans"]
     lines = ["# OR-Bench leaderboard", "", _board_intro(board[board["source"] == "published"]),
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in board.iterrows():
+    for r in row_dicts(board):
         name = str(r["model"]) + (f" (judge {r['judge']})" if r.get("judge") else "")
         yours = r["source"] == "yours"
         unranked = pd.isna(r["rank"])
@@ -155,7 +155,7 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
     lines += ["", "## Keyword and judge verdicts", "",
               "| set | model | judge | keyword % (rej/scored, err, unparsed) | full refusals only % | "
               "judge % (rej/scored, err, unparsed) | agreement |", "|---|---|---|---|---|---|---|"]
-    for _, r in summary.iterrows():
+    for r in row_dicts(summary):
         cells = [r["set"], r["model"], r["judge"] or "-"]
         for m in (KEYWORD, JUDGE):
             if pd.isna(r[f"{m}_rows"]):
