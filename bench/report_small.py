@@ -1,8 +1,9 @@
 """The report over small inputs, as the tests and a notebook user build it: CPU seconds per build.
 
-The inputs are those of ``tests/test_report.py``'s fixture, written here: judge files (with the
-keyword verdict beside the judge's) for 4 models x Hard-1K and Toxic, 200 rows each in 2
-categories, an alignment file for one model and a keyword-only file for a fifth. Three builds are
+Two inputs: those of ``tests/test_report.py``'s fixture, written here (judge files, with the
+keyword verdict beside the judge's, for 4 models x Hard-1K and Toxic, 200 rows each in 2
+categories, an alignment file for one model and a keyword-only file for a fifth), and one model's
+two judge files of 10 rows (what most tests build: the report's fixed costs). Three builds are
 timed in this process (``time.process_time``, so a busy machine inflates them less than wall time),
 each the median of ``--repeat`` runs after one untimed warm-up (imports, matplotlib's font cache):
 
@@ -11,9 +12,12 @@ each the median of ``--repeat`` runs after one untimed warm-up (imports, matplot
   records (``--no_figures``);
 - ``figures``: the default build, figures drawn.
 
-``--profile NAME`` prints cProfile's 30 largest cumulative entries of one build of that kind::
+``--profile NAME`` prints cProfile's 30 largest cumulative entries of one build of that kind. The
+code timed is the ``orbench`` Python finds first (PYTHONPATH's, else this checkout's), so two trees
+are compared by running it with each in turn::
 
-    python bench/report_small.py --repeat 5
+    PYTHONPATH=. python bench/report_small.py --repeat 7
+    PYTHONPATH=../main python bench/report_small.py --repeat 7
     python bench/report_small.py --profile figures
 """
 
@@ -30,9 +34,10 @@ from pathlib import Path
 
 import pandas as pd
 
+# This checkout last, so PYTHONPATH can name another tree to time (PYTHONPATH=../main for the base).
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))
 
 from orbench.analysis.report import build  # noqa: E402 (needs the sys.path set-up above)
 
@@ -78,6 +83,13 @@ def write_inputs(folder: Path) -> list[str]:
     return [str(folder / "*_judged.csv"), str(folder / "m1_hard_checked.csv"), f"hard:m5={folder / 'm5_results.csv'}"]
 
 
+def write_tiny(folder: Path) -> list[str]:
+    """The smallest useful report: one model's judge files on Hard-1K and Toxic, 10 rows each."""
+    for set_name, cats in (("or-bench-hard-1k", {"hate": (5, 5, 0, 0)}), ("or-bench-toxic", {"hate": (8, 2, 0, 0)})):
+        pd.DataFrame(_judge_rows(set_name, "prov/m1", cats)).to_csv(folder / f"m1_{set_name}_judged.csv", index=False)
+    return [str(folder / "*_judged.csv")]
+
+
 def one_build(kind: str, specs: list[str], out: Path) -> float:
     """CPU seconds of one build of ``kind`` (module docstring) into ``out``."""
     start = time.process_time()
@@ -94,22 +106,27 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timed builds per kind (default: 5)")
     parser.add_argument("--profile", choices=("compute", "no figures", "figures"), default=None)
     args = parser.parse_args(argv)
+    print(f"timing {Path(build.__file__).parents[3]}")
     with tempfile.TemporaryDirectory(prefix="orbench_report_small_") as tmp:
         tmp = Path(tmp)
-        specs = write_inputs(tmp)
-        one_build("figures", specs, tmp / "warm")
+        (tmp / "small").mkdir()
+        (tmp / "tiny").mkdir()
+        inputs = {"tests' fixture: 5 models, 1,682 rows": write_inputs(tmp / "small"),
+                  "one model, 20 rows": write_tiny(tmp / "tiny")}
+        one_build("figures", inputs["one model, 20 rows"], tmp / "warm")
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()
-            one_build(args.profile, specs, tmp / "out")
+            one_build(args.profile, next(iter(inputs.values())), tmp / "out")
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(30)
             return 0
-        print("| build | CPU s (median) | min | max |\n|---|---:|---:|---:|")
-        for kind in ("compute", "no figures", "figures"):
-            # a new folder each build, as the tests' (removing an earlier build's records is not measured)
-            times = [one_build(kind, specs, tmp / f"{kind} {i}") for i in range(args.repeat)]
-            print(f"| {kind} | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} |")
+        print("| inputs | build | CPU s (median) | min | max |\n|---|---|---:|---:|---:|")
+        for name, specs in inputs.items():
+            for kind in ("compute", "no figures", "figures"):
+                # a new folder each build, as the tests' (removing an earlier build's records is not measured)
+                times = [one_build(kind, specs, tmp / f"{kind} {i}") for i in range(args.repeat)]
+                print(f"| {name} | {kind} | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} |")
     return 0
 
 
