@@ -183,13 +183,36 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
 
 
 def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
+    """The board with ``rank_ci_low``, ``rank_ci_high`` and ``rank_method`` after its rank (the
+    module docstring): made as arrays, then inserted."""
+    low, high = pd.array([None] * len(board), dtype="Int64"), pd.array([None] * len(board), dtype="Int64")
+    method = np.full(len(board), "", dtype=object)
+    rates = [f"{HARD}_rate_pct", f"{TOXIC}_rate_pct"]
+    ranked = np.zeros(len(board), dtype=bool)
+    if "rank" in board.columns and set(rates) <= set(board.columns):
+        ranked = (board["rank"].notna() & board[rates[0]].notna() & board[rates[1]].notna()).to_numpy()
+    if ranked.sum() >= 2:
+        rng = np.random.default_rng(RANK_SEED)
+        scores = np.full((RANK_DRAWS, ranked.sum()), np.nan)
+        rows = board.iloc[np.flatnonzero(ranked)][["source", "model", "judge", f"{HARD}_scored", f"{TOXIC}_scored",
+                                                    *rates]]
+        for j, r in enumerate(row_dicts(rows)):
+            draws = {}
+            for s in (HARD, TOXIC):
+                if r["source"] == "published":
+                    n = int(r[f"{s}_scored"])
+                    draws[s] = rng.binomial(n, float(r[f"{s}_rate_pct"]) / 100, size=RANK_DRAWS) / n
+                else:
+                    st = ents[(r["model"], r["judge"])][s]
+                    k, n = _prompt_counts(inp, s, r["model"], st["method"], st["judge"])
+                    draws[s] = _bootstrap_rates(k, n, rng, RANK_DRAWS)
+            scores[:, j] = (draws[TOXIC] + 1 - draws[HARD]) / 2
+        method[ranked] = np.where(rows["source"].to_numpy() == "published", PARAMETRIC_RANKS, BOOTSTRAP_RANKS)
+        low[ranked], high[ranked] = stats.rank_interval(scores)
     at = list(board.columns).index("rank") + 1 if "rank" in board.columns else 0
-    for j, (name, value) in enumerate((("rank_ci_low", pd.array([None] * len(board), dtype="Int64")),
-                                       ("rank_ci_high", pd.array([None] * len(board), dtype="Int64")),
-                                       ("rank_method", [""] * len(board)))):
+    for j, (name, value) in enumerate((("rank_ci_low", low), ("rank_ci_high", high), ("rank_method", method))):
         board.insert(at + j, name, value)
-    if not {f"{HARD}_rate_pct", f"{TOXIC}_rate_pct"} <= set(board.columns):
-        return board
+    return board
     both = board[f"{HARD}_rate_pct"].notna() & board[f"{TOXIC}_rate_pct"].notna()
     ranked = board.index[board["rank"].notna() & both] if "rank" in board.columns else board.index[:0]
     if len(ranked) < 2:
