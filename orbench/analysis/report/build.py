@@ -151,21 +151,24 @@ class Report:
         written, by name (as ``outputs``)."""
         out = Path(output_dir)
         check_writable(out)
-        written = eee.write(self, out, eee_samples)
-        rep = replace(self, verdict_rows=None)
-        if not figures and files.NO_FIGURES not in rep.notes:
-            rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
-        return _write_files(rep, out, figures, html, written)
+        return self._write(out, figures, html, eee.write(self, out, eee_samples))
 
     def html(self, *, figures: bool = True) -> str:
         """report.html's text: one self-contained page, its figures inlined unless ``figures`` is off
         (drawing them is most of the page's time on a small report), written into a temporary folder
-        without the Every Eval Ever per-sample lines, which the page does not show: at 30 models x
-        80K rows they are 3.3 GB."""
+        with only what the page shows: not the Every Eval Ever records (their per-sample lines are
+        3.3 GB at 30 models x 80K rows), nor the figure's PDF."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="orbench-report-") as folder:
-            return self.save(folder, figures=figures, eee_samples=False)["html"].read_text(encoding="utf-8")
+            return self._write(Path(folder), figures, True, {}, pdf=False)["html"].read_text(encoding="utf-8")
+
+    def _write(self, out: Path, figures: bool, html: bool, written: dict[str, Path], pdf: bool = True) -> dict[str, Path]:
+        """The files :meth:`save` writes after the Every Eval Ever records (``written``), into ``out``."""
+        rep = replace(self, verdict_rows=None)
+        if not figures and files.NO_FIGURES not in rep.notes:
+            rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
+        return _write_files(rep, out, figures, html, written, pdf)
 
     def text(self) -> str:
         """A short text of the report: its sets and models, per set, model and judge the headline
@@ -730,10 +733,12 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, htm
     return replace(rep, outputs=_write_files(rep, out, figures, html, written))
 
 
-def _write_files(rep: Report, out: Path, figures: bool, html: bool, written: dict[str, Path]) -> dict[str, Path]:
-    """The report's tables, figures (unless ``figures`` is off) and report.json, then (``html``)
-    report.html, into ``out``, beside what was ``written`` already (its Every Eval Ever records)."""
-    outputs = {**files.write(rep, out, figures=figures), **written}
+def _write_files(rep: Report, out: Path, figures: bool, html: bool, written: dict[str, Path],
+                 pdf: bool = True) -> dict[str, Path]:
+    """The report's tables, figures (unless ``figures`` is off; the scatter's PDF unless ``pdf`` is)
+    and report.json, then (``html``) report.html, into ``out``, beside what was ``written`` already
+    (its Every Eval Ever records)."""
+    outputs = {**files.write(rep, out, figures=figures, pdf=pdf), **written}
     if html:
         from orbench.analysis.report import html as html_report
 

@@ -46,8 +46,9 @@ class _Labels:
 
 
 def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, reference: Sequence[dict] = (),
-            reference_fit=None, caption: str = "", without: Sequence[str] = ()) -> dict[str, Path]:
-    """Your models in colour with their rates' error bars (and their quadratic fit); PNG + PDF. A model
+            reference_fit=None, caption: str = "", without: Sequence[str] = (), pdf: bool = True) -> dict[str, Path]:
+    """Your models in colour with their rates' error bars (and their quadratic fit); PNG + PDF (PNG only
+    without ``pdf``). A model
     with no point rate on a set (``x_bounds``/``y_bounds``) is a hatched bar over its bounds.
 
     x is the share of safe prompts refused, y of unsafe prompts refused: OR-Bench's Hard-1K and
@@ -102,10 +103,12 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
                  ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.03 if reference and caption else 0, 1, 1))
     fig.set_layout_engine(None)  # laid out once: saving need not lay it out again
-    out = {"figure_png": stem.with_suffix(".png"), "figure_pdf": stem.with_suffix(".pdf")}
+    out = {"figure_png": stem.with_suffix(".png")}
     fig.savefig(out["figure_png"], dpi=150)
-    # Fixed metadata keeps the PDF free of a creation date.
-    fig.savefig(out["figure_pdf"], metadata={"CreationDate": None})
+    if pdf:
+        out["figure_pdf"] = stem.with_suffix(".pdf")
+        # Fixed metadata keeps the PDF free of a creation date.
+        fig.savefig(out["figure_pdf"], metadata={"CreationDate": None})
     plt.close(fig)
     return out
 
