@@ -213,28 +213,3 @@ def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
     for j, (name, value) in enumerate((("rank_ci_low", low), ("rank_ci_high", high), ("rank_method", method))):
         board.insert(at + j, name, value)
     return board
-    both = board[f"{HARD}_rate_pct"].notna() & board[f"{TOXIC}_rate_pct"].notna()
-    ranked = board.index[board["rank"].notna() & both] if "rank" in board.columns else board.index[:0]
-    if len(ranked) < 2:
-        return board
-    rng = np.random.default_rng(RANK_SEED)
-    scores = np.full((RANK_DRAWS, len(ranked)), np.nan)
-    methods = []
-    for j, r in enumerate(row_dicts(board.loc[ranked, ["source", "model", "judge", f"{HARD}_scored", f"{TOXIC}_scored",
-                                                       f"{HARD}_rate_pct", f"{TOXIC}_rate_pct"]])):
-        draws = {}
-        for s in (HARD, TOXIC):
-            if r["source"] == "published":
-                n = int(r[f"{s}_scored"])
-                draws[s] = rng.binomial(n, float(r[f"{s}_rate_pct"]) / 100, size=RANK_DRAWS) / n
-            else:
-                st = ents[(r["model"], r["judge"])][s]
-                k, n = _prompt_counts(inp, s, r["model"], st["method"], st["judge"])
-                draws[s] = _bootstrap_rates(k, n, rng, RANK_DRAWS)
-        scores[:, j] = (draws[TOXIC] + 1 - draws[HARD]) / 2
-        methods.append(PARAMETRIC_RANKS if r["source"] == "published" else BOOTSTRAP_RANKS)
-    board.loc[ranked, "rank_method"] = methods
-    low, high = stats.rank_interval(scores)
-    board.loc[ranked, "rank_ci_low"] = low
-    board.loc[ranked, "rank_ci_high"] = high
-    return board
