@@ -280,7 +280,7 @@ def agreement(inp: Inputs) -> pd.DataFrame:
     data, codes = inp.data, inp.codes["method"].index
     cols = ["set", "model", "judge", "agreement_pairs", "agreement", "keyword_only_rejections",
             "judge_only_rejections"]
-    if KEYWORD not in codes or JUDGE not in codes:
+    if KEYWORD not in codes or JUDGE not in codes or data.empty:
         return pd.DataFrame(columns=cols)
     scored, method = data["status"].to_numpy() == SCORED, data["method"].to_numpy()
     kw, jd = np.flatnonzero(scored & (method == codes[KEYWORD])), np.flatnonzero(scored & (method == codes[JUDGE]))
