@@ -8,10 +8,13 @@ meta files with differing settings) run with two ``--compare`` pairs and the pub
 with ``--scale_folder``, the synthetic stage-4 outputs of ``bench/report_scale.py``.
 
 Compared: every CSV the report writes (cell by cell, as text) and ``report.json`` (every value but
-the notes' and warnings' wording, which is listed when it differs but is not a figure). Exit 0 when
-every figure is the same, 1 otherwise::
+the notes' and warnings' wording, which is listed when it differs but is not a figure); with
+``--bytes``, every file written byte for byte too (the PNG and PDF figures, report.html,
+leaderboard.md, the Every Eval Ever records), each run's time stamps set aside. Exit 0 when
+every figure (and with ``--bytes`` every file) is the same, 1 otherwise::
 
     python bench/report_identical.py --base a4be10a
+    python bench/report_identical.py --base a4be10a --bytes
     python bench/report_identical.py --base a4be10a --scale_folder /tmp/orbench_report_scale_30x80359x600
 """
 
@@ -21,6 +24,7 @@ import argparse
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -166,12 +170,39 @@ def compare_outputs(base: Path, head: Path) -> list[str]:
     return problems
 
 
+def _stamps_out(path: Path, data: bytes) -> bytes:
+    """A file's bytes without what differs between two runs of one version: the Every Eval Ever
+    records' retrieval time (and the checksums over lines that hold it), the page's 'Generated' minute."""
+    if "every_eval_ever" in path.parts:
+        data = re.sub(rb'"checksum": "[0-9a-f]{64}"', b"", re.sub(rb"\d{10}\.\d+", b"T", data))
+    if path.name == "report.html":
+        data = re.sub(rb"Generated \d{4}-\d\d-\d\d \d\d:\d\d UTC", b"", data)
+    return data
+
+
+def compare_bytes(base: Path, head: Path) -> list[str]:
+    """Every file the two versions wrote that differs byte for byte (run stamps set aside), or is
+    written by one only: the figures' PNG and PDF, the page, the Markdown and the records too."""
+    names = {p.relative_to(base) for p in base.rglob("*") if p.is_file()}
+    names |= {p.relative_to(head) for p in head.rglob("*") if p.is_file()}
+    out = []
+    for rel in sorted(names):
+        if not (base / rel).is_file() or not (head / rel).is_file():
+            out.append(f"{rel}: written by one version only")
+        elif _stamps_out(rel, (base / rel).read_bytes()) != _stamps_out(rel, (head / rel).read_bytes()):
+            out.append(f"{rel}: bytes differ")
+    return out
+
+
 def main(argv=None) -> int:
     """Run both versions over the inputs and print what differs (exit 1) or that nothing does."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", required=True, metavar="COMMIT", help="the commit to compare this checkout with")
     parser.add_argument("--scale_folder", default=None, metavar="DIR",
                         help="also compare over the synthetic stage-4 outputs in DIR (bench/report_scale.py)")
+    parser.add_argument("--bytes", action="store_true",
+                        help="also compare every file written byte for byte (figures, page, records), run "
+                             "stamps set aside: for a change meant to draw and write exactly the same")
     args = parser.parse_args(argv)
     failed = False
     with tempfile.TemporaryDirectory(prefix="orbench_identical_") as tmp:
@@ -190,6 +221,14 @@ def main(argv=None) -> int:
             for p in problems:
                 print(f"  {p}")
             failed |= bool(problems)
+            if args.bytes:
+                differ = compare_bytes(tmp / f"{name}_base", tmp / f"{name}_head")
+                count = sum(1 for p in (tmp / f"{name}_head").rglob("*") if p.is_file())
+                print(f"{name}: {'every file byte-identical' if not differ else f'{len(differ)} files differ'} "
+                      f"({count} files)")
+                for p in differ:
+                    print(f"  {p}")
+                failed |= bool(differ)
     return 1 if failed else 0
 
 

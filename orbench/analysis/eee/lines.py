@@ -92,13 +92,13 @@ def chunks(text, set_name: str, model: str, st: dict, form: Form) -> Iterator[Ca
     """The lines of one set's rows with a verdict, in input order, as chunks to make: each a
     function that returns (bytes, line count); :func:`write_lines` makes two at once."""
     rows = text.group(set_name, model, st["method"], st.get("judge") or "")
-    scored = rows[rows["status"].to_numpy() == SCORED]
+    scored = rows["status"] == SCORED
     arrow = _arrow()
-    for f in pd.unique(scored["file"]):
-        part = scored[scored["file"].to_numpy() == f]
+    for f in pd.unique(rows["file"][scored]):
+        part = scored & (rows["file"] == f)
         found = text.lookup(int(f), model)
-        cols = {c: part[c].to_numpy() for c in ("prompt", "sample", "rejected", "partial", "truncated", "category")}
-        for start in range(0, len(part), CHUNK):
+        cols = {c: rows[c][part] for c in ("prompt", "sample", "rejected", "partial", "truncated", "category")}
+        for start in range(0, len(cols["prompt"]), CHUNK):
             cut = {c: v[start:start + CHUNK] for c, v in cols.items()}
             at = found.find(cut["prompt"], cut["sample"])
             yield partial(_arrow_chunk if arrow else _plain_chunk, text, set_name, form, found, at, cut)

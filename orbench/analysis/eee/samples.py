@@ -24,6 +24,8 @@ from orbench.scoring.vocab import JUDGE
 
 #: The columns the lines need of an input file.
 TEXT_COLUMNS = frozenset({"prompt", "response", "model", "sample"})
+#: The columns of the verdict table the records and lines read of a group's rows.
+GROUP_COLUMNS = ("status", "file", "prompt", "sample", "rejected", "partial", "truncated", "category")
 
 
 @dataclass(frozen=True)
@@ -127,12 +129,14 @@ class Rows:
         self.cache[key] = found
         return found
 
-    def group(self, set_name: str, model: str, method: str, judge: str) -> pd.DataFrame:
-        """The verdict rows of one group (all statuses), in input order."""
+    def group(self, set_name: str, model: str, method: str, judge: str) -> dict[str, np.ndarray]:
+        """The verdict rows of one group (all statuses), in input order: the columns the records read
+        (:data:`GROUP_COLUMNS`), as arrays (a table's row selection takes every column of it)."""
         key = (set_name, model, method, judge if method == JUDGE else "")
         if key not in self.rows:
             gid, data = self.vr.groups.get(key), self.vr.data
-            self.rows[key] = data.iloc[:0] if gid is None or data.empty else data[data["group"].to_numpy() == gid]
+            rows = np.zeros(len(data), dtype=bool) if gid is None or data.empty else data["group"].to_numpy() == gid
+            self.rows[key] = {c: data[c].to_numpy()[rows] for c in GROUP_COLUMNS}
         return self.rows[key]
 
     def sample_ids(self, set_name: str, hashes: np.ndarray):
@@ -211,7 +215,7 @@ def fingerprint(text: Rows, model: str, judge: str, entry: dict, settings: dict)
     for set_name in sorted(entry):
         st = entry[set_name]
         rows = text.group(set_name, model, st["method"], st.get("judge") or "")
-        cols = [rows[c].to_numpy().astype(np.int64) for c in ("prompt", "sample", "status", "rejected")]
+        cols = [rows[c].astype(np.int64) for c in ("prompt", "sample", "status", "rejected")]
         order = np.lexsort((cols[1], cols[0]))
         h.update(f"|{set_name}|{st['method']}|{st.get('judge') or ''}|".encode())
         h.update(np.stack([c[order] for c in cols]).tobytes())
@@ -220,14 +224,14 @@ def fingerprint(text: Rows, model: str, judge: str, entry: dict, settings: dict)
 
 def left_out_rows(text: Rows, set_name: str, model: str, st: dict) -> dict:
     """The rows of a set not written as samples: errors, and rows without a verdict."""
-    status = text.group(set_name, model, st["method"], st.get("judge") or "")["status"].to_numpy()
+    status = text.group(set_name, model, st["method"], st.get("judge") or "")["status"]
     return {"error_rows_not_written": int((status == ERROR).sum()),
             "rows_without_verdict_not_written": int(((status != SCORED) & (status != ERROR)).sum())}
 
 
 def samples_per_prompt(text: Rows, set_name: str, model: str, st: dict) -> int:
     """The most samples a prompt has in the group (stage 4 ``--samples``)."""
-    rows = text.group(set_name, model, st["method"], st.get("judge") or "")
-    if rows.empty:
+    prompts = text.group(set_name, model, st["method"], st.get("judge") or "")["prompt"]
+    if not len(prompts):
         return 1
-    return int(np.unique(rows["prompt"].to_numpy(), return_counts=True)[1].max())
+    return int(np.unique(prompts, return_counts=True)[1].max())

@@ -151,21 +151,24 @@ class Report:
         written, by name (as ``outputs``)."""
         out = Path(output_dir)
         check_writable(out)
-        written = eee.write(self, out, eee_samples)
-        rep = replace(self, verdict_rows=None)
-        if not figures and files.NO_FIGURES not in rep.notes:
-            rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
-        return _write_files(rep, out, figures, html, written)
+        return self._write(out, figures, html, eee.write(self, out, eee_samples))
 
     def html(self, *, figures: bool = True) -> str:
         """report.html's text: one self-contained page, its figures inlined unless ``figures`` is off
         (drawing them is most of the page's time on a small report), written into a temporary folder
-        without the Every Eval Ever per-sample lines, which the page does not show: at 30 models x
-        80K rows they are 3.3 GB."""
+        with only what the page shows: not the Every Eval Ever records (their per-sample lines are
+        3.3 GB at 30 models x 80K rows), nor the figure's PDF."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="orbench-report-") as folder:
-            return self.save(folder, figures=figures, eee_samples=False)["html"].read_text(encoding="utf-8")
+            return self._write(Path(folder), figures, True, {}, pdf=False)["html"].read_text(encoding="utf-8")
+
+    def _write(self, out: Path, figures: bool, html: bool, written: dict[str, Path], pdf: bool = True) -> dict[str, Path]:
+        """The files :meth:`save` writes after the Every Eval Ever records (``written``), into ``out``."""
+        rep = replace(self, verdict_rows=None)
+        if not figures and files.NO_FIGURES not in rep.notes:
+            rep = replace(rep, notes=(*rep.notes, files.NO_FIGURES))
+        return _write_files(rep, out, figures, html, written, pdf)
 
     def text(self) -> str:
         """A short text of the report: its sets and models, per set, model and judge the headline
@@ -224,17 +227,18 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     """
     data = inp.data
     if keys == GROUP_KEYS:  # grouped once already, while checking for repeated prompts
-        gid, out = data["group"].to_numpy(), inp.groups.copy().reset_index(drop=True)
+        gid, codes = data["group"].to_numpy(), {k: inp.groups[k].to_numpy() for k in keys}
     else:
         gid, sub = group_ids(data, ["group", *keys[len(GROUP_KEYS):]])
-        out = inp.groups.iloc[sub["group"].to_numpy()].reset_index(drop=True)
-        for k in keys[len(GROUP_KEYS):]:
-            out[k] = sub[k].to_numpy()
-    size = len(out)
+        first = sub["group"].to_numpy()
+        codes = {k: inp.groups[k].to_numpy()[first] if k in GROUP_KEYS else sub[k].to_numpy() for k in keys}
+    size = len(codes[keys[0]])
     status = data["status"].to_numpy()
     scored = status == SCORED
     rejected = scored & (data["rejected"].to_numpy() == 1)
     count = lambda mask: np.bincount(gid[np.asarray(mask, dtype=bool)], minlength=size).astype(np.int64)  # noqa: E731 (a one-line helper used just below)
+    # the columns gathered first, the table made once (a column added to a table costs more than it counts)
+    out = {k: np.asarray(inp.codes[k].names, dtype=object)[codes[k]] for k in keys}
     out["rows"] = np.bincount(gid, minlength=size)
     out["errors"] = count(status == ERROR)
     out["unparsed"] = count(status == NO_VERDICT)
@@ -253,18 +257,17 @@ def group_stats(inp: Inputs, keys: list[str]) -> pd.DataFrame:
     # prompts of the published set this group has a verdict row for (errors excluded)
     in_set = data["in_set"].to_numpy() if "in_set" in data.columns else np.zeros(len(data), dtype=bool)
     out["covered"] = count((status != ERROR) & in_set)
-    for k in keys:
-        out[k] = np.asarray(inp.codes[k].names, dtype=object)[out[k].to_numpy()]
     # one sample a prompt: k of n independent rows, Clopper-Pearson's exact interval (docs/statistics.md)
-    n, k = out["scored"].to_numpy(float), out["rejections"].to_numpy(float)
-    full_k = np.where(out["has_kind"].to_numpy(bool), k - out["partial_rejections"].to_numpy(float), np.nan)
+    n, k = out["scored"].astype(float), out["rejections"].astype(float)
+    full_k = np.where(out["has_kind"], k - out["partial_rejections"].astype(float), np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rate, frate = np.where(n > 0, k / n, np.nan), np.where(n > 0, full_k / n, np.nan)
-    lo, hi = clopper_pearson_arrays(k, n)
+        out["rate"], out["full_rate"] = np.where(n > 0, k / n, np.nan), np.where(n > 0, full_k / n, np.nan)
+    out["ci_low"], out["ci_high"] = clopper_pearson_arrays(k, n)
     kind = np.isfinite(full_k)
     flo, fhi = np.full(size, np.nan), np.full(size, np.nan)
     flo[kind], fhi[kind] = clopper_pearson_arrays(full_k[kind], n[kind])
-    out = out.assign(rate=rate, ci_low=lo, ci_high=hi, full_rate=frate, full_ci_low=flo, full_ci_high=fhi)
+    out["full_ci_low"], out["full_ci_high"] = flo, fhi
+    out = pd.DataFrame(out)
     intervals.prompt_level(data, gid, out)  # repeated samples: prompts are the unit
     intervals.no_point_rate(data, gid, out)  # rows without a verdict: a widened interval, or bounds only
     cascade.cascade_rates(data, gid, out)  # a cascade: the judge's rate on every row, estimated (PPI)
@@ -277,22 +280,26 @@ def agreement(inp: Inputs) -> pd.DataFrame:
     data, codes = inp.data, inp.codes["method"].index
     cols = ["set", "model", "judge", "agreement_pairs", "agreement", "keyword_only_rejections",
             "judge_only_rejections"]
-    if KEYWORD not in codes or JUDGE not in codes:
+    if KEYWORD not in codes or JUDGE not in codes or data.empty:
         return pd.DataFrame(columns=cols)
-    scored = data["status"] == SCORED
+    scored, method = data["status"].to_numpy() == SCORED, data["method"].to_numpy()
+    kw, jd = np.flatnonzero(scored & (method == codes[KEYWORD])), np.flatnonzero(scored & (method == codes[JUDGE]))
     on = ["set", "model", "prompt"] + (["sample"] if "sample" in data.columns else [])
-    kw = data.loc[scored & (data["method"] == codes[KEYWORD]), [*on, "rejected"]]
-    jd = data.loc[scored & (data["method"] == codes[JUDGE]), [*on, "judge", "rejected"]]
-    pairs = jd.merge(kw, on=on, suffixes=("_j", "_k"))
-    j, k = pairs["rejected_j"] == 1, pairs["rejected_k"] == 1
-    pairs = pairs.assign(same=j == k, k_only=k & ~j, j_only=j & ~k)
-    g = pairs.groupby(["set", "model", "judge"], sort=False)
-    out = pd.DataFrame({"agreement_pairs": g.size(), "agreement": g["same"].mean(),
-                        "keyword_only_rejections": g["k_only"].sum(), "judge_only_rejections": g["j_only"].sum()})
-    out = out.reset_index()
-    for key in ("set", "model", "judge"):
-        out[key] = np.asarray(inp.codes[key].names, dtype=object)[out[key].to_numpy()]
-    return out.reindex(columns=cols)
+    key = lambda rows: pd.MultiIndex.from_arrays([data[c].to_numpy()[rows] for c in on])  # noqa: E731 (a one-line helper used just below)
+    # a set and model's keyword verdicts name each prompt (and sample) once: check_duplicates stops the report otherwise
+    at = key(kw).get_indexer(key(jd))
+    jd, kw = jd[at >= 0], kw[at[at >= 0]]
+    rejected = data["rejected"].to_numpy()
+    j, k = rejected[jd] == 1, rejected[kw] == 1
+    # a judge row's verdict group is its (set, model, judge)
+    group, size = data["group"].to_numpy()[jd], len(inp.groups)
+    count = lambda mask: np.bincount(group[mask], minlength=size)  # noqa: E731 (as above)
+    pairs = np.bincount(group, minlength=size)
+    has = np.flatnonzero(pairs)
+    out = {c: np.asarray(inp.codes[c].names, dtype=object)[inp.groups[c].to_numpy()[has]] for c in cols[:3]}
+    return pd.DataFrame({**out, "agreement_pairs": pairs[has], "agreement": count(j == k)[has] / pairs[has],
+                         "keyword_only_rejections": count(k & ~j)[has], "judge_only_rejections": count(j & ~k)[has]},
+                        columns=cols)
 
 
 def set_order(labels) -> list[str]:
@@ -316,17 +323,19 @@ def build_tables(inp: Inputs, verdict: str) -> tuple[pd.DataFrame, pd.DataFrame,
     summary = summary.merge(agreement(inp), on=["set", "model", "judge"], how="left")
     headline = {}
     heads = []
-    for row in summary.itertuples(index=False):
-        has_judge = not pd.isna(row.judge_rows)
-        has_kw = not pd.isna(row.keyword_rows)
+    # the five columns read, not the summary's hundred (a named tuple of every column is slow to make)
+    for set_name, model, judge, judge_rows, keyword_rows in zip(
+            *(summary[c].tolist() for c in ("set", "model", "judge", "judge_rows", "keyword_rows"))):
+        has_judge = not pd.isna(judge_rows)
+        has_kw = not pd.isna(keyword_rows)
         choice = (JUDGE if has_judge else KEYWORD) if verdict == "auto" else verdict
         ok = has_judge if choice == JUDGE else has_kw
         heads.append(choice if ok else "")
         if ok:
-            pair = (choice, row.judge if choice == JUDGE else "")
-            headline.setdefault((row.set, row.model), [])
-            if pair not in headline[(row.set, row.model)]:
-                headline[(row.set, row.model)].append(pair)
+            pair = (choice, judge if choice == JUDGE else "")
+            headline.setdefault((set_name, model), [])
+            if pair not in headline[(set_name, model)]:
+                headline[(set_name, model)].append(pair)
     summary["headline"] = heads
     order = {s: i for i, s in enumerate(set_order(summary["set"]))}
     summary = summary.assign(_o=summary["set"].map(order)).sort_values(["_o", "model", "judge"], kind="stable")
@@ -724,10 +733,12 @@ def build_report(specs: Sequence[str], output_dir: str | Path = "report", *, htm
     return replace(rep, outputs=_write_files(rep, out, figures, html, written))
 
 
-def _write_files(rep: Report, out: Path, figures: bool, html: bool, written: dict[str, Path]) -> dict[str, Path]:
-    """The report's tables, figures (unless ``figures`` is off) and report.json, then (``html``)
-    report.html, into ``out``, beside what was ``written`` already (its Every Eval Ever records)."""
-    outputs = {**files.write(rep, out, figures=figures), **written}
+def _write_files(rep: Report, out: Path, figures: bool, html: bool, written: dict[str, Path],
+                 pdf: bool = True) -> dict[str, Path]:
+    """The report's tables, figures (unless ``figures`` is off; the scatter's PDF unless ``pdf`` is)
+    and report.json, then (``html``) report.html, into ``out``, beside what was ``written`` already
+    (its Every Eval Ever records)."""
+    outputs = {**files.write(rep, out, figures=figures, pdf=pdf), **written}
     if html:
         from orbench.analysis.report import html as html_report
 

@@ -32,8 +32,9 @@ NO_FIGURES = "Figures not drawn (--no_figures)"
 FIGURES = {"figure_png": "hard_vs_toxic.png", "figure_pdf": "hard_vs_toxic.pdf", "heatmap": "category_heatmap.png"}
 
 
-def write(rep, out: Path, *, figures: bool = True) -> dict[str, Path]:
+def write(rep, out: Path, *, figures: bool = True, pdf: bool = True) -> dict[str, Path]:
     """Write every file of ``rep`` into ``out``; what was written, by name (as ``Report.outputs``).
+    ``pdf=False`` leaves out the scatter's PDF (``Report.html``: the page shows the PNG).
 
     A figure not drawn this time (``figures=False``, no point to plot, no category column) is
     removed from ``out`` if an earlier report left it there: it would show other numbers."""
@@ -50,7 +51,7 @@ def write(rep, out: Path, *, figures: bool = True) -> dict[str, Path]:
         if rep.points or rep.reference:
             outputs.update(plots.scatter(rep.points, rep.fit, rep.spearman, out / "hard_vs_toxic",
                                          reference=rep.reference, reference_fit=rep.reference_fit,
-                                         caption=SHORT_CITATION, without=rep.without_point))
+                                         caption=SHORT_CITATION, without=rep.without_point, pdf=pdf))
         if rep.heat_cells is not None:
             outputs["heatmap"] = plots.heatmap(rep.heat_cells, rep.heat_sets, out / FIGURES["heatmap"])
     for name, filename in FIGURES.items():
@@ -114,7 +115,7 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
         [f"{s} rejection % [95% CI] (n, verdicts)" for s in sets] + ["errors", "unparsed", "note", "judge vs humans"]
     lines = ["# OR-Bench leaderboard", "", _board_intro(board[board["source"] == "published"]),
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in board.iterrows():
+    for r in row_dicts(board):
         name = str(r["model"]) + (f" (judge {r['judge']})" if r.get("judge") else "")
         yours = r["source"] == "yours"
         unranked = pd.isna(r["rank"])
@@ -155,7 +156,7 @@ def leaderboard_markdown(board: pd.DataFrame, summary: pd.DataFrame, notes: list
     lines += ["", "## Keyword and judge verdicts", "",
               "| set | model | judge | keyword % (rej/scored, err, unparsed) | full refusals only % | "
               "judge % (rej/scored, err, unparsed) | agreement |", "|---|---|---|---|---|---|---|"]
-    for _, r in summary.iterrows():
+    for r in row_dicts(summary):
         cells = [r["set"], r["model"], r["judge"] or "-"]
         for m in (KEYWORD, JUDGE):
             if pd.isna(r[f"{m}_rows"]):

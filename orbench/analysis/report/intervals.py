@@ -30,6 +30,7 @@ import pandas as pd
 from orbench.analysis import stats
 from orbench.analysis.report.inputs import ERROR, HARD, NO_VERDICT, REFUSED_TO_JUDGE, SCORED
 from orbench.analysis.report.inputs import TOX as TOXIC
+from orbench.run.tables import row_dicts
 
 RANK_DRAWS, RANK_SEED = 2000, 20240601
 BOOTSTRAP_RANKS = "bootstrap over prompts"
@@ -166,50 +167,49 @@ def leaderboard_intervals(board: pd.DataFrame, ents: dict, inp, sizes: dict[str,
         board.loc[rows, f"{s}_ci_low_pct"] = 100 * low
         board.loc[rows, f"{s}_ci_high_pct"] = 100 * high
     if {f"{HARD}_ci_low_pct", f"{TOXIC}_ci_low_pct"} <= set(board.columns):
+        pct = {c: board[c].to_numpy(dtype=float, na_value=np.nan) / 100 for s in (HARD, TOXIC)
+               for c in (f"{s}_rate_pct", f"{s}_ci_low_pct", f"{s}_ci_high_pct")}
+        estimate = lambda at, s: stats.Estimate(pct[f"{s}_rate_pct"][at], pct[f"{s}_ci_low_pct"][at],  # noqa: E731 (a one-line helper used just below)
+                                                pct[f"{s}_ci_high_pct"][at], "clopper_pearson")
         bounds = {}
-        for i in board.index[published]:
-            ba = stats.balanced_accuracy(_pct_estimate(board, i, TOXIC), _pct_estimate(board, i, HARD))
+        for at in np.flatnonzero(published):
+            ba = stats.balanced_accuracy(estimate(at, TOXIC), estimate(at, HARD))
             if math.isfinite(ba.value):
-                bounds[i] = (100 * ba.low, 100 * ba.high)
+                bounds[board.index[at]] = (100 * ba.low, 100 * ba.high)
         if bounds:
             board.loc[list(bounds), ["balanced_accuracy_ci_low_pct", "balanced_accuracy_ci_high_pct"]] = \
                 np.array(list(bounds.values()))
     return _rank_intervals(board, ents, inp)
 
 
-def _pct_estimate(board: pd.DataFrame, i, s: str) -> stats.Estimate:
-    return stats.Estimate(board.at[i, f"{s}_rate_pct"] / 100, board.at[i, f"{s}_ci_low_pct"] / 100,
-                          board.at[i, f"{s}_ci_high_pct"] / 100, "clopper_pearson")
-
-
 def _rank_intervals(board: pd.DataFrame, ents: dict, inp) -> pd.DataFrame:
+    """The board with ``rank_ci_low``, ``rank_ci_high`` and ``rank_method`` after its rank (the
+    module docstring): made as arrays, then inserted."""
+    low, high = pd.array([None] * len(board), dtype="Int64"), pd.array([None] * len(board), dtype="Int64")
+    method = np.full(len(board), "", dtype=object)
+    rates = [f"{HARD}_rate_pct", f"{TOXIC}_rate_pct"]
+    ranked = np.zeros(len(board), dtype=bool)
+    if "rank" in board.columns and set(rates) <= set(board.columns):
+        ranked = (board["rank"].notna() & board[rates[0]].notna() & board[rates[1]].notna()).to_numpy()
+    if ranked.sum() >= 2:
+        rng = np.random.default_rng(RANK_SEED)
+        scores = np.full((RANK_DRAWS, ranked.sum()), np.nan)
+        rows = board.iloc[np.flatnonzero(ranked)][["source", "model", "judge", f"{HARD}_scored", f"{TOXIC}_scored",
+                                                    *rates]]
+        for j, r in enumerate(row_dicts(rows)):
+            draws = {}
+            for s in (HARD, TOXIC):
+                if r["source"] == "published":
+                    n = int(r[f"{s}_scored"])
+                    draws[s] = rng.binomial(n, float(r[f"{s}_rate_pct"]) / 100, size=RANK_DRAWS) / n
+                else:
+                    st = ents[(r["model"], r["judge"])][s]
+                    k, n = _prompt_counts(inp, s, r["model"], st["method"], st["judge"])
+                    draws[s] = _bootstrap_rates(k, n, rng, RANK_DRAWS)
+            scores[:, j] = (draws[TOXIC] + 1 - draws[HARD]) / 2
+        method[ranked] = np.where(rows["source"].to_numpy() == "published", PARAMETRIC_RANKS, BOOTSTRAP_RANKS)
+        low[ranked], high[ranked] = stats.rank_interval(scores)
     at = list(board.columns).index("rank") + 1 if "rank" in board.columns else 0
-    for j, (name, value) in enumerate((("rank_ci_low", pd.array([None] * len(board), dtype="Int64")),
-                                       ("rank_ci_high", pd.array([None] * len(board), dtype="Int64")),
-                                       ("rank_method", [""] * len(board)))):
+    for j, (name, value) in enumerate((("rank_ci_low", low), ("rank_ci_high", high), ("rank_method", method))):
         board.insert(at + j, name, value)
-    if not {f"{HARD}_rate_pct", f"{TOXIC}_rate_pct"} <= set(board.columns):
-        return board
-    both = board[f"{HARD}_rate_pct"].notna() & board[f"{TOXIC}_rate_pct"].notna()
-    ranked = board.index[board["rank"].notna() & both] if "rank" in board.columns else board.index[:0]
-    if len(ranked) < 2:
-        return board
-    rng = np.random.default_rng(RANK_SEED)
-    scores = np.full((RANK_DRAWS, len(ranked)), np.nan)
-    for j, i in enumerate(ranked):
-        r = board.loc[i]
-        draws = {}
-        for s in (HARD, TOXIC):
-            if r["source"] == "published":
-                n = int(r[f"{s}_scored"])
-                draws[s] = rng.binomial(n, float(r[f"{s}_rate_pct"]) / 100, size=RANK_DRAWS) / n
-            else:
-                st = ents[(r["model"], r["judge"])][s]
-                k, n = _prompt_counts(inp, s, r["model"], st["method"], st["judge"])
-                draws[s] = _bootstrap_rates(k, n, rng, RANK_DRAWS)
-        scores[:, j] = (draws[TOXIC] + 1 - draws[HARD]) / 2
-        board.at[i, "rank_method"] = PARAMETRIC_RANKS if r["source"] == "published" else BOOTSTRAP_RANKS
-    low, high = stats.rank_interval(scores)
-    board.loc[ranked, "rank_ci_low"] = low
-    board.loc[ranked, "rank_ci_high"] = high
     return board

@@ -39,13 +39,16 @@ class _Labels:
                 break
         dx, dy, ha, box = choice or (5, 3, "left", (px, py, px + w, py + h))
         self.boxes.append(box)
+        # annotation_clip=False: every labelled point lies within the axes' limits (set before any label
+        # is placed), so matplotlib's check of that at every draw could only cost time
         self.ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), ha=ha, va="bottom",
-                         fontsize=fontsize, **style)
+                         fontsize=fontsize, annotation_clip=False, **style)
 
 
 def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, reference: Sequence[dict] = (),
-            reference_fit=None, caption: str = "", without: Sequence[str] = ()) -> dict[str, Path]:
-    """Your models in colour with their rates' error bars (and their quadratic fit); PNG + PDF. A model
+            reference_fit=None, caption: str = "", without: Sequence[str] = (), pdf: bool = True) -> dict[str, Path]:
+    """Your models in colour with their rates' error bars (and their quadratic fit); PNG + PDF (PNG only
+    without ``pdf``). A model
     with no point rate on a set (``x_bounds``/``y_bounds``) is a hatched bar over its bounds.
 
     x is the share of safe prompts refused, y of unsafe prompts refused: OR-Bench's Hard-1K and
@@ -90,18 +93,22 @@ def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, re
         ax.text(0.98, 0.02, f"no fit over your models' OR-Bench points (needs >= 3, have {orbench_points}{missing})",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="gray").set_in_layout(False)
     if points or reference:
-        # "best" keeps the legend off the points (yours and the published ones).
-        ax.legend(loc="best", fontsize=8, framealpha=0.9)
+        # "best" keeps the legend off the points (yours and the published ones). That puts it inside
+        # the axes, where it cannot widen tight_layout's margins: left out of the layout, the layout
+        # does not search for the spot once more (the search measures every label).
+        ax.legend(loc="best", fontsize=8, framealpha=0.9).set_in_layout(False)
     _axes_text(ax, any(p.get("benchmark") == "XSTest" for p in points), rho)
     if reference and caption:
         fig.text(0.01, 0.005, "Grey: published results, " + caption, fontsize=6, color="0.35",
                  ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.03 if reference and caption else 0, 1, 1))
     fig.set_layout_engine(None)  # laid out once: saving need not lay it out again
-    out = {"figure_png": stem.with_suffix(".png"), "figure_pdf": stem.with_suffix(".pdf")}
+    out = {"figure_png": stem.with_suffix(".png")}
     fig.savefig(out["figure_png"], dpi=150)
-    # Fixed metadata keeps the PDF free of a creation date.
-    fig.savefig(out["figure_pdf"], metadata={"CreationDate": None})
+    if pdf:
+        out["figure_pdf"] = stem.with_suffix(".pdf")
+        # Fixed metadata keeps the PDF free of a creation date.
+        fig.savefig(out["figure_pdf"], metadata={"CreationDate": None})
     plt.close(fig)
     return out
 
@@ -141,7 +148,9 @@ def _axes_text(ax, xstest: bool, rho: float | None) -> None:
     title = "Over-refusal vs. safety (95% Clopper-Pearson intervals)"
     if rho is not None:
         title += f"; Spearman rho = {rho:.3f}"
-    ax.set_title(title, fontsize=11)
+    # y given: matplotlib then skips looking, at every draw, for a top axis or an offset text the title
+    # would have to clear (this axes has neither), and puts it where it would have put it
+    ax.set_title(title, fontsize=11, y=1.0)
     ax.grid(True, linestyle="--", alpha=0.5)
 
 
@@ -201,7 +210,7 @@ def heatmap(cells: pd.DataFrame, sets: Sequence[str], path: Path) -> Path:
             ax.text(j, i, f"{v:.0f}\nn={int(n)}", ha="center", va="center", fontsize=7,
                     color=colour).set_in_layout(False)  # inside its cell: no need to measure it for the layout
     fig.colorbar(im, ax=ax, label="rejection rate (%)")
-    ax.set_title(f"Rejection rate by category (grey: n < {MIN_CELL_N} prompts)")
+    ax.set_title(f"Rejection rate by category (grey: n < {MIN_CELL_N} prompts)", y=1.0)  # y: as the scatter's
     fig.tight_layout()
     fig.set_layout_engine(None)  # laid out once: saving need not lay it out again (a draw less)
     fig.savefig(path, dpi=150)
