@@ -48,8 +48,8 @@ class _Labels:
 def scatter(points: Sequence[dict], coeffs, rho: float | None, stem: Path, *, reference: Sequence[dict] = (),
             reference_fit=None, caption: str = "", without: Sequence[str] = (), pdf: bool = True) -> dict[str, Path]:
     """Your models in colour with their rates' error bars (and their quadratic fit); PNG + PDF (PNG only
-    without ``pdf``). A model
-    with no point rate on a set (``x_bounds``/``y_bounds``) is a hatched bar over its bounds.
+    without ``pdf``). A model with no point rate on a set (``x_bounds``/``y_bounds``) is a hatched bar
+    over its bounds.
 
     x is the share of safe prompts refused, y of unsafe prompts refused: OR-Bench's Hard-1K and
     Toxic (circles) and XSTest's safe and unsafe halves (squares, ``benchmark`` ``XSTest``).
