@@ -57,7 +57,7 @@ TABLE = [
      "the server asked to wait 30 s, more than the 10 s left of --patience"),
     (GPT, 429, {"retry-after": "3600"}, 1, 0.0,
      "the server asked to wait 1 h 0 min, more than the 10 min left of --patience"),
-    (GPT, 429, {"retry-after": "1e12"}, 1, 0.0,  # an absurd one: in words, not in 13 digits
+    (GPT, 429, {"retry-after": "1e12"}, 1, 0.0,  # an absurd one: in words, not 277777777 h
      "the server asked to wait over a year, more than the 10 min left of --patience"),
     (GPT, 429, {"retry-after": "259200"}, 1, 0.0,
      "the server asked to wait 3 days, more than the 10 min left of --patience"),
