@@ -137,7 +137,8 @@ def floor(folder: str | Path, line_bytes: int) -> dict:
     """The work the per-sample lines cannot skip, however they are made, timed in this process: the
     prompt and reply columns of every input read again as text (the report's verdict table keeps
     hashes of them only; as ``orbench.analysis.eee.samples`` reads them), and ``line_bytes`` bytes
-    (the lines' size) put through SHA-256 (the record's checksum), then written to a file. Its
+    (the lines' size) put through SHA-256 (the record's checksum), then written to a file, through
+    the page cache and past it (``orbench.run.direct_io``, as the lines are written). Its
     premise: the lines hold every prompt and reply, so every byte of them is read, hashed and
     written once at least."""
     import hashlib
@@ -145,6 +146,7 @@ def floor(folder: str | Path, line_bytes: int) -> dict:
 
     from orbench.analysis.eee.samples import TEXT_COLUMNS, text_column
     from orbench.analysis.report.columns import read_results
+    from orbench.run.direct_io import DirectWriter
 
     def lap(since):
         now = resource.getrusage(resource.RUSAGE_SELF)
@@ -171,7 +173,15 @@ def floor(folder: str | Path, line_bytes: int) -> dict:
             handle.write(piece)
     written = lap(start)
     target.unlink()
-    return {"read": read, "hash": hashed, "write": written, "gb": round(line_bytes / 1e9, 2)}
+    start = (time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF))
+    with open(target, "wb", buffering=0) as handle:  # past the page cache, as the lines are written
+        sink = DirectWriter(handle.fileno())
+        for piece in pieces:
+            sink.write(piece)
+        sink.close()
+    direct = lap(start)
+    target.unlink()
+    return {"read": read, "hash": hashed, "write": written, "direct": direct, "gb": round(line_bytes / 1e9, 2)}
 
 
 def main(argv=None) -> int:
@@ -212,7 +222,8 @@ def main(argv=None) -> int:
         print(f"floor of the per-sample lines: reading the prompts and replies again {f['read']['seconds']} s wall "
               f"({f['read']['cpu_seconds']} s CPU); SHA-256 of {f['gb']} GB {f['hash']['seconds']} s "
               f"({f['hash']['cpu_seconds']} s CPU); writing them {f['write']['seconds']} s "
-              f"({f['write']['cpu_seconds']} s CPU)")
+              f"({f['write']['cpu_seconds']} s CPU) through the page cache, {f['direct']['seconds']} s "
+              f"({f['direct']['cpu_seconds']} s CPU) past it")
     if len(runs) > 1:
         secs, mbs = [r["seconds"] for r in runs], [r["peak_rss_mb"] for r in runs]
         print(f"best of {len(runs)}: {min(secs)} s (spread {min(secs)}-{max(secs)} s), "
