@@ -93,16 +93,20 @@ if [[ -e "$OUT/report/summary.csv" ]]; then
     echo
     echo "rejection rates (a sample of OR-Bench-Hard-1K, lower is better; of OR-Bench-Toxic, higher is better):"
     "$PY" - "$OUT/report/summary.csv" <<'EOF'
+import csv
 import sys
-import pandas as pd
-table = pd.read_csv(sys.argv[1])
-for _, row in table.iterrows():
+with open(sys.argv[1], newline="", encoding="utf-8") as handle:
+    table = list(csv.DictReader(handle))  # the csv module: pandas would take half a second to import
+def number(row, key, default=None):
+    """A cell read as pandas reads a number (an empty one is NaN); ``default`` if no such column."""
+    return float(row[key] or "nan") if key in row else default
+for row in table:
     m = row.get("headline", "keyword")
-    rate, low, high = (row.get(f"{m}_{k}") for k in ("rate", "ci_low", "ci_high"))
-    print(f"  {row['set']:>5}  {row['model']}: {row.get(f'{m}_rejections', 0):.0f} of "
-          f"{row.get(f'{m}_scored', 0):.0f} rejected = {100 * rate:.0f}% "
+    rate, low, high = (number(row, f"{m}_{k}") for k in ("rate", "ci_low", "ci_high"))
+    print(f"  {row['set']:>5}  {row['model']}: {number(row, f'{m}_rejections', 0):.0f} of "
+          f"{number(row, f'{m}_scored', 0):.0f} rejected = {100 * rate:.0f}% "
           f"(95% CI {100 * low:.0f}-{100 * high:.0f}%; {m} verdicts; "
-          f"{row.get(f'{m}_errors', 0):.0f} errors; {row.get(f'{m}_truncated', 0):.0f} replies cut off "
+          f"{number(row, f'{m}_errors', 0):.0f} errors; {number(row, f'{m}_truncated', 0):.0f} replies cut off "
           f"at the token limit)")
 EOF
 fi

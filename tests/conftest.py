@@ -289,10 +289,16 @@ def _browser_module(nodeid: str) -> bool:
     return "browser" in nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
 
 
+#: The modules that run inspect_ai's evals in process: one unit of work for xdist, since inspect's first
+#: eval in a process loads its providers and registries (about 5 s of CPU, then under 1 s an eval).
+INSPECT_MODULES = {"test_inspect.py", "test_inspect_endpoint.py"}
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """With ``-n N`` (xdist's ``load``): every test of a ``test_*browser*.py`` module runs on one worker
-    (one unit of work, handed out first), so the suite starts one browser; the tests of one class are
+    (one unit of work, handed out first), so the suite starts one browser; so do the tests of the
+    :data:`INSPECT_MODULES`, so inspect_ai is set up in one worker; the tests of one class are
     one unit too (a class groups tests that read one shared, module- or class-scoped build, which is
     then made once, not once per worker); every other test is a unit of its own, handed out as ``load``
     does. (xdist's own ``loadgroup`` names groups by rewriting node ids, which pytest 9 no longer reads.)"""
@@ -304,6 +310,8 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             if _browser_module(nodeid):
                 return "browser"
+            if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in INSPECT_MODULES:
+                return "inspect"
             parts = nodeid.split("::")
             return "::".join(parts[:2]) if len(parts) > 2 else nodeid  # file::Class::test -> file::Class
 

@@ -377,7 +377,8 @@ def test_a_server_that_crashes_mid_run(standin, tmp_path):
 
 
 def test_a_server_slow_to_start_is_waited_for(standin, tmp_path):
-    standin["STANDIN_DELAY"] = "3"
+    # 1 s: past the first five health checks (at once, then 0.05 s apart, doubling to 0.5 s: orbench.llm.serve)
+    standin["STANDIN_DELAY"] = "1"
     res = stage(standin, "--serve", "--serve_timeout", "120")
     assert res.returncode == 0, res.stderr
     assert read(tmp_path / OUT)["error"].tolist() == ["", ""]
