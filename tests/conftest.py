@@ -124,6 +124,16 @@ def mock():
     mock_provider.RULES.reset()
 
 
+@pytest.fixture
+def quick_backoff(monkeypatch):
+    """The retry loop's backoff when the server asks no wait (``orbench.llm.retry``: 0-0.5 s, doubling)
+    drawn from 0-10 ms instead, for tests whose assertions are which requests were sent and what came
+    out, not the pauses between them (which only made them sleep for seconds in all)."""
+    from orbench.llm import retry
+
+    monkeypatch.setattr(retry, "BACKOFF_FIRST", 0.01)
+
+
 @pytest.fixture(scope="session")
 def gem_server():
     with serving(FakeGemini()) as server:

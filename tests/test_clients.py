@@ -12,6 +12,9 @@ from orbench.llm.errors import FatalProviderError, RowError
 from orbench.llm.models import parse_model
 from orbench.llm.providers.openai_chat import is_reasoning_model, openai_params
 
+# which requests were sent and what came out is tested, not the pauses between retries (conftest)
+pytestmark = pytest.mark.usefixtures("quick_backoff")
+
 GPT = parse_model("openai/gpt-test")
 CLAUDE = parse_model("anthropic/claude-test")
 

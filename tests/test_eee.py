@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -287,7 +288,7 @@ def _line_by_hand(record: dict, row: dict) -> str:
     in the bundled set) holds, as one json.dumps of a dict built here."""
     refused = row["is_rejected"] == "True"
     verdict = ("partial refusal" if row["refusal_kind"] == "partial" else "refusal") if refused else "answer"
-    prompt_key = pd.util.hash_array(pd.Series([row["prompt"]], dtype=object).to_numpy(), categorize=False)[0]
+    prompt_key = pd.util.hash_array(np.array([row["prompt"]], dtype=object), categorize=False)[0]
     metadata = {"category": row["category"], "sample": "0", "prompt_kind": "safe", "verdict": verdict}
     if row["finish_reason"] == "length":
         metadata["finish_reason"] = "length"
