@@ -327,9 +327,10 @@ def test_tls_is_set_up_once_per_process_and_follows_ssl_cert_file(monkeypatch, t
     def connect(cls, model):
         return cls.connect(parse_model(model), base_url=None, timeout=10, max_retries=0)
 
-    openai_sdks = {id(connect(OpenAIChat, m).sdk) for m in ("openai/gpt-4o-mini", "openai/gpt-4o")}
+    # kept alive: a client freed at once could leave its id to the next one
+    openai_clients = [connect(OpenAIChat, m) for m in ("openai/gpt-4o-mini", "openai/gpt-4o")]
     connect(AnthropicMessages, "anthropic/claude-3-haiku-20240307")
-    assert len(openai_sdks) == 2  # a client per model, one CA bundle read between them
+    assert len({id(c.sdk) for c in openai_clients}) == 2  # a client per model, one CA bundle read between them
     assert len(loaded) == 1
 
     bundle = tmp_path / "ca.pem"
