@@ -308,6 +308,7 @@ def test_tls_is_set_up_once_per_process_and_follows_ssl_cert_file(monkeypatch, t
 
     from orbench.llm.providers import transport
     from orbench.llm.providers.anthropic_messages import AnthropicMessages
+    from orbench.llm.providers.gemini import Gemini
     from orbench.llm.providers.openai_chat import OpenAIChat
 
     loaded = []
@@ -330,7 +331,9 @@ def test_tls_is_set_up_once_per_process_and_follows_ssl_cert_file(monkeypatch, t
     # kept alive: a client freed at once could leave its id to the next one
     openai_clients = [connect(OpenAIChat, m) for m in ("openai/gpt-4o-mini", "openai/gpt-4o")]
     connect(AnthropicMessages, "anthropic/claude-3-haiku-20240307")
+    gemini = [connect(Gemini, m) for m in ("gemini/gemini-2.5-flash", "gemini/gemini-2.5-pro")]  # and its SDK's own clients
     assert len({id(c.sdk) for c in openai_clients}) == 2  # a client per model, one CA bundle read between them
+    assert len({id(c.sdk) for c in gemini}) == 2
     assert len(loaded) == 1
 
     bundle = tmp_path / "ca.pem"
