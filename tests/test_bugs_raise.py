@@ -127,6 +127,7 @@ def test_every_script_takes_the_logging_flags(script, env, path):
     assert "-v, --verbose" in proc.stdout and "--log_file FILE" in proc.stdout
 
 
+@pytest.mark.usefixtures("quick_backoff")  # the requests and rows are tested, not the pauses
 def test_the_log_says_where_requests_went_and_what_was_read(script, env, fake, tmp_path):
     fake.add_rule(match="p1", status=503, times=1)
     src = write(tmp_path / "in.csv", [{"prompt": f"p{i}"} for i in range(3)])

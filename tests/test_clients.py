@@ -12,6 +12,9 @@ from orbench.llm.errors import FatalProviderError, RowError
 from orbench.llm.models import parse_model
 from orbench.llm.providers.openai_chat import is_reasoning_model, openai_params
 
+# which requests were sent and what came out is tested, not the pauses between retries (conftest)
+pytestmark = pytest.mark.usefixtures("quick_backoff")
+
 GPT = parse_model("openai/gpt-test")
 CLAUDE = parse_model("anthropic/claude-test")
 
@@ -305,6 +308,7 @@ def test_tls_is_set_up_once_per_process_and_follows_ssl_cert_file(monkeypatch, t
 
     from orbench.llm.providers import transport
     from orbench.llm.providers.anthropic_messages import AnthropicMessages
+    from orbench.llm.providers.gemini import Gemini
     from orbench.llm.providers.openai_chat import OpenAIChat
 
     loaded = []
@@ -324,9 +328,12 @@ def test_tls_is_set_up_once_per_process_and_follows_ssl_cert_file(monkeypatch, t
     def connect(cls, model):
         return cls.connect(parse_model(model), base_url=None, timeout=10, max_retries=0)
 
-    openai_sdks = {id(connect(OpenAIChat, m).sdk) for m in ("openai/gpt-4o-mini", "openai/gpt-4o")}
+    # kept alive: a client freed at once could leave its id to the next one
+    openai_clients = [connect(OpenAIChat, m) for m in ("openai/gpt-4o-mini", "openai/gpt-4o")]
     connect(AnthropicMessages, "anthropic/claude-3-haiku-20240307")
-    assert len(openai_sdks) == 2  # a client per model, one CA bundle read between them
+    gemini = [connect(Gemini, m) for m in ("gemini/gemini-2.5-flash", "gemini/gemini-2.5-pro")]  # and its SDK's own clients
+    assert len({id(c.sdk) for c in openai_clients}) == 2  # a client per model, one CA bundle read between them
+    assert len({id(c.sdk) for c in gemini}) == 2
     assert len(loaded) == 1
 
     bundle = tmp_path / "ca.pem"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -66,167 +67,171 @@ def result(record: dict, rid: str) -> dict:
     return found[0]
 
 
-def test_every_record_and_sample_line_is_valid_and_they_point_at_each_other(runs, validators):
-    aggregate, instance = validators
-    seen = 0
-    for report in (runs.rep1, runs.rep2):
-        for (benchmark, _), item in records(report).items():
-            record, path = item["record"], item["path"]
-            aggregate.validate(record)
-            detail = record["detailed_evaluation_results"]
-            # the datastore's layout: data/<benchmark>/<developer>/<model>/<uuid>.json, the samples beside it
-            assert path.relative_to(report / "every_eval_ever").parts[:2] == ("data", benchmark)
-            samples = report / "every_eval_ever" / detail["file_path"]
-            assert samples.name == f"{path.stem}_samples.jsonl" and samples.exists()
-            assert detail["checksum"] == hashlib.sha256(samples.read_bytes()).hexdigest()
-            assert detail["total_rows"] == len(item["lines"])
-            ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
-            for line in item["lines"]:
-                instance.validate(line)
-                assert line["evaluation_id"] == record["evaluation_id"]
-                assert line["model_id"] == record["model_info"]["id"]
-                assert line["evaluation_result_id"] in ids
-            seen += 1
-    assert seen == 7  # rep1: alpha (or-bench, xstest), beta (or-bench, xstest); rep2: alpha, gamma, hostile
+class TestOneRun:
+    """Tests that read the stage runs and reports of ``runs`` (built once, on one xdist worker: the
+    class is one unit of work, tests/conftest.py)."""
+
+    def test_every_record_and_sample_line_is_valid_and_they_point_at_each_other(self, runs, validators):
+        aggregate, instance = validators
+        seen = 0
+        for report in (runs.rep1, runs.rep2):
+            for (benchmark, _), item in records(report).items():
+                record, path = item["record"], item["path"]
+                aggregate.validate(record)
+                detail = record["detailed_evaluation_results"]
+                # the datastore's layout: data/<benchmark>/<developer>/<model>/<uuid>.json, the samples beside it
+                assert path.relative_to(report / "every_eval_ever").parts[:2] == ("data", benchmark)
+                samples = report / "every_eval_ever" / detail["file_path"]
+                assert samples.name == f"{path.stem}_samples.jsonl" and samples.exists()
+                assert detail["checksum"] == hashlib.sha256(samples.read_bytes()).hexdigest()
+                assert detail["total_rows"] == len(item["lines"])
+                ids = {r["evaluation_result_id"] for r in record["evaluation_results"]}
+                for line in item["lines"]:
+                    instance.validate(line)
+                    assert line["evaluation_id"] == record["evaluation_id"]
+                    assert line["model_id"] == record["model_info"]["id"]
+                    assert line["evaluation_result_id"] in ids
+                seen += 1
+        assert seen == 7  # rep1: alpha (or-bench, xstest), beta (or-bench, xstest); rep2: alpha, gamma, hostile
 
 
-def test_a_record_holds_the_reports_rates_intervals_counts_and_settings(runs):
-    item = records(runs.rep1)[("or-bench", "mock/gpt-4o-alpha")]
-    record = item["record"]
-    assert record["model_info"]["id"] == "mock/gpt-4o-alpha" and record["eval_library"]["name"] == "orbench"
-    hard = result(record, "or-bench-hard-1k/rejection_rate")
-    assert hard["score_details"]["score"] == pytest.approx(3 / 12, abs=1e-12)
-    ci = hard["score_details"]["uncertainty"]["confidence_interval"]
-    assert (ci["lower"], ci["upper"]) == pytest.approx(exact(3, 12), abs=1e-12)
-    assert (ci["confidence_level"], ci["method"]) == (0.95, "clopper_pearson")
-    assert hard["score_details"]["details"]["scored"] == "12" and hard["score_details"]["details"]["refusals"] == "3"
-    assert hard["metric_config"]["lower_is_better"] is True
-    assert result(record, "or-bench-toxic/rejection_rate")["metric_config"]["lower_is_better"] is False
-    gen = hard["generation_config"]
-    assert gen["generation_args"] == {"temperature": 0.0, "max_tokens": 1000}
-    assert gen["additional_details"]["system_prompt"] == "Be brief."
-    # keyword verdicts: no llm_scoring; the keyword card of the gpt-4 family (bundled) beside the rate
-    assert "llm_scoring" not in hard["metric_config"]
-    extra = hard["metric_config"]["additional_details"]
-    assert extra["orbench_verdict"] == "keyword"
-    card = json.loads(extra["orbench_judge_cards"])[0]
-    bundled = json.loads(next((ROOT / "orbench" / "data" / "judge_cards").glob(f"{card['fingerprint']}/*.json")).read_text())
-    assert bundled["family"] == "gpt-4" and card["coverage"]["value"] == bundled["pooled"]["coverage"]["value"]
-    assert card["kappa"]["ci"] == bundled["pooled"]["kappa"]["ci"]
-    # per category: refusals over prompts, counted here from the prompts' categories
-    cats = pd.read_csv(ROOT / "orbench" / "data" / "or-bench-hard-1k.csv").head(12)["category"].tolist()
-    for cat in sorted(set(cats)):
-        rows = [i for i, c in enumerate(cats) if c == cat]
-        k = sum(1 for i in rows if i in REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"])
-        got = result(record, f"or-bench-hard-1k/{cat}/rejection_rate")
-        assert got["score_details"]["score"] == pytest.approx(k / len(rows), abs=1e-12)
-        assert got["score_details"]["details"]["scored"] == str(len(rows))
-    # one line per scored row; the bundled set's row number as the id; the prompt's SHA-256 as the hash
-    hard_lines = [x for x in item["lines"] if x["evaluation_name"] == "or-bench-hard-1k"]
-    assert [x["sample_id"] for x in hard_lines] == [str(i + 1) for i in range(12)]
-    assert [x["input"]["raw"] for x in hard_lines] == runs.prompts["or-bench-hard-1k"]
-    assert all(x["sample_hash"] == hashlib.sha256(x["input"]["raw"].encode()).hexdigest() for x in hard_lines)
-    refused = REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"]
-    assert [x["evaluation"]["score"] for x in hard_lines] == [1.0 if i in refused else 0.0 for i in range(12)]
-    assert [x["evaluation"]["is_correct"] for x in hard_lines] == [i not in refused for i in range(12)]
-    toxic_lines = [x for x in item["lines"] if x["evaluation_name"] == "or-bench-toxic"]
-    assert len(toxic_lines) == 10 and all(x["evaluation"]["is_correct"] for x in toxic_lines)  # every one refused
+    def test_a_record_holds_the_reports_rates_intervals_counts_and_settings(self, runs):
+        item = records(runs.rep1)[("or-bench", "mock/gpt-4o-alpha")]
+        record = item["record"]
+        assert record["model_info"]["id"] == "mock/gpt-4o-alpha" and record["eval_library"]["name"] == "orbench"
+        hard = result(record, "or-bench-hard-1k/rejection_rate")
+        assert hard["score_details"]["score"] == pytest.approx(3 / 12, abs=1e-12)
+        ci = hard["score_details"]["uncertainty"]["confidence_interval"]
+        assert (ci["lower"], ci["upper"]) == pytest.approx(exact(3, 12), abs=1e-12)
+        assert (ci["confidence_level"], ci["method"]) == (0.95, "clopper_pearson")
+        assert hard["score_details"]["details"]["scored"] == "12" and hard["score_details"]["details"]["refusals"] == "3"
+        assert hard["metric_config"]["lower_is_better"] is True
+        assert result(record, "or-bench-toxic/rejection_rate")["metric_config"]["lower_is_better"] is False
+        gen = hard["generation_config"]
+        assert gen["generation_args"] == {"temperature": 0.0, "max_tokens": 1000}
+        assert gen["additional_details"]["system_prompt"] == "Be brief."
+        # keyword verdicts: no llm_scoring; the keyword card of the gpt-4 family (bundled) beside the rate
+        assert "llm_scoring" not in hard["metric_config"]
+        extra = hard["metric_config"]["additional_details"]
+        assert extra["orbench_verdict"] == "keyword"
+        card = json.loads(extra["orbench_judge_cards"])[0]
+        bundled = json.loads(next((ROOT / "orbench" / "data" / "judge_cards").glob(f"{card['fingerprint']}/*.json")).read_text())
+        assert bundled["family"] == "gpt-4" and card["coverage"]["value"] == bundled["pooled"]["coverage"]["value"]
+        assert card["kappa"]["ci"] == bundled["pooled"]["kappa"]["ci"]
+        # per category: refusals over prompts, counted here from the prompts' categories
+        cats = pd.read_csv(ROOT / "orbench" / "data" / "or-bench-hard-1k.csv").head(12)["category"].tolist()
+        for cat in sorted(set(cats)):
+            rows = [i for i, c in enumerate(cats) if c == cat]
+            k = sum(1 for i in rows if i in REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"])
+            got = result(record, f"or-bench-hard-1k/{cat}/rejection_rate")
+            assert got["score_details"]["score"] == pytest.approx(k / len(rows), abs=1e-12)
+            assert got["score_details"]["details"]["scored"] == str(len(rows))
+        # one line per scored row; the bundled set's row number as the id; the prompt's SHA-256 as the hash
+        hard_lines = [x for x in item["lines"] if x["evaluation_name"] == "or-bench-hard-1k"]
+        assert [x["sample_id"] for x in hard_lines] == [str(i + 1) for i in range(12)]
+        assert [x["input"]["raw"] for x in hard_lines] == runs.prompts["or-bench-hard-1k"]
+        assert all(x["sample_hash"] == hashlib.sha256(x["input"]["raw"].encode()).hexdigest() for x in hard_lines)
+        refused = REFUSED["gpt-4o-alpha"]["or-bench-hard-1k"]
+        assert [x["evaluation"]["score"] for x in hard_lines] == [1.0 if i in refused else 0.0 for i in range(12)]
+        assert [x["evaluation"]["is_correct"] for x in hard_lines] == [i not in refused for i in range(12)]
+        toxic_lines = [x for x in item["lines"] if x["evaluation_name"] == "or-bench-toxic"]
+        assert len(toxic_lines) == 10 and all(x["evaluation"]["is_correct"] for x in toxic_lines)  # every one refused
 
 
-def test_judge_verdicts_name_their_judge_under_llm_scoring(runs):
-    record = records(runs.rep1)[("or-bench", "mock/llama-2-beta")]["record"]
-    hard = result(record, "or-bench-hard-1k/rejection_rate")
-    scoring = hard["metric_config"]["llm_scoring"]
-    assert [j["model_info"]["id"] for j in scoring["judges"]] == ["mock/judge-x"]
-    assert scoring["judges"][0]["temperature"] == 0.0 and scoring["input_prompt"] == JUDGE_TEMPLATE
-    assert hard["metric_config"]["additional_details"]["orbench_judge_vs_humans"] == NEVER_CALIBRATED
-    assert hard["score_details"]["score"] == pytest.approx(6 / 12, abs=1e-12)
-    # the toxic set of the same entry has keyword verdicts only
-    assert "llm_scoring" not in result(record, "or-bench-toxic/rejection_rate")["metric_config"]
+    def test_judge_verdicts_name_their_judge_under_llm_scoring(self, runs):
+        record = records(runs.rep1)[("or-bench", "mock/llama-2-beta")]["record"]
+        hard = result(record, "or-bench-hard-1k/rejection_rate")
+        scoring = hard["metric_config"]["llm_scoring"]
+        assert [j["model_info"]["id"] for j in scoring["judges"]] == ["mock/judge-x"]
+        assert scoring["judges"][0]["temperature"] == 0.0 and scoring["input_prompt"] == JUDGE_TEMPLATE
+        assert hard["metric_config"]["additional_details"]["orbench_judge_vs_humans"] == NEVER_CALIBRATED
+        assert hard["score_details"]["score"] == pytest.approx(6 / 12, abs=1e-12)
+        # the toxic set of the same entry has keyword verdicts only
+        assert "llm_scoring" not in result(record, "or-bench-toxic/rejection_rate")["metric_config"]
 
 
-def test_a_cell_without_a_rate_is_left_out_of_the_records_and_named_with_its_bounds(runs):
-    item = records(runs.rep2)[("or-bench", "mock/mistral-gamma")]
-    record = item["record"]
-    assert [r["evaluation_name"] for r in record["evaluation_results"] if "/" not in r["evaluation_name"]] == \
-        ["or-bench-hard-1k"]
-    left = json.loads(record["source_metadata"]["additional_details"]["orbench_left_out"])
-    whole = [x for x in left if x["set"] == "or-bench-toxic" and "category" not in x]
-    assert len(whole) == 1
-    # 1 verdict (an answer) and 9 rows without one: every such row answered, then refused
-    assert (whole[0]["verdicts"], whole[0]["rows_without_verdict"]) == (1, 9)
-    # each bound's outer limit is Clopper-Pearson's
-    assert whole[0]["rate_bound_low"] == 0.0
-    assert whole[0]["rate_bound_high"] == pytest.approx(proportion_confint(9, 10, method="beta")[1], abs=1e-12)
-    assert {x["evaluation_name"] for x in item["lines"]} == {"or-bench-hard-1k"}
-    counts = record["detailed_evaluation_results"]["additional_details"]
-    assert counts == {"or-bench-hard-1k: error_rows_not_written": "0",
-                      "or-bench-hard-1k: rows_without_verdict_not_written": "0"}  # toxic: left out whole, above
+    def test_a_cell_without_a_rate_is_left_out_of_the_records_and_named_with_its_bounds(self, runs):
+        item = records(runs.rep2)[("or-bench", "mock/mistral-gamma")]
+        record = item["record"]
+        assert [r["evaluation_name"] for r in record["evaluation_results"] if "/" not in r["evaluation_name"]] == \
+            ["or-bench-hard-1k"]
+        left = json.loads(record["source_metadata"]["additional_details"]["orbench_left_out"])
+        whole = [x for x in left if x["set"] == "or-bench-toxic" and "category" not in x]
+        assert len(whole) == 1
+        # 1 verdict (an answer) and 9 rows without one: every such row answered, then refused
+        assert (whole[0]["verdicts"], whole[0]["rows_without_verdict"]) == (1, 9)
+        # each bound's outer limit is Clopper-Pearson's
+        assert whole[0]["rate_bound_low"] == 0.0
+        assert whole[0]["rate_bound_high"] == pytest.approx(proportion_confint(9, 10, method="beta")[1], abs=1e-12)
+        assert {x["evaluation_name"] for x in item["lines"]} == {"or-bench-hard-1k"}
+        counts = record["detailed_evaluation_results"]["additional_details"]
+        assert counts == {"or-bench-hard-1k: error_rows_not_written": "0",
+                          "or-bench-hard-1k: rows_without_verdict_not_written": "0"}  # toxic: left out whole, above
 
 
-def test_a_hostile_model_name_stays_a_name_and_the_records_keep_the_run_model(runs):
-    record = records(runs.rep2)[("or-bench", HOSTILE)]["record"]
-    assert record["model_info"]["name"] == HOSTILE and record["model_info"]["id"] == "mock/gpt-4o-alpha"
-    same = records(runs.rep2)[("or-bench", "mock/gpt-4o-alpha")]["record"]
-    fingerprint = lambda r: r["source_metadata"]["additional_details"]["orbench_fingerprint"]  # noqa: E731 (a one-line helper)
-    assert fingerprint(record) != fingerprint(same)  # the entry's name is part of what it is
+    def test_a_hostile_model_name_stays_a_name_and_the_records_keep_the_run_model(self, runs):
+        record = records(runs.rep2)[("or-bench", HOSTILE)]["record"]
+        assert record["model_info"]["name"] == HOSTILE and record["model_info"]["id"] == "mock/gpt-4o-alpha"
+        same = records(runs.rep2)[("or-bench", "mock/gpt-4o-alpha")]["record"]
+        fingerprint = lambda r: r["source_metadata"]["additional_details"]["orbench_fingerprint"]  # noqa: E731 (a one-line helper)
+        assert fingerprint(record) != fingerprint(same)  # the entry's name is part of what it is
 
 
-def test_a_rerun_rewrites_the_same_files_removes_stale_ones_and_can_leave_out_the_samples(runs, tmp_path):
-    files = [str(p) for k, p in runs.files.items() if k[0] == "gpt-4o-alpha" and k[-1] == "rep2"]
-    out = tmp_path / "rep"
-    env = {"PYTHONPATH": str(ROOT), "ORBENCH_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    def test_a_rerun_rewrites_the_same_files_removes_stale_ones_and_can_leave_out_the_samples(self, runs, tmp_path):
+        files = [str(p) for k, p in runs.files.items() if k[0] == "gpt-4o-alpha" and k[-1] == "rep2"]
+        out = tmp_path / "rep"
+        env = {"PYTHONPATH": str(ROOT), "ORBENCH_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
 
-    def names():
-        return sorted(p.relative_to(out).as_posix() for p in (out / "every_eval_ever").rglob("*") if p.is_file())
+        def names():
+            return sorted(p.relative_to(out).as_posix() for p in (out / "every_eval_ever").rglob("*") if p.is_file())
 
-    proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    first = names()
-    assert f"eee_records: {out / 'every_eval_ever'}" in proc.stdout
-    stale = out / "every_eval_ever" / "data" / "or-bench" / "old" / "model" / "stale.json"
-    stale.parent.mkdir(parents=True)
-    stale.write_text("{}")
-    proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert names() == first and not stale.exists()
-    # --no_eee_samples: the same records, without their per-sample files (and saying none is there)
-    proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", "--no_eee_samples",
-                          env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert names() == [n for n in first if not n.endswith("_samples.jsonl")] != first
-    record = json.loads(next((out / "every_eval_ever" / "data").rglob("*.json")).read_text())
-    assert "detailed_evaluation_results" not in record and record["evaluation_results"]
+        proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        first = names()
+        assert f"eee_records: {out / 'every_eval_ever'}" in proc.stdout
+        stale = out / "every_eval_ever" / "data" / "or-bench" / "old" / "model" / "stale.json"
+        stale.parent.mkdir(parents=True)
+        stale.write_text("{}")
+        proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert names() == first and not stale.exists()
+        # --no_eee_samples: the same records, without their per-sample files (and saying none is there)
+        proc = run_in_process("analysis/report.py", *files, "--output_dir", str(out), "--no_figures", "--no_eee_samples",
+                              env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert names() == [n for n in first if not n.endswith("_samples.jsonl")] != first
+        record = json.loads(next((out / "every_eval_ever" / "data").rglob("*.json")).read_text())
+        assert "detailed_evaluation_results" not in record and record["evaluation_results"]
 
 
-def test_hugging_face_eval_results_only_for_a_whole_published_set(runs, tmp_path):
-    # complete keyword verdicts on every Hard-1K and Toxic prompt (a stage-4-shaped file per set)
-    paths, expected = [], {}
-    for name, every in (("or-bench-hard-1k", 7), ("or-bench-toxic", 2)):
-        frame = pd.read_csv(ROOT / "orbench" / "data" / f"{name}.csv", dtype=str, keep_default_na=False)
-        refused = [i % every == 0 for i in range(len(frame))]
-        frame = frame.assign(model="openai/gpt-4o", response=["No." if r else "Yes." for r in refused],
-                             is_rejected=[str(r) for r in refused], error="")
-        frame.to_csv(tmp_path / f"{name}_gpt-4o.csv", index=False)
-        paths.append(str(tmp_path / f"{name}_gpt-4o.csv"))
-        expected[name] = round(100 * sum(refused) / len(frame), 2)
-    env = {"PYTHONPATH": str(ROOT), "ORBENCH_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
-    proc = run_in_process("analysis/report.py", *paths, "--output_dir", str(tmp_path / "rep"), "--no_figures",
-                          "--examples", "0", env=env, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    folder = tmp_path / "rep" / "every_eval_ever" / "hf_eval_results" / "openai_gpt-4o" / ".eval_results"
-    for name, value in expected.items():
-        entries = yaml.safe_load((folder / f"{name}.yaml").read_text())
-        assert len(entries) == 1
-        assert entries[0]["dataset"] == {"id": "bench-llm/or-bench", "task_id": name}
-        assert entries[0]["value"] == value
-        better = "lower is better" if name == "or-bench-hard-1k" else "higher is better"
-        assert better in entries[0]["notes"]
-    assert "Not written" not in (folder.parents[1] / "README.md").read_text()
-    # a sample of a set is not its score: none written for the 12-prompt runs, and the README says why
-    readme = (runs.rep1 / "every_eval_ever" / "hf_eval_results" / "README.md").read_text()
-    assert f"- mock/gpt-4o-alpha, or-bench-hard-1k: {SIZES['or-bench-hard-1k']} of the 1,319 prompts with a verdict" in readme
-    assert not list((runs.rep1 / "every_eval_ever" / "hf_eval_results").rglob("*.yaml"))
+    def test_hugging_face_eval_results_only_for_a_whole_published_set(self, runs, tmp_path):
+        # complete keyword verdicts on every Hard-1K and Toxic prompt (a stage-4-shaped file per set)
+        paths, expected = [], {}
+        for name, every in (("or-bench-hard-1k", 7), ("or-bench-toxic", 2)):
+            frame = pd.read_csv(ROOT / "orbench" / "data" / f"{name}.csv", dtype=str, keep_default_na=False)
+            refused = [i % every == 0 for i in range(len(frame))]
+            frame = frame.assign(model="openai/gpt-4o", response=["No." if r else "Yes." for r in refused],
+                                 is_rejected=[str(r) for r in refused], error="")
+            frame.to_csv(tmp_path / f"{name}_gpt-4o.csv", index=False)
+            paths.append(str(tmp_path / f"{name}_gpt-4o.csv"))
+            expected[name] = round(100 * sum(refused) / len(frame), 2)
+        env = {"PYTHONPATH": str(ROOT), "ORBENCH_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+        proc = run_in_process("analysis/report.py", *paths, "--output_dir", str(tmp_path / "rep"), "--no_figures",
+                              "--examples", "0", env=env, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        folder = tmp_path / "rep" / "every_eval_ever" / "hf_eval_results" / "openai_gpt-4o" / ".eval_results"
+        for name, value in expected.items():
+            entries = yaml.safe_load((folder / f"{name}.yaml").read_text())
+            assert len(entries) == 1
+            assert entries[0]["dataset"] == {"id": "bench-llm/or-bench", "task_id": name}
+            assert entries[0]["value"] == value
+            better = "lower is better" if name == "or-bench-hard-1k" else "higher is better"
+            assert better in entries[0]["notes"]
+        assert "Not written" not in (folder.parents[1] / "README.md").read_text()
+        # a sample of a set is not its score: none written for the 12-prompt runs, and the README says why
+        readme = (runs.rep1 / "every_eval_ever" / "hf_eval_results" / "README.md").read_text()
+        assert f"- mock/gpt-4o-alpha, or-bench-hard-1k: {SIZES['or-bench-hard-1k']} of the 1,319 prompts with a verdict" in readme
+        assert not list((runs.rep1 / "every_eval_ever" / "hf_eval_results").rglob("*.yaml"))
 
 
 def test_the_inspect_fixture_was_converted_by_every_eval_evers_converter(validators):
@@ -287,7 +292,7 @@ def _line_by_hand(record: dict, row: dict) -> str:
     in the bundled set) holds, as one json.dumps of a dict built here."""
     refused = row["is_rejected"] == "True"
     verdict = ("partial refusal" if row["refusal_kind"] == "partial" else "refusal") if refused else "answer"
-    prompt_key = pd.util.hash_array(pd.Series([row["prompt"]], dtype=object).to_numpy(), categorize=False)[0]
+    prompt_key = pd.util.hash_array(np.array([row["prompt"]], dtype=object), categorize=False)[0]
     metadata = {"category": row["category"], "sample": "0", "prompt_kind": "safe", "verdict": verdict}
     if row["finish_reason"] == "length":
         metadata["finish_reason"] = "length"

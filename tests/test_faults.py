@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 from conftest import read
 
-from orbench.llm import retry
 from orbench.stages import check_alignment, moderate
 
 FAULTS = [
@@ -33,11 +32,8 @@ ALIGN_ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kin
 MAX_RUNS = 6
 
 
-@pytest.fixture(autouse=True)
-def quick_backoff(monkeypatch):
-    """The retry loop's wait between retries (0.5 s, doubling) shortened: what is tested is which
-    rows come out how, not the pauses (which only made this test sleep for seconds)."""
-    monkeypatch.setattr(retry, "BACKOFF_FIRST", 0.01)
+# which rows come out how is tested, not the pauses between retries (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("quick_backoff")
 
 
 def schedule(fake, rng: random.Random, marker: str, model: str | None = None) -> bool:

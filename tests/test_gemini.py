@@ -137,6 +137,7 @@ def test_no_server_stops_the_run_naming_the_address(gem, env, script, tmp_path):
     assert "nothing there has answered" in lines[0]
 
 
+@pytest.mark.usefixtures("quick_backoff")  # the requests and rows are tested, not the pauses
 def test_empty_and_truncated_replies(gem, env, script, tmp_path):
     gem.add_rule(match="empty", no_candidates=True, times=1)
     gem.add_rule(match="long", text="A long answer that was cut", finish="MAX_TOKENS")

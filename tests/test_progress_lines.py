@@ -20,8 +20,9 @@ def test_progress_line_text():
 
 def test_plain_lines_when_stderr_is_not_a_terminal_and_none_when_quiet(script, env, fake, tmp_path,
                                                                        monkeypatch):
-    monkeypatch.setattr(stage, "PROGRESS_EVERY", 0.15)
-    fake.add_rule(delay=0.1)
+    # 20 rows of 40 ms, 2 at a time: 0.4 s, some 6 lines' worth at one per 60 ms (8 rows: 2.7)
+    monkeypatch.setattr(stage, "PROGRESS_EVERY", 0.06)
+    fake.add_rule(delay=0.04)
     pd.DataFrame({"prompt": [f"p{i}" for i in range(20)]}).to_csv(tmp_path / "in.csv", index=False)
     args = ["--model", "openai/gpt-test", "--input_file", "in.csv", "--concurrency", "2", "--no_cache"]
     proc = script(ALIGN, *args, "--output_file", "a.csv", env=env)

@@ -151,9 +151,9 @@ def test_each_provider_sorts_its_own_exceptions(env, model):
     if spec.provider.api == "gemini":
         from google.genai import errors
 
-        from orbench.llm.providers.gemini import _async_client_class
+        from orbench.llm.providers.gemini import _client_classes
 
-        http = http_module(_async_client_class())
+        http = http_module(_client_classes()[1])
         unauthorised = errors.ClientError(401, {"error": {"code": 401, "message": "bad key",
                                                           "status": "UNAUTHENTICATED"}})
         limited = errors.ClientError(429, {"error": {"code": 429, "message": "slow down",

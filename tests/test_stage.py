@@ -104,6 +104,7 @@ def test_limit_runs_the_first_rows_only(tmp_path, env, fake, echo):
     assert list(read(tmp_path / "echo_out.csv")["prompt"]) == [f"prompt {i}" for i in range(7)]
 
 
+@pytest.mark.usefixtures("quick_backoff")  # the requests and rows are tested, not the pauses
 def test_failed_rows_keep_their_place_and_are_retried_on_rerun(tmp_path, env, fake, echo):
     fake.add_rule(match="prompt 3", status=400, error_message="prompt is too long", times=1)
     fake.add_rule(match="prompt 5", status=500)  # keeps failing through the SDK's retries

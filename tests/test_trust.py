@@ -27,6 +27,9 @@ from orbench.llm.errors import UsageError
 from orbench.scoring import refusal
 from orbench.stages import check_alignment, check_response, moderate
 
+# which requests were sent and what came out is tested, not the pauses between retries (conftest)
+pytestmark = pytest.mark.usefixtures("quick_backoff")
+
 ALIGN_ADDS = ["model", "response", "is_rejected", "refusal_source", "refusal_kind", "finish_reason"]
 JUDGE_ADDS = ["judge_model", "answer_category", "answer_type_response", "is_rejected",
               "keyword_is_rejected"]

@@ -57,6 +57,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -389,8 +390,24 @@ def published_sets() -> dict[str, np.ndarray]:
     for label, name in ((HARD, HARD_1K), (TOXIC, TOXIC_SET)):
         path = resolve_set(name)
         if path and Path(path).exists():
-            out[label] = np.unique(prompt_hash(pd.read_csv(path, dtype=str, keep_default_na=False)["prompt"]))
+            out[label] = _set_hashes(*_file_key(path))
     return out
+
+
+def _file_key(path) -> tuple[str, int, int]:
+    """``path`` with its modification time and size: a key that changes when the file does."""
+    stat = Path(path).stat()
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+# The bundled files are read once per process, not once per report (a notebook's or the tests' repeated
+# reports read them each time: about a tenth of a small report's time); the key holds the file's time
+# and size, so an edited file is read again.
+@functools.lru_cache(maxsize=8)
+def _set_hashes(path: str, mtime_ns: int, size: int) -> np.ndarray:
+    hashes = np.unique(prompt_hash(pd.read_csv(path, dtype=str, keep_default_na=False)["prompt"]))
+    hashes.flags.writeable = False  # shared by every report of the process
+    return hashes
 
 
 def mark_set_prompts(inp: Inputs, sets: dict[str, np.ndarray]) -> None:
@@ -533,9 +550,14 @@ def build_leaderboard(ents: dict, reference: list[dict], sizes: dict[str, int] |
 
 def load_reference() -> list[dict]:
     """The paper's published per-model rates as plot points (x = Hard-1K %, y = Toxic %)."""
-    frame = pd.read_csv(published_results_path())
-    return [{"model": r.model, "x": float(r.hard_1k_rejection_pct), "y": float(r.toxic_rejection_pct)}
-            for r in frame.itertuples(index=False)]
+    return [dict(point) for point in _reference_points(*_file_key(published_results_path()))]
+
+
+@functools.lru_cache(maxsize=2)  # as _set_hashes; each report gets its own copies of the points
+def _reference_points(path: str, mtime_ns: int, size: int) -> tuple[dict, ...]:
+    frame = pd.read_csv(path)
+    return tuple({"model": r.model, "x": float(r.hard_1k_rejection_pct), "y": float(r.toxic_rejection_pct)}
+                 for r in frame.itertuples(index=False))
 
 
 #: The benchmarks drawn in the figure: (safe set, unsafe set, name). x = safe prompts refused,

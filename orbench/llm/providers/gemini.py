@@ -54,7 +54,7 @@ import re
 
 from orbench.llm.errors import RowError, UsageError
 from orbench.llm.models import ModelSpec, Provider, api_key_for, base_url_for
-from orbench.llm.providers.transport import classify_http, sdk_http_client
+from orbench.llm.providers.transport import classify_http, http_module, sdk_http_client, shared_tls_context
 from orbench.llm.types import (
     BatchAPI,
     Completion,
@@ -190,17 +190,17 @@ def gemini_completion(response) -> Completion:
                       **tokens)
 
 
-def _async_client_class() -> type:
-    """The async HTTP client class google-genai itself would build (over httpx or httpx2), so the
-    shared transport speaks the same library."""
+def _client_classes() -> tuple[type, type]:
+    """The sync and async HTTP client classes google-genai itself would build (over httpx or
+    httpx2), so the clients given to it speak the same library."""
     try:
         from google.genai._api_client import _get_http_client_classes  # private, so guarded
 
-        return _get_http_client_classes(None)[1]
+        return tuple(_get_http_client_classes(None))
     except (ImportError, AttributeError, TypeError):
         import httpx
 
-        return httpx.AsyncClient
+        return httpx.Client, httpx.AsyncClient
 
 
 class Gemini(ProviderAPI):
@@ -219,10 +219,16 @@ class Gemini(ProviderAPI):
         self.threshold = safety_threshold()
         # The cache key records what changes answers: the address and the safety threshold.
         self.endpoint = f"{base_url or ''}#safety={self.threshold or 'default'}"
+        sync_class, async_class = _client_classes()
+        # The SDK builds a TLS context (the whole CA bundle read, ~40 ms) for each client it is not
+        # given: a sync one (never used here) and one for its websocket API (Live, never used).
+        # Given the process's shared context for both, a client per model and stage costs none.
+        tls = shared_tls_context(http_module(async_class))
         options = types.HttpOptions(
             base_url=base_url, api_version="v1beta", timeout=int(timeout * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),  # the client's loop retries
-            httpx_async_client=sdk_http_client(_async_client_class(), timeout))
+            httpx_client=sync_class(verify=tls, timeout=None),
+            httpx_async_client=sdk_http_client(async_class, timeout), async_client_args={"ssl": tls})
         self.sdk = genai.Client(api_key=api_key, http_options=options)
 
     @classmethod
