@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 
@@ -54,15 +53,10 @@ def test_every_variable_name_the_provider_table_gives_is_a_shell_name():
     assert [n for n in names if not SHELL_NAME.match(n)] == []
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
-
-def test_the_connection_failure_names_a_variable_a_shell_can_set(env, fake, script, tmp_path):
+def test_the_connection_failure_names_a_variable_a_shell_can_set(env, fake, script, tmp_path, closed_port):
     _prompts(tmp_path / "in.csv", 8)  # enough first attempts failing to connect to stop the run
-    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    dead = f"http://127.0.0.1:{closed_port()}/v1"
     proc = script(ALIGN, "--model", "openai-compatible/smollm2", "--input_file", "in.csv",
                   env={**env, "OPENAI_COMPATIBLE_BASE_URL": dead}, cwd=tmp_path)
     assert proc.returncode == 2

@@ -12,7 +12,6 @@ fake clock, and the end-to-end tests check what a user sees (rows done, 429s cou
 import asyncio
 import json
 import math
-import socket
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -668,17 +667,12 @@ def test_each_model_has_its_own_pacer(env, limited):
     assert sorted(p["model"] for p in client.rate_limits.describe()) == ["anthropic/b", "openai/a"]
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
-
-def test_a_closed_port_stops_the_run_at_once_keeping_finished_rows(script, env, fake, tmp_path):
+def test_a_closed_port_stops_the_run_at_once_keeping_finished_rows(script, env, fake, tmp_path, closed_port):
     _input(tmp_path, 200)
     first = _run(script, env, "openai/gpt-test", "--limit", "5")
     assert first.returncode == 0 and fake.count() == 5
-    dead = f"http://127.0.0.1:{_closed_port()}/v1"
+    dead = f"http://127.0.0.1:{closed_port()}/v1"
     proc = _run(script, {**env, "OPENAI_BASE_URL": dead}, "openai/gpt-test")
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -708,8 +702,8 @@ def test_the_retry_flags_are_documented(capsys):
     assert "429 and overload answers spend --patience instead" in text
 
 
-def test_unreachable_client_raises_fatal_error(env):
-    client = Client(cache=None, max_retries=5, base_url=f"http://127.0.0.1:{_closed_port()}/v1")
+def test_unreachable_client_raises_fatal_error(env, closed_port):
+    client = Client(cache=None, max_retries=5, base_url=f"http://127.0.0.1:{closed_port()}/v1")
 
     async def go():
         try:

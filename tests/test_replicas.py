@@ -5,7 +5,6 @@ process; the stage runs as a real process (so a server can be stopped while it r
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -87,15 +86,10 @@ def test_concurrency_per_replica_and_least_loaded_first(env, tmp_path, three):
     assert len(meta["rate_limits"]) == 3  # a pacer per address
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-def test_no_replica_ever_answered_is_exit_2(env, tmp_path):
+def test_no_replica_ever_answered_is_exit_2(env, tmp_path, closed_port):
     write(tmp_path / "in.csv", [{"prompt": "question"}])
-    urls = [f"http://127.0.0.1:{_closed_port()}/v1", f"http://127.0.0.1:{_closed_port()}/v1"]
+    urls = [f"http://127.0.0.1:{closed_port()}/v1", f"http://127.0.0.1:{closed_port()}/v1"]
     proc = _start(env, urls)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2, err
