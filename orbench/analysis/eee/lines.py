@@ -195,29 +195,37 @@ def fixed_width(ascii_rows: np.ndarray):
 def write_lines(jobs: Iterable[Callable[[], tuple]], path: Path) -> tuple[int, str]:
     """Make the chunks (functions returning (bytes, line count), see :func:`chunks`) and write them
     in order into ``path`` (a temporary file renamed at the end; none when there is no line); the
-    lines' count and SHA-256. The bytes go past the page cache where the file system allows
-    (:class:`~orbench.run.direct_io.DirectWriter`: at scale, the cache's upkeep cost more CPU than
-    making the lines).
+    lines' count and SHA-256.
 
-    Two chunks are made at once, on two threads, while the one before them is hashed and written
-    here: pyarrow's and numpy's work on a chunk, hashing and writing all leave the interpreter
-    free, so on two cores the lines take about half the time they would on one. At most three
-    chunks are held at a time."""
+    Two chunks are made at once, on two threads, while the one before them is hashed and written on
+    a third, and this thread reads the next input file: pyarrow's and numpy's work on a chunk,
+    hashing and writing all leave the interpreter free, so on two cores the lines take about half
+    the time they would on one. At most four chunks are held at a time. The bytes go past the page
+    cache where the file system allows (:class:`~orbench.run.direct_io.DirectWriter`): the cache's
+    upkeep cost as much CPU as hashing and reading the texts again together, and a direct write
+    waits for the device, which the third thread keeps off this one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     digest, count = hashlib.sha256(), 0
     try:
-        with os.fdopen(fd, "wb", buffering=0) as handle, ThreadPoolExecutor(max_workers=2) as makers:
-            sink = DirectWriter(handle.fileno())
-            ahead: deque = deque()
+        with (os.fdopen(fd, "wb", buffering=0) as handle, ThreadPoolExecutor(max_workers=2) as makers,
+              ThreadPoolExecutor(max_workers=1) as writer):
+            sink, ahead, written = DirectWriter(handle.fileno()), deque(), None
+
+            def put(data) -> None:
+                digest.update(data)
+                sink.write(data)
+
             for job in itertools.chain(jobs, [None]):
                 if job is not None:
                     ahead.append(makers.submit(job))
                 while ahead and (job is None or len(ahead) > 2):
                     data, n = ahead.popleft().result()
-                    digest.update(data)
-                    sink.write(data)
-                    count += n
+                    if written is not None:
+                        written.result()  # one chunk in the writer's hands at a time, in order
+                    written, count = writer.submit(put, data), count + n
+            if written is not None:
+                written.result()
             sink.close()
         apply_umask(tmp)
         if count:
