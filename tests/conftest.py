@@ -135,6 +135,24 @@ def quick_backoff(monkeypatch):
     monkeypatch.setattr(retry, "BACKOFF_FIRST", 0.01)
 
 
+@pytest.fixture
+def closed_port():
+    """A function giving a loopback port that refuses connections for the test's length: bound and
+    never listening, so no other test's server can take it (a port freed at once may be handed to
+    the next bind, the same test's included)."""
+    held = []
+
+    def port() -> int:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        held.append(sock)
+        return sock.getsockname()[1]
+
+    yield port
+    for sock in held:
+        sock.close()
+
+
 @pytest.fixture(scope="session")
 def gem_server():
     with serving(FakeGemini()) as server:
@@ -506,20 +524,3 @@ def pytest_collection_modifyitems(config, items):
         # not one waiting while the other runs a late long test. Without xdist the order stays.
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
-
-@pytest.fixture
-def closed_port():
-    """A function giving a loopback port that refuses connections for the test's length: bound and
-    never listening, so no other test's server can take it (a port freed at once may be handed to
-    the next bind, the same test's included)."""
-    held = []
-
-    def port() -> int:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        held.append(sock)
-        return sock.getsockname()[1]
-
-    yield port
-    for sock in held:
-        sock.close()
