@@ -8,16 +8,13 @@ guard for a checkout without it.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import re
-import struct
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -69,79 +66,36 @@ def test_generates_through_the_client():
 
 # -- no weight repacking (AMX hosts crash in llama.cpp's repacked/AMX matrix multiply) ----------
 
-#: Bytes of a GGUF scalar value, by its value type (GGUF's spec: u8, i8, u16, i16, u32, i32, f32, bool,
-#: -, -, u64, i64, f64; 8 is a string, 9 an array).
-_GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-
-
-def _gguf_string(data: bytes, pos: int) -> tuple[bytes, int]:
-    """A GGUF string (u64 length, then the bytes) at ``pos``, and the position after it."""
-    size = struct.unpack_from("<Q", data, pos)[0]
-    return data[pos + 8:pos + 8 + size], pos + 8 + size
-
-
-def _gguf_skip(data: bytes, pos: int, kind: int) -> int:
-    """The position after a GGUF value of type ``kind`` at ``pos``."""
-    if kind == 8:
-        return _gguf_string(data, pos)[1]
-    if kind == 9:
-        item, count = struct.unpack_from("<IQ", data, pos)
-        pos += 12
-        if item != 8:
-            return pos + count * _GGUF_SCALAR[item]
-        for _ in range(count):
-            pos = _gguf_string(data, pos)[1]
-        return pos
-    return pos + _GGUF_SCALAR[kind]
-
-
 def _requantize_to_q4_0(target: Path) -> Path:
-    """A copy of the bundled model with the first block's weights in Q4_0 (requantised with gguf-py,
-    llama.cpp's own GGUF library): Q4_0 is the type llama.cpp repacks on any AVX2 CPU, while the
-    bundled Q4_1 is never repacked. llama.cpp chooses a buffer type per tensor, so one block of
-    repackable weights shows a repacked buffer as well as all 30 would, at a thirtieth of the
-    requantising. The file is rewritten here, not through ``gguf.GGUFReader``: its reader decodes
-    every metadata value (the tokenizer's 98,000 strings, a NumPy view each: 4 s of CPU). Here the
-    header and metadata are copied as they are, but for the file type, and the tensor table and the
-    data are laid out anew (GGUF's spec): the same bytes as ``gguf.GGUFWriter`` writes."""
+    """A copy of the bundled model with the first block's weights in Q4_0 (gguf-py, llama.cpp's own
+    GGUF library): Q4_0 is the type llama.cpp repacks on any AVX2 CPU, while the bundled Q4_1 is
+    never repacked. llama.cpp chooses a buffer type per tensor, so one block of repackable weights
+    shows a repacked buffer as well as all 30 would, at a thirtieth of the requantising."""
     gguf = pytest.importorskip("gguf")
     from gguf.quants import dequantize, quantize
 
-    q4_0, q4_1 = gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q4_1
-    src = local.bundled_model_path().read_bytes()
-    _, _, n_tensors, n_kv = struct.unpack_from("<IIQQ", src)  # magic, version, counts
-    pos, alignment, file_type_at = 24, gguf.GGUF_DEFAULT_ALIGNMENT, None
-    for _ in range(n_kv):
-        key, pos = _gguf_string(src, pos)
-        kind = struct.unpack_from("<I", src, pos)[0]
-        pos += 4
-        if key == b"general.file_type":
-            assert kind == gguf.GGUFValueType.UINT32
-            file_type_at = pos
-        elif key == b"general.alignment":
-            alignment = struct.unpack_from("<I", src, pos)[0]
-        pos = _gguf_skip(src, pos, kind)
-    header, tensors = bytearray(src[:pos]), []
-    struct.pack_into("<I", header, file_type_at, gguf.LlamaFileType.MOSTLY_Q4_0)
-    for _ in range(n_tensors):
-        name, pos = _gguf_string(src, pos)
-        n_dims = struct.unpack_from("<I", src, pos)[0]
-        dims = struct.unpack_from(f"<{n_dims}Q", src, pos + 4)
-        kind, offset = struct.unpack_from("<IQ", src, pos + 4 + 8 * n_dims)
-        pos += 4 + 8 * n_dims + 12
-        tensors.append((name, dims, kind, offset))
-    data_start = -(-pos // alignment) * alignment
-    table, blobs = bytearray(), bytearray()
-    for name, dims, kind, offset in tensors:
-        block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)]
-        blob = src[data_start + offset:data_start + offset + math.prod(dims) // block * size]
-        if kind == q4_1 and name.startswith(b"blk.0."):
-            rows = np.frombuffer(blob, np.uint8).reshape(-1, dims[0] // block * size)  # dims[0]: a row
-            blob, kind = quantize(dequantize(rows, q4_1), q4_0).tobytes(), q4_0
-        table += struct.pack(f"<Q{len(name)}sI{len(dims)}QIQ", len(name), name, len(dims), *dims, kind, len(blobs))
-        blobs += blob + bytes(-len(blob) % alignment)
-    header += table
-    target.write_bytes(header + bytes(-len(header) % alignment) + blobs)
+    reader = gguf.GGUFReader(local.bundled_model_path())
+    writer = gguf.GGUFWriter(target, arch=reader.fields["general.architecture"].contents())
+    for name, item in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        value = item.contents()
+        if name == "general.file_type":
+            value = int(gguf.LlamaFileType.MOSTLY_Q4_0)
+        kind = item.types[0]
+        sub = item.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, value, kind, sub_type=sub)
+    for tensor in reader.tensors:
+        data, kind = tensor.data, tensor.tensor_type
+        if kind == gguf.GGMLQuantizationType.Q4_1 and tensor.name.startswith("blk.0."):
+            kind = gguf.GGMLQuantizationType.Q4_0
+            data = quantize(dequantize(data, gguf.GGMLQuantizationType.Q4_1), kind)
+        # quantised data is bytes (uint8); the writer works out the tensor's shape from its type
+        writer.add_tensor(tensor.name, data, raw_dtype=kind if data.dtype == "uint8" else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     return target
 
 
