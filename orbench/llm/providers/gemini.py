@@ -196,8 +196,9 @@ def _client_classes() -> tuple[type, type]:
     try:
         from google.genai._api_client import _get_http_client_classes  # private, so guarded
 
-        return tuple(_get_http_client_classes(None))
-    except (ImportError, AttributeError, TypeError):
+        classes = _get_http_client_classes(None)
+        return classes[0], classes[1]
+    except (ImportError, AttributeError, TypeError, IndexError):
         import httpx
 
         return httpx.Client, httpx.AsyncClient
