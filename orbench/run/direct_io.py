@@ -1,13 +1,26 @@
 """Writing a large file past the page cache (Linux's ``O_DIRECT``), for output written once and not
 read back by the process that writes it: the Every Eval Ever per-sample lines, gigabytes at scale.
 
-Premise: a buffered write costs the kernel a copy into the page cache and that cache's upkeep
-(dirty-page accounting, write-back), CPU the writing process pays. ``open(2)`` describes
-``O_DIRECT`` as the way to "minimize cache effects of the I/O to and from this file": the device
-reads the process's buffer itself. On the 2-core virtual machine the project is developed on,
-``dd`` of 3.35 GB took 8.9 s of system CPU buffered and 0.5 s with ``oflag=direct``
-(``bench/report_scale.py --floor`` times both). The cost moves to the next reader: the file is
-not left in memory, so a later command over it (``orbench-leaderboard``) reads it from the device.
+Premise: a buffered write costs the kernel a copy into the page cache and the cache's pages,
+CPU the writing process pays. ``open(2)`` describes ``O_DIRECT`` as the way to "minimize cache
+effects of the I/O to and from this file": the device reads the process's buffer itself, and
+the gigabytes written do not push the rest of the machine's cache out. What the saving is
+depends on where it runs:
+
+- On a virtual machine whose freed memory goes back to its host (free page reporting or a
+  balloon; the 2-core machine the project is developed on behaves so), each page the cache takes
+  is touched for the first time again, at the host's cost: ``dd`` of 3.35 GB took 10.4 s of
+  system CPU buffered, 3.4 s and 1.4 s when repeated at once (the same memory, not yet given
+  back), 0.5 s with ``oflag=direct``.
+  ``bench/report_scale.py --floor`` times a buffered and a direct write of the lines' size.
+- Where memory stays with the machine, the cache costs about that last 0.4 s a GB, and the saving
+  is that much.
+- Wall time follows the device: a direct write waits for it (the caller keeps it off the thread
+  that makes the lines), so a disk slower than the lines are made becomes the bound, where a
+  buffered write would have returned at once while memory lasted.
+- The cost moves to the next reader: the file is not left in memory, so a later command over it
+  (``orbench-leaderboard``) reads it from the device. Here that first read of 3.35 GB took 8.2 s
+  of system CPU, against 0.6 s for a file still cached.
 
 Its conditions, from ``open(2)``: the buffer's address, the length and the file offset of each
 write are multiples of the device's logical block size (4,096 covers the usual 512 and 4,096),

@@ -201,9 +201,10 @@ def write_lines(jobs: Iterable[Callable[[], tuple]], path: Path) -> tuple[int, s
     a third, and this thread reads the next input file: pyarrow's and numpy's work on a chunk,
     hashing and writing all leave the interpreter free, so on two cores the lines take about half
     the time they would on one. At most four chunks are held at a time. The bytes go past the page
-    cache where the file system allows (:class:`~orbench.run.direct_io.DirectWriter`): the cache's
-    upkeep cost more CPU than hashing and reading the texts again together, and a direct write
-    waits for the device, which the third thread keeps off this one."""
+    cache where the file system allows (:class:`~orbench.run.direct_io.DirectWriter`: on a virtual
+    machine whose freed memory goes back to its host, the cache's pages cost more CPU than hashing
+    and reading the texts again together), and a direct write waits for the device, which the
+    third thread keeps off this one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     digest, count = hashlib.sha256(), 0
