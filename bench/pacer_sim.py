@@ -57,6 +57,7 @@ from rate_limits import (  # noqa: E402 (bench/ is on sys.path above)
     PROMPT,
     RPM,
     SCALE,
+    TPM,
     Scenario,
     allowed_seconds,
     per_minute,
@@ -478,6 +479,16 @@ def cases() -> list[Case]:
             shape = Shape(rpm=150, window=3, style=style, **short)
             found.append(Case(Scenario(f"shared-{runs}x-{style}-c32", shape, rows=1000 // runs * 2),
                               runs, "shared"))
+    # Rule 5's premise broken: honest headers, but the budget they report is shared, and each run
+    # counts only its own sends against it (docs/rate_limits.md, "What it does not do").
+    for runs in (2, 4):
+        honest = [(f"shared-{runs}x-honest-rpm-c32", "openai", 32, 100, 1000 // runs * 2,
+                   Shape(rpm=150, window=3, style="openai", latency=0.05, jitter=0.3)),
+                  (f"shared-{runs}x-honest-tpm-anthropic-c64", "anthropic", 64, 1000, 600 // runs * 2,
+                   per_minute(tpm=TPM, style="anthropic", latency=0.05, jitter=0.3))]
+        for name, sdk, concurrency, max_tokens, rows, shape in honest:
+            found.append(Case(Scenario(name, shape, sdk=sdk, concurrency=concurrency,
+                                       max_tokens=max_tokens, rows=rows), runs, "shared"))
     for style in ("openai", "none"):  # rule 3's premise broken: one run's replies take 3x as long
         shape = Shape(rpm=150, window=3, style=style, **short)
         found.append(Case(Scenario(f"shared-2x-3x-rtt-{style}-c32", shape, rows=1000), 2, "shared",
