@@ -62,7 +62,9 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    429 after a round trip in which nothing got in (a fixed window shut) holds sending for the wait
    it asks. A request costs what providers count before generation: one request, its prompt's
    estimated tokens and ``max_tokens``. A hold longer than ``--patience`` is not held: the requests
-   go, and give up on the wait their 429s ask.
+   go, and give up on the wait their 429s ask. The premise: the budget is this client's alone.
+   On a key other clients use too, each takes the whole refill as its own and rule 2's 429s
+   share it out (docs/rate_limits.md, "What it does not do", measured there).
 6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
 A request that is refused or fails leaves the flight at once and waits outside it. What is not a
