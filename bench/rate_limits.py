@@ -33,7 +33,9 @@ numbers. Three more sections:
   >= 0.80 up to 15 %; above, the run finishes);
 - **two processes on one key** (``--two``): two runs of the same rows, two models, one limit
   for both (the fake's), started together; their combined rate against the allowed one (goal
-  >= 0.85) and the last one's time against the first one's (goal <= 1.5);
+  >= 0.85) and the last one's time against the first one's (goal <= 1.5); a limit enforced over
+  a second with OpenAI's headers and with none, then honest headers on the bucket both share
+  (OpenAI's requests, Anthropic's tokens);
 - **no limit** (``--baseline DIR``): stage 4 as a subprocess against a server with no limit,
   this checkout and DIR's in turn (``bench/throughput.py --code``; goal >= 0.95 of the throughput
   of 6fec1c3's client).
@@ -464,6 +466,10 @@ def main() -> None:
     if args.two:
         for style in ("openai", "none"):
             print(two_processes(500, per_minute(RPM, style=style, latency=0.05, burst=1 / 60)), flush=True)
+        # honest headers on the budget both share (rule 5's premise, the budget one client's, broken)
+        print(two_processes(500, per_minute(RPM, style="openai", latency=0.05, jitter=0.3)), flush=True)
+        print(two_processes(300, per_minute(tpm=TPM / 8, style="anthropic", latency=0.05, jitter=0.3),
+                            sdk="anthropic"), flush=True)
     if args.baseline:
         for line in no_limit(500, args.baseline):
             print(line, flush=True)
