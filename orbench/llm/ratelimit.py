@@ -62,9 +62,18 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    429 after a round trip in which nothing got in (a fixed window shut) holds sending for the wait
    it asks. A request costs what providers count before generation: one request, its prompt's
    estimated tokens and ``max_tokens``. A hold longer than ``--patience`` is not held: the requests
-   go, and give up on the wait their 429s ask. The premise: the budget is this client's alone.
-   On a key other clients use too, each takes the whole refill as its own and rule 2's 429s
-   share it out (docs/rate_limits.md, "What it does not do", measured there).
+   go, and give up on the wait their 429s ask.
+   **What is free is spread over the reset**: a reply that leaves ``free`` units and the budget
+   whole in ``reset`` seconds spaces the sends ``reset / free`` seconds a unit (the ratio the
+   IETF draft names as a client's throughput). Its reason is a key that other clients use too:
+   each reads the same two numbers, so all space their sends alike and share the budget evenly,
+   where a client counting the whole refill as its own ended its holds with the others at once
+   and only rule 2's 429s shared it out. Its premise, the headers' meaning: the reset is when
+   the budget is whole. A lone client then keeps up to half of a token bucket unused (it sends
+   faster than the refill only while more than half is left): for a bucket of a minute's budget,
+   half a minute of its refill, once a run. A sliding log whose reset is a whole window after
+   its newest request, whatever is left, is spent at half its rate (docs/rate_limits.md, "What
+   it does not do").
 6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
 A request that is refused or fails leaves the flight at once and waits outside it. What is not a
@@ -147,13 +156,15 @@ class Budget(NamedTuple):
 @dataclass
 class Seen:
     """A budget as the last reply that reported it left it (rule 5): ``free`` units then, less
-    what went after that reply's request; ``sent``, the units the pacer had sent then."""
+    what went after that reply's request; ``sent``, the units the pacer had sent then;
+    ``spacing``, the seconds a unit takes when what is free is spread over its reset."""
 
     free: float
     at: float
     sent: float
     rate: float
     whole_at: float
+    spacing: float = 0.0
 
     def wait(self, now: float, sent: float, cost: float) -> float:
         """Seconds until ``cost`` units are free, ``sent`` units having gone in all."""
@@ -204,6 +215,7 @@ class Pacer:
     in_flight: int = 0
     next_send: float = 0.0  # rule 4
     next_rpm: float = 0.0  # rule 6
+    next_spread: float = 0.0  # rule 5: what a budget has left, spread over its reset
     hold_until: float = 0.0  # rule 5: a fixed window shut
     seen: dict = field(default_factory=dict)  # rule 5: unit -> Seen
     costs: dict = field(default_factory=dict)  # what the last request cost: the next one's guess
@@ -229,7 +241,7 @@ class Pacer:
     def held(self, now: float) -> float:
         """Seconds sending waits for a budget spent or a fixed window shut (rule 5); a wait longer
         than ``--patience`` is not held."""
-        wait = max(0.0, self.hold_until - now)
+        wait = max(0.0, self.hold_until - now, self.next_spread - now)
         for unit, seen in self.seen.items():
             wait = max(wait, seen.wait(now, self.units_sent.get(unit, 0), self.costs.get(unit, 0)))
         return wait if wait <= self.longest_hold else 0.0
@@ -242,6 +254,10 @@ class Pacer:
             self.next_send = max(now, self.next_send) + min(gap, self.longest_hold)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
+        spread = max((seen.spacing * costs.get(unit, 0) for unit, seen in self.seen.items()),
+                     default=0.0)
+        if spread:
+            self.next_spread = max(now, self.next_spread) + min(spread, self.longest_hold)
         self.costs = costs
         ticket = Ticket(now, costs, dict(self.units_sent), full)
         for unit, cost in costs.items():
@@ -281,7 +297,8 @@ class Pacer:
             if rate and last and abs(whole_at - last.whole_at) < 0.5 / rate:
                 # a bucket's reset moves 1/rate later a unit taken, a fixed window's stands still
                 rate = 0.0
-            self.seen[budget.unit] = Seen(free, self.clock(), sent, rate, whole_at)
+            spacing = budget.reset / free if free > 0 else 0.0
+            self.seen[budget.unit] = Seen(free, self.clock(), sent, rate, whole_at, spacing)
 
     def admitted(self, ticket: Ticket, budgets_seen=()) -> None:
         """An answer: the round trip is timed and the window may grow (rules 1 and 3)."""

@@ -32,11 +32,12 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from datetime import timedelta
 
 from orbench.llm.types import Outcome
 
 BACKOFF_FIRST, BACKOFF_LONGEST = 0.5, 8.0
-DAY = 86400.0
+DAY = timedelta(days=1).total_seconds()  # a unit for reading waits, not a tunable
 #: Requests in a row giving up on a wait asked past --patience before the run stops ("the
 #: first few": one could be a server's slip, three in a row with no answer between are a rule).
 GIVE_UPS_TO_STOP = 3
