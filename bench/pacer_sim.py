@@ -479,8 +479,8 @@ def cases() -> list[Case]:
             shape = Shape(rpm=150, window=3, style=style, **short)
             found.append(Case(Scenario(f"shared-{runs}x-{style}-c32", shape, rows=1000 // runs * 2),
                               runs, "shared"))
-    # Rule 5's premise broken: honest headers, but the budget they report is shared, and each run
-    # counts only its own sends against it (docs/rate_limits.md, "What it does not do").
+    # Honest headers on a budget the runs share: what rule 5's spread is for (before it, each run
+    # counted the budget as its own; docs/rate_limits.md, rule 5).
     for runs in (2, 4):
         honest = [(f"shared-{runs}x-honest-rpm-c32", "openai", 32, 100, 1000 // runs * 2,
                    Shape(rpm=150, window=3, style="openai", latency=0.05, jitter=0.3)),

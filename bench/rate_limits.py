@@ -466,7 +466,7 @@ def main() -> None:
     if args.two:
         for style in ("openai", "none"):
             print(two_processes(500, per_minute(RPM, style=style, latency=0.05, burst=1 / 60)), flush=True)
-        # honest headers on the budget both share (rule 5's premise, the budget one client's, broken)
+        # honest headers on the budget both share: what rule 5's spread is for
         print(two_processes(500, per_minute(RPM, style="openai", latency=0.05, jitter=0.3)), flush=True)
         print(two_processes(300, per_minute(tpm=TPM / 8, style="anthropic", latency=0.05, jitter=0.3),
                             sdk="anthropic"), flush=True)
