@@ -485,7 +485,9 @@ def cases() -> list[Case]:
         honest = [(f"shared-{runs}x-honest-rpm-c32", "openai", 32, 100, 1000 // runs * 2,
                    Shape(rpm=150, window=3, style="openai", latency=0.05, jitter=0.3)),
                   (f"shared-{runs}x-honest-tpm-anthropic-c64", "anthropic", 64, 1000, 600 // runs * 2,
-                   per_minute(tpm=TPM, style="anthropic", latency=0.05, jitter=0.3))]
+                   per_minute(tpm=TPM, style="anthropic", latency=0.05, jitter=0.3)),
+                  (f"shared-{runs}x-honest-long-replies-c32", "openai", 32, 100, 300 // runs * 2,
+                   per_minute(600, latency=0.875, jitter=0.714))]
         for name, sdk, concurrency, max_tokens, rows, shape in honest:
             found.append(Case(Scenario(name, shape, sdk=sdk, concurrency=concurrency,
                                        max_tokens=max_tokens, rows=rows), runs, "shared"))
