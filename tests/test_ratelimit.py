@@ -377,6 +377,18 @@ def test_what_a_budget_has_left_is_spread_over_its_reset(clock):
     assert pacer.wait_time() == pytest.approx(5.0 / 40)
 
 
+def test_a_budget_whole_only_after_patience_is_spread_over_patience(clock):
+    """100 requests left of a day's budget, whole in 8 hours: spread over --patience (600 s), a
+    request every 6 s, not one every 288 s; the budget's own refill (14,400 a day, one every 6 s)
+    would allow as much."""
+    pacer = Pacer(clock=clock, longest_hold=600.0)
+    ticket = pacer.take(COSTS)
+    clock.now += 0.1
+    pacer.admitted(ticket, [Budget("requests", 100.0, 8 * 3600.0, 14400.0)])
+    pacer.take(COSTS)
+    assert pacer.wait_time() == pytest.approx(6.0)
+
+
 def _shared_bucket(pacers, clock, limit: float, per_second: float, seconds: float,
                    latency: float = 0.5) -> tuple[list[int], int]:
     """Backlogged pacers on one token bucket (``limit`` requests, refilled ``per_second``) whose

@@ -65,15 +65,16 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    go, and give up on the wait their 429s ask.
    **What is free is spread over the reset**: a reply that leaves ``free`` units and the budget
    whole in ``reset`` seconds spaces the sends ``reset / free`` seconds a unit (the ratio the
-   IETF draft names as a client's throughput). Its reason is a key that other clients use too:
-   each reads the same two numbers, so all space their sends alike and share the budget evenly,
-   where a client counting the whole refill as its own ended its holds with the others at once
-   and only rule 2's 429s shared it out. Its premise, the headers' meaning: the reset is when
-   the budget is whole. A lone client then keeps up to half of a token bucket unused (it sends
-   faster than the refill only while more than half is left): for a bucket of a minute's budget,
-   half a minute of its refill, once a run. A sliding log whose reset is a whole window after
-   its newest request, whatever is left, is spent at half its rate (docs/rate_limits.md, "What
-   it does not do").
+   IETF draft names as a client's throughput), over ``--patience`` at most, as a hold is: a
+   day's budget nearly spent is not spread over the rest of the day. Its reason is a key that
+   other clients use too: each reads the same two numbers, so all space their sends alike and
+   share the budget evenly, where a client counting the whole refill as its own ended its holds
+   with the others at once and only rule 2's 429s shared it out. Its premise, the headers'
+   meaning: the reset is when the budget is whole. A lone client then keeps up to half of a
+   token bucket unused (it sends faster than the refill only while more than half is left), and
+   at most ``--patience`` of its refill: half a minute of a minute's budget, ten minutes of a
+   day's, once a run. A sliding log whose reset is a whole window after its newest request,
+   whatever is left, is spent at half its rate (docs/rate_limits.md, "What it does not do").
 6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
 A request that is refused or fails leaves the flight at once and waits outside it. What is not a
@@ -297,7 +298,7 @@ class Pacer:
             if rate and last and abs(whole_at - last.whole_at) < 0.5 / rate:
                 # a bucket's reset moves 1/rate later a unit taken, a fixed window's stands still
                 rate = 0.0
-            spacing = budget.reset / free if free > 0 else 0.0
+            spacing = min(budget.reset, self.longest_hold) / free if free > 0 else 0.0
             self.seen[budget.unit] = Seen(free, self.clock(), sent, rate, whole_at, spacing)
 
     def admitted(self, ticket: Ticket, budgets_seen=()) -> None:
