@@ -523,4 +523,3 @@ def pytest_collection_modifyitems(config, items):
         # minute each) go first and the queue ends with short tests: the workers finish together,
         # not one waiting while the other runs a late long test. Without xdist the order stays.
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
