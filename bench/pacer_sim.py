@@ -27,6 +27,7 @@ are in real seconds). What it leaves out: the network.
     python bench/pacer_sim.py                  # the issue's cases, four controllers, 3 seeds
     python bench/pacer_sim.py --random 4 --seeds 1 --controllers orbench,inspect
     python bench/pacer_sim.py --only shared- --time_scale 1
+    python bench/pacer_sim.py --random 4 --seeds 1 --shared 2 --controllers orbench,inspect
 
 The default ``--cpu 0.003`` is about the real client's work per attempt (3-5 ms).
 """
@@ -506,6 +507,15 @@ def cases() -> list[Case]:
     return found
 
 
+def sharing(case: Case, runs: int, rows: int) -> Case:
+    """``case`` with ``runs`` runs on its key, each of the shape's rows x 2 / ``runs`` (as the named
+    shared cases split theirs): every shape's premise of one client on its limit broken."""
+    s = case.scenario
+    split = Scenario(f"{s.name}-{runs}x", s.shape, s.sdk, s.concurrency, s.max_tokens,
+                     rows=(s.rows or rows) * 2 // runs)
+    return Case(split, runs, "shared", case.slower)
+
+
 def measure(case: Case, rows: int, seed: int, controller: str) -> dict:
     """One run of ``case`` by ``controller``: successful answers a second as a share of what the
     limit allows, 429s per success, the last run's finish over the first's, error rows."""
@@ -600,6 +610,9 @@ def main(argv=None) -> int:
                         help="N seeds of the randomised shapes (instead of the named cases)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per case (medians shown)")
     parser.add_argument("--only", default=None, help="comma-separated case name prefixes")
+    parser.add_argument("--shared", type=int, default=0, metavar="K",
+                        help="K runs on every single limit's key instead of one, the rows split among "
+                             "them (a run the shape's rows x 2 / K), judged by the shared-key goals")
     parser.add_argument("--cpu", type=float, default=CPU, help="the client's seconds of work per attempt")
     parser.add_argument("--time_scale", type=float, default=SCALE,
                         help="real seconds a simulated second stands for, as the controllers' clocks "
@@ -618,6 +631,8 @@ def main(argv=None) -> int:
         found = cases()
     if args.only:
         found = [c for c in found if any(c.name.startswith(p) for p in args.only.split(","))]
+    if args.shared:
+        found = [sharing(c, args.shared, args.rows) for c in found if c.kind == "limit"]
     met, total = table(found, args.rows, args.seeds, controllers)
     print(f"\n{met} of {total} cases meet every goal that applies to this pacer "
           f"({args.seeds} seeds each, --cpu {args.cpu}, --time_scale {args.time_scale:g})")
