@@ -113,6 +113,8 @@ def scenarios() -> list[Scenario]:
         Scenario("honest-rpm-c64", per_minute(RPM, latency=0.05), concurrency=64),
         Scenario("honest-tpm-anthropic-c64", per_minute(tpm=TPM, style="anthropic", latency=0.05),
                  sdk="anthropic", concurrency=64, max_tokens=1000, rows=600),
+        # OpenRouter's headers: one budget of requests, its reset a Unix time in milliseconds
+        Scenario("honest-openrouter-c32", per_minute(RPM, style="openrouter", latency=0.05)),
         Scenario("reset-next-c32", per_minute(RPM, **short), rows=1500),
         Scenario("reset-next-tpm-c64", per_minute(tpm=TPM, **short), concurrency=64, max_tokens=1000, rows=600),
         Scenario("reset-next-halves-c32", per_minute(RPM, share=0.5, share_after=600, **short), rows=1500),

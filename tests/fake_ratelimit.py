@@ -28,7 +28,9 @@ request by its :class:`Shape`:
 
 Headers (``style``): ``openai`` (``x-ratelimit-{limit,remaining,reset}-{requests,tokens}``,
 ``retry-after`` and ``retry-after-ms`` on a 429), ``anthropic`` (``anthropic-ratelimit-*`` with
-RFC 3339 resets, whole-second ``retry-after``), ``gemini`` (no header; a Gemini 429's body says
+RFC 3339 resets, whole-second ``retry-after``), ``openrouter`` (``X-RateLimit-Limit``,
+``-Remaining`` and ``-Reset`` of the requests' budget, the reset a Unix time in milliseconds, as
+OpenRouter sends them), ``gemini`` (no header; a Gemini 429's body says
 when a request's worth is free in a ``google.rpc.RetryInfo`` detail, ``"retryDelay": "1.234s"``,
 as Gemini's quota errors do) or ``none`` (bare 429s). What they say can be bent:
 ``reset="next"`` makes the reset mean "until one more request's worth is free" instead of
@@ -323,9 +325,15 @@ class FakeRateLimited:
         if shape.style in ("none", "gemini"):
             return headers
         for name, limit in self.limits.items():
+            reset = limit.reset_in(costs[name], shape.reset)
+            if shape.style == "openrouter":  # one budget, requests: its reset a Unix time in ms
+                if name == "requests":
+                    headers.update({"X-RateLimit-Limit": str(int(limit.limit * shape.claim)),
+                                    "X-RateLimit-Remaining": str(int(limit.remaining() * shape.claim)),
+                                    "X-RateLimit-Reset": str(math.ceil((time.time() + reset) * 1000))})
+                continue
             kinds = [name] if name == "requests" or shape.style == "openai" else \
                 ["tokens", "input-tokens", "output-tokens"]
-            reset = limit.reset_in(costs[name], shape.reset)
             for kind in kinds:
                 if shape.style == "openai":
                     pre, post = "x-ratelimit-", f"-{kind}"

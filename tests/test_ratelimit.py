@@ -70,6 +70,9 @@ def test_absolute_resets_rfc3339_http_date_and_epoch_seconds():
     assert seconds_until((now + timedelta(seconds=30)).isoformat().replace("+00:00", "Z"), wall) == 30
     assert seconds_until("Thu, 01 Jan 2026 00:00:12 GMT", wall) == 12
     assert seconds_until(str(wall + 5), wall) == 5
+    # OpenRouter's resets: Unix milliseconds; a Retry-After's number stays seconds (RFC 9110)
+    assert seconds_until(str(int((wall + 7) * 1000)), wall, unix_ms=True) == 7
+    assert seconds_until(str(int((wall + 7) * 1000)), wall) > 1000 * 365 * 86400
     assert seconds_until((now - timedelta(seconds=9)).isoformat(), wall) == 0.0  # past: no wait
 
 
@@ -95,6 +98,12 @@ def test_budgets_from_every_header_family():
     # the IETF draft's reset is a fixed window's: its limit is not read as a refill rate
     assert budgets({"RateLimit": "limit=100, remaining=0, reset=5"}) == [Budget("requests", 0.0, 5.0)]
     assert budgets({"x-ratelimit-remaining-tokens-per-day": "9"}) == [Budget("tokens", 9.0, None)]
+    # OpenRouter's: one budget of requests, its reset a Unix time in milliseconds (not 55,000
+    # years away, which rule 5's spread would have taken as --patience to spread 150 requests over)
+    [openrouter] = budgets({"X-RateLimit-Limit": "200", "X-RateLimit-Remaining": "150",
+                            "X-RateLimit-Reset": str(int((time.time() + 9) * 1000))})
+    assert openrouter[:2] == ("requests", 150.0) and openrouter.limit == 200.0
+    assert 7 < openrouter.reset <= 9
     assert budgets({"x-ratelimit-remaining-requests": "lots"}) == []
     # Azure's "not reported" (its Responses API): no budget, not one spent
     assert budgets({"x-ratelimit-limit-tokens": "-1", "x-ratelimit-remaining-tokens": "-1",
@@ -619,6 +628,20 @@ def test_openai_headers_that_say_a_budget_spent_hold_the_sends_through_the_real_
     proc = _run(script, env, "openai/gpt-test", "--concurrency", "16", "--max_retries", "0")
     meta, paced = _finished(proc, tmp_path, prompts)
     assert server.ok == 40 and paced["holds"] >= 1 and paced["seconds_held"] > 0
+
+
+def test_openrouter_headers_pace_the_sends_by_their_reset_through_the_real_sdk(
+        script, env, limited, tmp_path):
+    """A bucket of 20 requests a half second behind OpenRouter's headers (``X-RateLimit-Reset`` a
+    Unix time in milliseconds): the sends are spread over the reset it names, so 40 rows wait
+    well under a second in all (read as Unix seconds, the reset was --patience away: 30 / 19 s
+    between sends, a minute for the run)."""
+    server = limited(rpm=20, window=0.5, style="openrouter", latency=0.01)
+    prompts = _input(tmp_path, 40)
+    proc = _run(script, env, "openai/gpt-test", "--concurrency", "16", "--max_retries", "0",
+                "--patience", "30")
+    meta, paced = _finished(proc, tmp_path, prompts)
+    assert server.ok == 40 and paced["seconds_held"] < 5
 
 
 def test_two_clients_sharing_one_limit_both_finish_every_request(env, limited):

@@ -50,8 +50,8 @@ refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rule
    key 1.27-1.36x -> 1.42-1.54x apart: each step of rule 3 then adds 1/1.25 as much rate, so
    recovery is slower), so it stays.
 5. **A budget spent holds every send**: the last reply's rate-limit headers for each budget
-   (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, the IETF draft's
-   ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after that
+   (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, OpenRouter's, the IETF
+   draft's ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after that
    request, say what is free; a request goes only when its cost is. A budget whose size is said
    refills continuously, from what is left to whole in the reset named (Anthropic's docs describe
    token buckets, OpenAI's a reset to the initial state), so an empty one lets requests go one at a

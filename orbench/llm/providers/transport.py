@@ -121,12 +121,20 @@ def short_message(exc: BaseException) -> str:
     return redact(re.sub(r"\s+", " ", message).strip())[:300]
 
 
-def seconds_until(text: str, now_wall: float | None = None) -> float | None:
+def seconds_until(text: str, now_wall: float | None = None, unix_ms: bool = False) -> float | None:
     """Seconds from now in a reset or retry header: ``"6m0s"``, ``"20ms"``, ``"1.5"``, an
-    RFC 3339 time, an HTTP date or epoch seconds; None when unreadable."""
+    RFC 3339 time, an HTTP date, or a Unix time in seconds (GitHub's ``X-RateLimit-Reset``) or,
+    with ``unix_ms`` (a reset), milliseconds (OpenRouter's); None when unreadable.
+
+    A plain number past half of now is a Unix time: as a wait it would be decades. With
+    ``unix_ms``, one past half of now in milliseconds is a Unix time in milliseconds: read as
+    seconds it would be tens of thousands of years away (Unix seconds pass 10^11 in the year
+    5138). A ``Retry-After``'s number is a delay in seconds (RFC 9110), however large."""
     text, now = (text or "").strip(), time.time() if now_wall is None else now_wall
-    with contextlib.suppress(ValueError):  # seconds, or (past half of now's) an epoch time
+    with contextlib.suppress(ValueError):
         value = float(text)
+        if unix_ms and value > now * 1000 / 2:
+            value /= 1000
         return max(0.0, value - now if value > now / 2 else value) if math.isfinite(value) else None
     parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
     if parts and "".join(n + u for n, u in parts) == text:
@@ -163,7 +171,7 @@ def budgets(headers) -> list[ratelimit.Budget]:
             limit = float(values["limit"]) if "limit" in values else None
             remaining = float(values["remaining"])
             if remaining >= 0:  # Azure's -1: not reported
-                found.append(ratelimit.Budget(unit, remaining, seconds_until(values.get("reset", "")), limit))
+                found.append(ratelimit.Budget(unit, remaining, seconds_until(values.get("reset", ""), unix_ms=True), limit))
     return found
 
 
