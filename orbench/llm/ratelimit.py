@@ -1,87 +1,71 @@
 """Pacing model requests to a provider's limits: one :class:`Pacer` per (provider, address, model).
 
 ``Client._send`` asks it when a request may go, and tells it how each one came back; how long a
-refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. Its rules:
+refused request waits is ``orbench.llm.retry``'s rule, not the pacer's. What one reply does: an
+answer may grow the window (rules 1 and 3) and brings the budgets its headers report (rule 5); a
+429 cuts the window (rule 2) and, over a budget spent, holds every send for the wait its
+``Retry-After`` asks (rule 5); a 503 or 529 ("overloaded") only frees its place. Each rule's
+premise is stated with it; the figures behind them are in docs/rate_limits.md.
 
 1. **A window on requests in flight** (TCP's congestion window), never past ``--concurrency``.
    Slow start: ``INITIAL_WINDOW`` requests until the first answer, then one more per answer
    (twice as many each round trip) until the first 429. Only answers to requests that found the
    window full grow it (RFC 7661: a window the client's own work holds back is not tested).
 2. **Every 429 is congestion and cuts the window**, at most once a round trip: a 429 of a request
-   sent less than a smoothed round trip (``srtt``) after the last cut is that cut's congestion; any
-   later one cuts again. There is no state in which 429s stop cutting: a client that stops takes a
-   shared limit from those that keep cutting (Chiu and Jain 1989, RFC 2914). The cut takes one
-   request off the window for each 429 of a request sent since the last cut (each is a request the
-   limit had no room for), and at most ``1 - BETA`` of it (RFC 9438's deepest cut). A 429 of a
-   request sent before the last cut (in flight when the cut came: the slow start's last doubling, a
-   limit that halved) takes one request off at once, not below one: the cut did not count it, and a
-   window that overshot by twice the limit would otherwise take a round trip of 429s for every 30 %
-   it comes down. So the slow start's end needs no deeper cut of its own: its overshoot comes off
-   429 by 429, one or two requests past a cap on requests in flight, up to half the window past a
-   rate (a fixed cut to 0.7 there, RFC 9438's, left the window at 0.7 of a cap for the rest of the
-   run). On a shared limit the 429s fall on each client in proportion to what it sends, so each
-   loses the same share: a multiplicative decrease, the half of AIMD that brings clients to equal
-   shares (Chiu and Jain 1989).
+   sent less than a smoothed round trip (``srtt``) after the last cut is that cut's congestion;
+   any later one cuts again. No state stops the cutting: a client that stops takes a shared
+   limit from those that keep cutting (Chiu and Jain 1989, RFC 2914). The cut takes one request
+   off the window for each 429 of a request sent since the last cut (each is a request the limit
+   had no room for), and at most ``1 - BETA`` of it (RFC 9438's deepest cut). A 429 of a request
+   sent before the last cut (in flight when it came) takes one request off at once, not below
+   one, so an overshoot (the slow start's last doubling, a limit that halved) comes off 429 by
+   429. Premise: on a shared limit the 429s fall on each client in proportion to what it sends,
+   so each loses the same share, the multiplicative decrease of AIMD.
 3. **Recovery is additive in round trips** (Chiu and Jain's AIMD; TCP's congestion avoidance,
    RFC 5681 3.1, with a smaller step): each answer of a full window, sent at least a round trip
    after the last cut, adds ``1 / (PROBE x window)`` (a window below one counts as one), so the
-   window gains one request per ``PROBE`` round trips whatever its size. Clients that share a
-   limit and share its round trip then grow by the same amount a second whatever their shares,
-   and each 429 costs each the same share (rule 2): the condition under which AIMD brings them
-   to equal shares. (One request per ``PROBE`` answers, as before, grew each client in
-   proportion to its share: a multiplicative increase, under which unequal shares stay unequal.)
-   A step past a limit costs about two 429s before its cut takes hold (its own, and one sent in
-   the round trip before the cut is heard); a step per ``PROBE`` = 20 round trips, at least 20
-   answers, keeps that to one 429 per ten answers, issue 52's bound for a limit. That holds at
-   a window of 3.3 or more, where a step of one request is no more than one cut takes off;
-   below, a step takes several cuts back, each with its 429s (about one 429 per 7 answers at a
-   window of one): the price of a step that is the same for every client. It counts
-   answers, not seconds: the same at any round trip. So clients whose round trips differ do not
-   get equal shares: one whose replies take 3x as long gains a ninth as much rate a second
-   (TCP Reno's round-trip unfairness; measured in ``bench/pacer_sim.py``'s
-   ``shared-2x-3x-rtt`` cases).
+   window gains one request per ``PROBE`` round trips whatever its size. It counts answers, not
+   seconds: the same at any round trip. Premise: clients that share a limit share its round
+   trip, so they gain the same rate a second and, with rule 2, reach equal shares; clients whose
+   replies take 3x as long gain a ninth as much rate (TCP Reno's round-trip unfairness). A step
+   past a limit costs about two 429s (its own, and one sent before its cut is heard), so a step
+   per ``PROBE`` = 20 round trips keeps one client to one 429 per ten answers, where a step is
+   no more than a cut takes off (a window of 3.3 or more). n clients on one limit step n times
+   as often: about 2n / (``PROBE`` x W) 429s per answer, W being the requests in flight the
+   limit allows them all.
 4. **Requests go out spread over the round trip** once a 429 came: ``srtt / (PACING x window)``
    apart (RFC 9002 7.7), not in bursts that a limit enforced over a short period refuses. Below
-   a window of one, one request goes at a time, spaced further apart, but never more than
-   ``--patience`` apart (429s that never stop would otherwise space the sends out for ever).
-   There the spacing is the only bound, so the rate is ``PACING`` x the window a round trip:
-   the gain's premise (a window that bounds) fails. Spacing at exactly the window there
-   measured worse (a token limit enforced over a second 0.86 -> 0.75 of its rate, 4 runs on one
-   key 1.27-1.36x -> 1.42-1.54x apart: each step of rule 3 then adds 1/1.25 as much rate, so
-   recovery is slower), so it stays.
+   a window of one, one request goes at a time, spaced further apart, never more than
+   ``--patience`` apart (429s that never stop would otherwise space the sends out for ever);
+   there the spacing is the only bound.
 5. **A budget spent holds every send**: the last reply's rate-limit headers for each budget
    (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, OpenRouter's, the IETF
-   draft's ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went after that
-   request, say what is free; a request goes only when its cost is. A budget whose size is said
-   refills continuously, from what is left to whole in the reset named (Anthropic's docs describe
-   token buckets, OpenAI's a reset to the initial state), so an empty one lets requests go one at a
-   time as they refill; one whose size is not said, or whose reset moment stands still while
-   requests go (a fixed window), comes back whole at the reset. One whose reset is not said
-   (Azure's headers say only what is left) comes back whole when a 429's ``Retry-After`` says: the
-   429 over a budget spent holds every send for the wait it asks. And at a window of one or less, a
-   429 after a round trip in which nothing got in (a fixed window shut) holds sending for the wait
-   it asks. A request costs what providers count before generation: one request, its prompt's
-   estimated tokens and ``max_tokens``. A hold longer than ``--patience`` is not held: the requests
-   go, and give up on the wait their 429s ask.
+   draft's ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went
+   after that request, say what is free; a request goes only when its cost is. A budget whose
+   size is said refills continuously, from what is left to whole at the reset named (Anthropic's
+   docs describe token buckets, OpenAI's a reset to the initial state), so an empty one lets
+   requests go one at a time as it refills; one whose size is not said, or whose reset moment
+   stands still while requests go (a fixed window), comes back whole at the reset; one whose
+   reset is not said (Azure's headers say only what is left) comes back whole when a 429's
+   ``Retry-After`` says. At a window of one or less, a 429 after a round trip in which nothing
+   got in (a fixed window shut) holds sending for the wait it asks. A request costs what
+   providers count before generation: one request, its prompt's estimated tokens and
+   ``max_tokens``. A hold longer than ``--patience`` is not held: the requests go, and give up
+   on the wait their 429s ask.
    **What is free is spread over the reset**: a reply that leaves ``free`` units and the budget
    whole in ``reset`` seconds spaces the sends ``reset / free`` seconds a unit (the ratio the
-   IETF draft names as a client's throughput), over ``--patience`` at most, as a hold is: a
-   day's budget nearly spent is not spread over the rest of the day. Its reason is a key that
-   other clients use too: each reads the same two numbers, so all space their sends alike and
-   share the budget evenly, where a client counting the whole refill as its own ended its holds
-   with the others at once and only rule 2's 429s shared it out. Its premise, the headers'
-   meaning: the reset is when the budget is whole. A lone client then keeps up to half of a
-   token bucket unused (it sends faster than the refill only while more than half is left), and
-   at most ``--patience`` of its refill: half a minute of a minute's budget, ten minutes of a
-   day's, once a run. A sliding log whose reset is a whole window after its newest request,
-   whatever is left, is spent at half its rate (docs/rate_limits.md, "What it does not do").
+   IETF draft names as a client's throughput), a reset past ``--patience`` counting as
+   ``--patience``, as a hold does. Its reason is a key that other clients use too: each reads
+   the same two numbers, so all space their sends alike and share the budget evenly. Its
+   premises: the reset is when the budget is whole, and is read right. Its cost: a lone client
+   keeps up to half of a token bucket unused (it sends faster than the refill only while more
+   than half is left), and spends a sliding log whose reset is a whole window after its newest
+   request at half its rate.
 6. ``--rpm`` is a token bucket of one: requests at least ``60 / rpm`` seconds apart.
 
 A request that is refused or fails leaves the flight at once and waits outside it. What is not a
 rate limit (an exhausted quota, an overload sent as a 429) is sorted by the providers'
-``classify`` and never reaches :meth:`Pacer.refused`: one 503 or 529 ("overloaded") only
-frees its place in the window. One ``Retry-After`` on a 429 sets how long that request waits
-(``orbench.llm.retry``), and holds every send only under rule 5.
+``classify`` and never reaches :meth:`Pacer.refused`.
 
 The tunables: ``INITIAL_WINDOW`` 10, RFC 6928's (TCP's, raised from RFC 5681's 4 because short
 transfers ended before their slow start filled the path; a limit under 10 in flight costs at
