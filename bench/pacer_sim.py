@@ -501,6 +501,10 @@ def cases() -> list[Case]:
             shape = per_minute(RPM, style=style, random_429=share, random_retry=1 / SCALE,
                                latency=0.05, jitter=0.3)
             found.append(Case(Scenario(f"limit+{share:.0%}-random-{style}-c32", shape), kind="random"))
+    # The same on a limit that allows 17 requests in flight, not 2.5 (500 requests a minute,
+    # replies of 2 s): the window settles near 1 / (PROBE x share) whatever the limit allows
+    wide = Shape(rpm=500, window=3, style="none", random_429=0.01, random_retry=1 / SCALE, **{**short, "latency": 0.1})
+    found.append(Case(Scenario("limit+1%-random-wide-c32", wide), kind="random"))
     for share in (0.01, 0.05, 0.10, 0.20):
         shape = Shape(latency=0.1, jitter=0.3, random_429=share, random_retry=1 / SCALE, seed=1)
         found.append(Case(Scenario(f"random-{share:.0%}-alone-c32", shape), kind="random"))
