@@ -723,6 +723,23 @@ def test_rows_that_keep_giving_up_on_a_long_wait_stop_the_run_naming_it(script, 
     assert [entry["error"] is None for entry in progress] == [True, True, False, False]
 
 
+def test_rows_that_keep_spending_patience_on_bare_429s_stop_the_run(script, env, limited, tmp_path):
+    """A quota spent behind bare 429s (two requests, then 429s with no wait asked, for an hour):
+    three requests in a row that spend all of --patience with no answer between stop the run
+    (exit 1, one line), the two rows done kept, not every row failed after --patience each."""
+    server = limited(window=3600.0, rpm=2, fixed=True, style="none")
+    _input(tmp_path, 40)
+    proc = _run(script, env, "openai/gpt-test", "--concurrency", "1", "--patience", "1")
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"stopped: openai at {server.url}/v1 answered 3 requests in a row with nothing but rate "
+        "limits (429) or \"overloaded\" for all of --patience (1 s): stopped; rerun"), lines
+    assert server.ok == 2
+    progress = [json.loads(line) for line in (tmp_path / "out.csv.progress.jsonl").read_text().splitlines()[1:]]
+    assert [entry["error"] is None for entry in progress] == [True, True, False, False]
+
+
 def test_an_address_that_only_answers_overloaded_stops_the_run(script, env, limited, tmp_path):
     server = limited(overload_only=True)
     _input(tmp_path, 50)

@@ -11,7 +11,7 @@ import pytest
 from orbench.llm.clients import Client
 from orbench.llm.models import parse_model
 from orbench.llm.providers.transport import http_module
-from orbench.llm.retry import GiveUp, describe_wait, next_wait
+from orbench.llm.retry import GIVE_UPS_TO_STOP, GiveUp, describe_wait, long_wait_stop, next_wait
 from orbench.llm.types import Outcome
 
 PATIENCE, MAX_RETRIES = 600.0, 5
@@ -131,3 +131,17 @@ def test_max_retries_zero_gives_up_at_the_first_failure_but_not_on_a_429():
                                            (float("inf"), "forever")])
 def test_waits_as_a_person_reads_them(seconds, text):
     assert describe_wait(seconds) == text
+
+
+def test_the_run_stops_on_the_third_give_up_in_a_row_naming_the_wait_or_the_patience_spent():
+    where = "openai at http://127.0.0.1:9/v1"
+    assert GIVE_UPS_TO_STOP == 3
+    assert long_wait_stop(2, 3600.0, where, PATIENCE) is None
+    assert long_wait_stop(2, None, where, PATIENCE) is None
+    assert long_wait_stop(3, 3600.0, where, PATIENCE) == (
+        "openai at http://127.0.0.1:9/v1 asked 3 requests in a row to wait 1 h 0 min, past --patience: "
+        "stopped; rerun the same command after that wait (or with a larger --patience) to do the rows left")
+    assert long_wait_stop(3, None, where, PATIENCE) == (
+        'openai at http://127.0.0.1:9/v1 answered 3 requests in a row with nothing but rate limits (429) '
+        'or "overloaded" for all of --patience (10 min): stopped; rerun the same command later (or with '
+        'a larger --patience) to do the rows left')

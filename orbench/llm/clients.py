@@ -22,7 +22,8 @@ the pacer, then the provider's ``classify`` sorts what went wrong (:class:`orben
   connection, a reply with no answer) waits as ``orbench.llm.retry.next_wait`` says, the one
   retry rule: the wait the server asked if it fits in ``--patience``, else a backoff, and gives
   up (the row fails) when the rule says so; three requests in a row that give up on a wait asked
-  past ``--patience`` stop the run (``WaitPastPatience``, exit 1, naming the wait);
+  past ``--patience``, or on 429s or overloads that took all of it, stop the run
+  (``WaitPastPatience``, exit 1, naming the wait);
 - an address that has never answered stops the run (exit 2, naming the address) at its first
   connection failure, or when a request has spent its ``--max_retries`` on "overloaded" answers.
 
@@ -367,10 +368,11 @@ class Client:
                 if never:
                     return apply_verdict(_unreachable(provider, slot, verdict))
                 self.rate_limits.past_patience += patient or wait.asked is not None
-                if wait.asked is not None and wait.asked > self.patience:  # past all of --patience, not what is left
+                # past all of --patience (not what was left), or all of it spent on 429s or overloads
+                if wait.asked > self.patience if wait.asked is not None else patient:
                     self._long_waits[pacer.name] = self._long_waits.get(pacer.name, 0) + 1
                     where = f"{provider.name} at {slot.base_url or 'its default address'}"
-                    stop = retry.long_wait_stop(self._long_waits[pacer.name], wait.asked, where)
+                    stop = retry.long_wait_stop(self._long_waits[pacer.name], wait.asked, where, self.patience)
                     if stop:
                         raise WaitPastPatience(stop)
                 why = f"{verdict.message}, {wait.why}" if wait.why else verdict.message

@@ -21,10 +21,13 @@ same for every outcome:
 So one 429 with ``Retry-After: 2`` waits 2 s; one 503 with none waits 0-0.5 s; one 500 with
 ``Retry-After: 86400`` gives up at once with the default ``--patience`` of 600 s.
 
-:func:`long_wait_stop` is the run's side of rule 1: when ``GIVE_UPS_TO_STOP`` requests in a row
-(no answer between) give up on a wait asked past ``--patience`` (a daily quota, a reset an
-hour away), the run stops, exit 1, with one line naming the wait: every further row would give
-up the same way, and a rerun after the wait does them.
+:func:`long_wait_stop` is the run's side of rules 1 and 3: when ``GIVE_UPS_TO_STOP`` requests in a
+row (no answer between) give up on a wait asked past ``--patience`` (a daily quota, a reset an
+hour away), or on 429s or overloads asking no wait that took all of ``--patience`` (a quota
+spent behind bare 429s, an outage), the run stops, exit 1, with one line naming the wait: every
+further row would give up the same way, and a rerun after the wait does them. (A wait asked
+that fits in ``--patience`` but not in what a request had left does not count: a fresh row
+would wait it.)
 """
 
 from __future__ import annotations
@@ -107,11 +110,16 @@ def _asked_and_left(asked: float, left: float) -> tuple[str, str]:
     return texts if texts[0] != texts[1] else (f"{asked:.10g} s", f"{left:.10g} s")
 
 
-def long_wait_stop(give_ups: int, asked: float, where: str) -> str | None:
+def long_wait_stop(give_ups: int, asked: float | None, where: str, patience: float) -> str | None:
     """The line that stops a run once ``give_ups`` requests in a row have given up on a wait
-    asked past --patience (the last ``asked`` seconds, at ``where``); None before."""
+    asked past --patience (the last ``asked`` seconds, at ``where``), or, asking none, on 429s
+    or overloads that took all of ``patience`` (``asked`` None); None before."""
     if give_ups < GIVE_UPS_TO_STOP:
         return None
+    if asked is None:
+        return (f"{where} answered {give_ups} requests in a row with nothing but rate limits (429) "
+                f"or \"overloaded\" for all of --patience ({describe_wait(patience)}): stopped; "
+                f"rerun the same command later (or with a larger --patience) to do the rows left")
     return (f"{where} asked {give_ups} requests in a row to wait {describe_wait(asked)}, past "
             f"--patience: stopped; rerun the same command after that wait (or with a larger "
             f"--patience) to do the rows left")
