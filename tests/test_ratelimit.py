@@ -90,14 +90,20 @@ def test_budgets_from_every_header_family():
     anthropic = {"anthropic-ratelimit-input-tokens-remaining": "40",
                  "anthropic-ratelimit-input-tokens-reset": "Thu, 01 Jan 2099 00:00:00 GMT",
                  "anthropic-ratelimit-requests-remaining": "3"}
-    [(unit, remaining, reset, limit), requests] = budgets(anthropic)
+    [(unit, remaining, reset, limit, _), requests] = budgets(anthropic)
     assert (unit, remaining, limit) == ("input-tokens", 40.0, None) and reset > 365 * 86400
     assert requests == Budget("requests", 3.0, None)
     assert budgets({"anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "0",
                     "anthropic-ratelimit-requests-reset": "Thu, 01 Jan 2099 00:00:00 GMT"})[0].limit == 50.0
     # the IETF draft's reset is a fixed window's: its limit is not read as a refill rate
     assert budgets({"RateLimit": "limit=100, remaining=0, reset=5"}) == [Budget("requests", 0.0, 5.0)]
-    assert budgets({"x-ratelimit-remaining-tokens-per-day": "9"}) == [Budget("tokens", 9.0, None)]
+    assert budgets({"x-ratelimit-remaining-tokens-per-day": "9"}) == [Budget("tokens", 9.0, None, None, "tokens-per-day")]
+    # a gateway's windows of one unit (Kong's): each keeps its name, so each binds
+    assert budgets({"X-RateLimit-Limit-Minute": "20", "X-RateLimit-Remaining-Minute": "0",
+                    "X-RateLimit-Limit-Day": "1000", "X-RateLimit-Remaining-Day": "900",
+                    "RateLimit-Remaining": "0", "RateLimit-Reset": "30"}) == [
+        Budget("requests", 0.0, None, 20.0, "minute"), Budget("requests", 900.0, None, 1000.0, "day"),
+        Budget("requests", 0.0, 30.0)]
     # OpenRouter's: one budget of requests, its reset a Unix time in milliseconds (not 55,000
     # years away, which rule 5's spread would have taken as --patience to spread 150 requests over)
     [openrouter] = budgets({"X-RateLimit-Limit": "200", "X-RateLimit-Remaining": "150",
@@ -328,6 +334,19 @@ def test_a_zero_round_trip_is_safe(clock):
     assert pacer.describe()["cuts"] == 2 and pacer.wait_time() == 0.0
     answered(pacer, clock, rtt=0.0)
     assert pacer.window > 0 and math.isfinite(pacer.window)
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_every_budget_of_one_unit_binds_whatever_the_headers_order(clock, order):
+    """A minute's budget spent and a day's with plenty left, both of requests: the minute's holds
+    the sends until its reset, whichever the reply names last (one budget a unit kept only the
+    last: the day's, which holds nothing)."""
+    pacer = Pacer(clock=clock)
+    ticket = pacer.take(COSTS)
+    clock.now += 0.1
+    budgets_seen = [Budget("requests", 0.0, 5.0, None, "minute"), Budget("requests", 900.0, 3600.0, None, "day")]
+    pacer.admitted(ticket, budgets_seen[::order])
+    assert pacer.wait_time() == pytest.approx(4.9)  # whole 5 s after its request went
 
 
 def test_a_budget_the_headers_show_spent_holds_every_send_until_its_reset(clock):

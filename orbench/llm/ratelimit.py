@@ -122,12 +122,15 @@ def note_reply(budgets: list) -> None:
 
 class Budget(NamedTuple):
     """One budget a reply's headers report: its unit (one of :func:`request_costs`'), what is
-    left, the seconds until it is whole again (None: not said) and its size (None: not said)."""
+    left, the seconds until it is whole again (None: not said), its size (None: not said), and
+    its own name where the headers report several of one unit (``"requests-day"``, a gateway's
+    ``"minute"`` and ``"day"``): each binds."""
 
     unit: str
     remaining: float
     reset: float | None
     limit: float | None = None
+    name: str = ""
 
     def rate(self) -> float:
         """Units a second it refills: a budget whose size is said refills continuously from
@@ -140,10 +143,11 @@ class Budget(NamedTuple):
 
 @dataclass
 class Seen:
-    """A budget as the last reply that reported it left it (rule 5): ``free`` units then, less
-    what went after that reply's request; ``sent``, the units the pacer had sent then;
+    """A budget as the last reply that reported it left it (rule 5): ``free`` units of ``unit``
+    then, less what went after that reply's request; ``sent``, the units the pacer had sent then;
     ``spacing``, the seconds a unit takes when what is free is spread over its reset."""
 
+    unit: str
     free: float
     at: float
     sent: float
@@ -202,7 +206,7 @@ class Pacer:
     next_rpm: float = 0.0  # rule 6
     next_spread: float = 0.0  # rule 5: what a budget has left, spread over its reset
     hold_until: float = 0.0  # rule 5: a fixed window shut
-    seen: dict = field(default_factory=dict)  # rule 5: unit -> Seen
+    seen: dict = field(default_factory=dict)  # rule 5: a budget's name (or unit) -> Seen
     costs: dict = field(default_factory=dict)  # what the last request cost: the next one's guess
     holding: bool = False  # sending waits for a hold (rule 5): counts.holds counts when one begins
     last_admitted: float = -math.inf
@@ -227,8 +231,8 @@ class Pacer:
         """Seconds sending waits for a budget spent or a fixed window shut (rule 5); a wait longer
         than ``--patience`` is not held."""
         wait = max(0.0, self.hold_until - now, self.next_spread - now)
-        for unit, seen in self.seen.items():
-            wait = max(wait, seen.wait(now, self.units_sent.get(unit, 0), self.costs.get(unit, 0)))
+        for seen in self.seen.values():
+            wait = max(wait, seen.wait(now, self.units_sent.get(seen.unit, 0), self.costs.get(seen.unit, 0)))
         return wait if wait <= self.longest_hold else 0.0
 
     def take(self, costs: dict, full: bool = False) -> Ticket:
@@ -239,8 +243,7 @@ class Pacer:
             self.next_send = max(now, self.next_send) + min(gap, self.longest_hold)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
-        spread = max((seen.spacing * costs.get(unit, 0) for unit, seen in self.seen.items()),
-                     default=0.0)
+        spread = max((seen.spacing * costs.get(seen.unit, 0) for seen in self.seen.values()), default=0.0)
         if spread:
             self.next_spread = max(now, self.next_spread) + min(spread, self.longest_hold)
         self.costs = costs
@@ -278,12 +281,13 @@ class Pacer:
             sent, rate = self.units_sent.get(budget.unit, 0), budget.rate()
             cost = ticket.costs.get(budget.unit, 0)  # the reply's count has this one taken
             free = budget.remaining - (sent - ticket.units_before.get(budget.unit, 0) - cost)
-            whole_at, last = ticket.sent_at + budget.reset, self.seen.get(budget.unit)
+            key = budget.name or budget.unit
+            whole_at, last = ticket.sent_at + budget.reset, self.seen.get(key)
             if rate and last and abs(whole_at - last.whole_at) < 0.5 / rate:
                 # a bucket's reset moves 1/rate later a unit taken, a fixed window's stands still
                 rate = 0.0
             spacing = min(budget.reset, self.longest_hold) / free if free > 0 else 0.0
-            self.seen[budget.unit] = Seen(free, self.clock(), sent, rate, whole_at, spacing)
+            self.seen[key] = Seen(budget.unit, free, self.clock(), sent, rate, whole_at, spacing)
 
     def admitted(self, ticket: Ticket, budgets_seen=()) -> None:
         """An answer: the round trip is timed and the window may grow (rules 1 and 3)."""

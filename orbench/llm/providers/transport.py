@@ -150,6 +150,7 @@ def seconds_until(text: str, now_wall: float | None = None, unix_ms: bool = Fals
 def budgets(headers) -> list[ratelimit.Budget]:
     """The budgets a reply's headers report (:class:`orbench.llm.ratelimit.Budget`), the unit one
     of ``orbench.llm.ratelimit.request_costs``' (a ``tokens-per-day`` budget counts ``tokens``).
+    Several budgets of one unit (a day's and a minute's) keep their names, so each binds.
     The size (``limit``) is read from OpenAI's and Anthropic's headers only: Anthropic's docs
     describe token buckets that refill continuously, OpenAI's name the reset as the time until
     the budget is back to its initial state; the IETF draft's ``reset`` is a fixed window's."""
@@ -171,7 +172,8 @@ def budgets(headers) -> list[ratelimit.Budget]:
             limit = float(values["limit"]) if "limit" in values else None
             remaining = float(values["remaining"])
             if remaining >= 0:  # Azure's -1: not reported
-                found.append(ratelimit.Budget(unit, remaining, seconds_until(values.get("reset", ""), unix_ms=True), limit))
+                reset = seconds_until(values.get("reset", ""), unix_ms=True)
+                found.append(ratelimit.Budget(unit, remaining, reset, limit, "" if kind in ("", unit) else kind))
     return found
 
 
