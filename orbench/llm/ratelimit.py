@@ -41,12 +41,13 @@ premise is stated with it; the figures behind them are in docs/rate_limits.md.
 5. **A budget spent holds every send**: the last reply's rate-limit headers for each budget
    (OpenAI's ``x-ratelimit-*``, Anthropic's ``anthropic-ratelimit-*``, OpenRouter's, the IETF
    draft's ``ratelimit``, read by ``orbench.llm.providers.transport.budgets``), less what went
-   after that request, say what is free; a request goes only when its cost is. A budget whose
-   size is said refills continuously, from what is left to whole at the reset named (Anthropic's
-   docs describe token buckets, OpenAI's a reset to the initial state), so an empty one lets
-   requests go one at a time as it refills; one whose size is not said, or whose reset moment
-   stands still while requests go (a fixed window), comes back whole at the reset; one whose
-   reset is not said (Azure's headers say only what is left) comes back whole when a 429's
+   after that request, say what is free; a request goes only when its cost is free in each
+   (several of one unit, a minute's and a day's, each count). A budget whose size is said
+   refills continuously, from what is left to whole at the reset named (Anthropic's docs
+   describe token buckets, OpenAI's a reset to the initial state), so an empty one lets requests
+   go one at a time as it refills; one whose size is not said, or whose reset moment stands
+   still while requests go (a fixed window), comes back whole at the reset; one whose reset is
+   not said (Azure's headers say only what is left) comes back whole when a 429's
    ``Retry-After`` says. At a window of one or less, a 429 after a round trip in which nothing
    got in (a fixed window shut) holds sending for the wait it asks. A request costs what
    providers count before generation: one request, its prompt's estimated tokens and
