@@ -233,7 +233,8 @@ class Pacer:
         than ``--patience`` is not held."""
         wait = max(0.0, self.hold_until - now, self.next_spread - now)
         for seen in self.seen.values():
-            wait = max(wait, seen.wait(now, self.units_sent.get(seen.unit, 0), self.costs.get(seen.unit, 0)))
+            sent, cost = self.units_sent.get(seen.unit, 0), self.costs.get(seen.unit, 0)
+            wait = max(wait, seen.wait(now, sent, cost))
         return wait if wait <= self.longest_hold else 0.0
 
     def take(self, costs: dict, full: bool = False) -> Ticket:
@@ -244,7 +245,8 @@ class Pacer:
             self.next_send = max(now, self.next_send) + min(gap, self.longest_hold)
         if self.rpm:
             self.next_rpm = max(now, self.next_rpm) + 60 / self.rpm
-        spread = max((seen.spacing * costs.get(seen.unit, 0) for seen in self.seen.values()), default=0.0)
+        spread = max((seen.spacing * costs.get(seen.unit, 0) for seen in self.seen.values()),
+                     default=0.0)
         if spread:
             self.next_spread = max(now, self.next_spread) + min(spread, self.longest_hold)
         self.costs = costs
