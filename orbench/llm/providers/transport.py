@@ -151,9 +151,11 @@ def budgets(headers) -> list[ratelimit.Budget]:
     """The budgets a reply's headers report (:class:`orbench.llm.ratelimit.Budget`), the unit one
     of ``orbench.llm.ratelimit.request_costs``' (a ``tokens-per-day`` budget counts ``tokens``).
     Several budgets of one unit (a day's and a minute's) keep their names, so each binds.
-    The size (``limit``) is read from OpenAI's and Anthropic's headers only: Anthropic's docs
-    describe token buckets that refill continuously, OpenAI's name the reset as the time until
-    the budget is back to its initial state; the IETF draft's ``reset`` is a fixed window's."""
+    The size (``limit``) is read from the ``x-`` and ``anthropic-`` families only (OpenAI's,
+    Anthropic's, OpenRouter's, a gateway's): Anthropic's docs describe token buckets that refill
+    continuously, OpenAI's name the reset as the time until the budget is back to its initial
+    state (a fixed window among them is told by its reset standing still: the pacer's rule 5);
+    the IETF draft's ``reset`` is a fixed window's, so its size is not read."""
     fields: dict[str, dict] = {}
     for name, value in headers.items():
         name = name.lower()
