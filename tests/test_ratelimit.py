@@ -837,6 +837,7 @@ def test_the_retry_flags_are_documented(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--patience PATIENCE seconds one request may keep waiting out 429 and 503/529" in text
     assert "429 and overload answers spend --patience instead" in text
+    assert "three requests in a row that give up on a wait past it, or spend all of it, stop the run" in text
 
 
 def test_unreachable_client_raises_fatal_error(env, closed_port):

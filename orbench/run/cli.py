@@ -203,7 +203,9 @@ def add_model_flags(parser: argparse.ArgumentParser, *, temperature_default: flo
     group.add_argument("--patience", type=positive_float, default=DEFAULT_PATIENCE,
                        help="seconds one request may keep waiting out 429 and 503/529 'overloaded' "
                             "answers, from its first failure; a wait the server asks that does not fit "
-                            f"in what is left fails the row at once, naming it (default: {DEFAULT_PATIENCE:g})")
+                            "in what is left fails the row at once, naming it; three requests in a row "
+                            "that give up on a wait past it, or spend all of it, stop the run (exit 1: "
+                            f"rerun later) (default: {DEFAULT_PATIENCE:g})")
     group.add_argument("--timeout", type=positive_float, default=DEFAULT_TIMEOUT,
                        help=f"seconds one attempt may take, the whole reply included (default: "
                             f"{DEFAULT_TIMEOUT:g})")
