@@ -213,6 +213,30 @@ def test_429s_of_requests_in_flight_at_a_cut_take_one_each_off_not_below_one(clo
     assert pacer.window == 1.0
 
 
+def test_a_429_of_a_request_in_flight_at_a_cut_never_raises_the_window(clock):
+    """"Not below one" keeps the window where it is when a cut already took it below one: a 429
+    takes a request off or leaves the window as it was, never adds one."""
+    pacer = Pacer(clock=clock, ceiling=2)
+    answered(pacer, clock)  # a round trip of 0.1 s; the window at the ceiling, 2
+    first, second = pacer.take(COSTS), pacer.take(COSTS)
+    clock.now += 0.1
+    pacer.refused(first)  # the cut: 2 x 0.7
+    pacer.refused(second)  # in flight at the cut: one off, to 0.4, but not below one
+    assert pacer.window == pytest.approx(1.0)
+    clock.now += 0.2
+    grown = 1.0
+    for _ in range(5):
+        answered(pacer, clock)  # a round trip after the cut: 1 / (20 x window) each
+        grown += 1 / (20 * grown)
+    assert pacer.window == pytest.approx(grown) and 1.2 < grown < 1.25
+    first, second = pacer.take(COSTS), pacer.take(COSTS)  # two fit in a window over one
+    clock.now += 0.1
+    pacer.refused(first)  # the cut: x 0.7, below one
+    assert pacer.window == pytest.approx(grown * 0.7)
+    pacer.refused(second)  # in flight at that cut: below one already, it stays
+    assert pacer.window == pytest.approx(grown * 0.7)
+
+
 def test_429s_at_a_share_that_does_not_fall_keep_cutting_every_round_trip(clock):
     """No state in which 429s stop cutting: a 429 in every round trip cuts every other one (one
     cut a round trip, at most), however long it goes on (the pacer before stopped)."""

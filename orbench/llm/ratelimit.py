@@ -18,9 +18,9 @@ premise is stated with it; the figures behind them are in docs/rate_limits.md.
    off the window for each 429 of a request sent since the last cut (each is a request the limit
    had no room for), and at most ``1 - BETA`` of it (RFC 9438's deepest cut). A 429 of a request
    sent before the last cut (in flight when it came) takes one request off at once, not below
-   one, so an overshoot (the slow start's last doubling, a limit that halved) comes off 429 by
-   429. Premise: on a shared limit the 429s fall on each client in proportion to what it sends,
-   so each loses the same share, the multiplicative decrease of AIMD.
+   one (a window already below stays), so an overshoot (the slow start's last doubling, a limit
+   that halved) comes off 429 by 429. Premise: on a shared limit the 429s fall on each client in
+   proportion to what it sends, so each loses the same share, the multiplicative decrease of AIMD.
 3. **Recovery is additive in round trips** (Chiu and Jain's AIMD; TCP's congestion avoidance,
    RFC 5681 3.1, with a smaller step): each answer of a full window, sent at least a round trip
    after the last cut, adds ``1 / (PROBE x window)`` (a window below one counts as one), so the
@@ -319,7 +319,7 @@ class Pacer:
             self._hold(wait)  # a fixed window shut: nothing got in for a round trip
         if ticket.sent_at < self.epoch + span:
             if ticket.sent_at < self.epoch:  # in flight at the cut: the limit had no room for it
-                self.window = max(1.0, self.window - 1)
+                self.window = max(min(1.0, self.window), self.window - 1)  # never raised
             return  # the congestion the last cut answered, or met before it told
         kept = 1 - self.refused_since_cut / self.window if self.window > 0 else 0.0
         beta = max(BETA, kept)
