@@ -130,7 +130,7 @@ def seconds_until(text: str, now_wall: float | None = None, unix_ms: bool = Fals
     ``unix_ms``, one past half of now in milliseconds is a Unix time in milliseconds: read as
     seconds it would be tens of thousands of years away (Unix seconds pass 10^11 in the year
     5138). A ``Retry-After``'s number is never read as milliseconds: below half of now it is a
-    delay in seconds (RFC 9110), past it a Unix time in seconds, decades away either way."""
+    delay in seconds (RFC 9110); past it, where a delay would be decades, a Unix time in seconds."""
     text, now = (text or "").strip(), time.time() if now_wall is None else now_wall
     with contextlib.suppress(ValueError):
         value = float(text)
