@@ -251,3 +251,41 @@ def test_without_the_sdk_one_line_names_the_extra(gem, env, script, tmp_path, mo
 
 def test_gemini_is_a_registered_protocol():
     assert providers.API_MODULES["gemini"] == "orbench.llm.providers.gemini"
+
+
+def test_a_client_closed_in_its_event_loop_leaves_no_close_for_a_later_one(gem, env, monkeypatch):
+    """The HTTP client handed to google-genai is ours to close (the SDK's ``aclose`` leaves a
+    client it was given open). Left open, it closed itself when collected, as a task on whatever
+    loop ran then, whose connections belonged to a closed one: "Task exception was never
+    retrieved ... Event loop is closed", printed when a provider outlived its run (a notebook's
+    second evaluation, a reference cycle collected late)."""
+    import asyncio
+    import gc
+
+    from orbench.llm.clients import Client, Request
+    from orbench.llm.models import parse_model
+
+    monkeypatch.setenv("GEMINI_BASE_URL", gem.url)
+    spec, client, kept = parse_model("gemini/gemini-test"), Client(cache=None, concurrency=4), []
+
+    async def first():
+        try:
+            requests = [Request.user(spec, f"hello {i}") for i in range(4)]
+            replies = await asyncio.gather(*(client.complete(r) for r in requests))
+            kept.append(client.provider(spec))  # outlives the run, as a notebook's variable can
+            return replies
+        finally:
+            await client.close()
+
+    assert all(reply.text for reply in asyncio.run(first()))
+    assert kept[0].http_client.is_closed
+    errors = []
+
+    async def later():
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+        kept.clear()
+        gc.collect()
+        await asyncio.sleep(0.05)  # a close the collection scheduled would run now
+
+    asyncio.run(later())
+    assert [str(e.get("exception") or e.get("message")) for e in errors] == []

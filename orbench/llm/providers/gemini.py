@@ -225,11 +225,14 @@ class Gemini(ProviderAPI):
         # given: a sync one (never used here) and one for its websocket API (Live, never used).
         # Given the process's shared context for both, a client per model and stage costs none.
         tls = shared_tls_context(http_module(async_class))
+        # Clients handed to the SDK are ours to close: its aclose() leaves them open (see close).
+        self.http_client = sdk_http_client(async_class, timeout)
+        self.sync_http_client = sync_class(verify=tls, timeout=None)
         options = types.HttpOptions(
             base_url=base_url, api_version="v1beta", timeout=int(timeout * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),  # the client's loop retries
-            httpx_client=sync_class(verify=tls, timeout=None),
-            httpx_async_client=sdk_http_client(async_class, timeout), async_client_args={"ssl": tls})
+            httpx_client=self.sync_http_client, httpx_async_client=self.http_client,
+            async_client_args={"ssl": tls})
         self.sdk = genai.Client(api_key=api_key, http_options=options)
 
     @classmethod
@@ -248,7 +251,12 @@ class Gemini(ProviderAPI):
         return gemini_completion(response)
 
     async def close(self) -> None:
+        """Close the SDK and the HTTP clients it was given, in this event loop: left open, the
+        SDK's async client closes itself when collected, as a task on whatever loop runs then,
+        over connections of a closed one ("Task exception was never retrieved")."""
         await self.sdk.aio.aclose()
+        await self.http_client.aclose()
+        self.sync_http_client.close()
 
     def describe(self) -> dict:
         """The safety settings and the thinking-budget rule, for the meta file."""
