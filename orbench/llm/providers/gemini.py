@@ -254,9 +254,11 @@ class Gemini(ProviderAPI):
         """Close the SDK and the HTTP clients it was given, in this event loop: left open, the
         SDK's async client closes itself when collected, as a task on whatever loop runs then,
         over connections of a closed one ("Task exception was never retrieved")."""
-        await self.sdk.aio.aclose()
-        await self.http_client.aclose()
-        self.sync_http_client.close()
+        try:
+            await self.sdk.aio.aclose()
+        finally:
+            await self.http_client.aclose()
+            self.sync_http_client.close()
 
     def describe(self) -> dict:
         """The safety settings and the thinking-budget rule, for the meta file."""
