@@ -369,7 +369,7 @@ class Client:
                     return apply_verdict(_unreachable(provider, slot, verdict))
                 self.rate_limits.past_patience += patient or wait.asked is not None
                 # past all of --patience (not what was left), or all of it spent on 429s or overloads
-                if wait.asked > self.patience if wait.asked is not None else patient:
+                if (wait.asked > self.patience) if wait.asked is not None else patient:
                     self._long_waits[pacer.name] = self._long_waits.get(pacer.name, 0) + 1
                     where = f"{provider.name} at {slot.base_url or 'its default address'}"
                     stop = retry.long_wait_stop(self._long_waits[pacer.name], wait.asked, where, self.patience)
